@@ -1,0 +1,23 @@
+"""The one exception tracekit raises for bad input, and the CLI's exit codes.
+
+Every failure a user can cause (a path that does not exist, a file that is not a trace, a truncated or corrupt
+trace, an unknown chip name, a bad option value) raises :class:`TraceError` with a one-line message that says
+what went wrong, where, and what to do. The CLI prints that line on stderr and exits with ``EXIT_BAD_INPUT``.
+"""
+from __future__ import annotations
+
+#: Exit codes of the ``tracekit`` command (documented in the README).
+EXIT_OK = 0  #: analysis done; no finding reached ``--fail-on``
+EXIT_FINDINGS = 1  #: a finding reached ``--fail-on`` severity (or ``diff`` found a regression)
+EXIT_BAD_INPUT = 2  #: bad input or usage: the message says what and where
+
+
+class TraceError(Exception):
+    """Bad input: the message is one line saying what, where, and what to do."""
+
+    def __init__(self, what: str, where: str | None = None, hint: str | None = None):
+        self.what, self.where, self.hint = what, where, hint
+        parts = [what if where is None else f"{where}: {what}"]
+        if hint:
+            parts.append(hint)
+        super().__init__(" — ".join(parts).replace("\n", " "))

@@ -1,0 +1,76 @@
+"""Shapes and element types of XLA HLO (``tracekit.proto.hlo_pb2.ShapeProto``): names, sizes, text."""
+from __future__ import annotations
+
+from math import prod
+
+from tracekit.proto import hlo_pb2
+
+PT = hlo_pb2.PrimitiveType
+
+#: element type -> (short name as HLO text prints it, size in bits)
+DTYPES: dict[int, tuple[str, int]] = {
+    PT.PRED: ("pred", 8),
+    PT.S1: ("s1", 1), PT.S2: ("s2", 2), PT.S4: ("s4", 4), PT.S8: ("s8", 8), PT.S16: ("s16", 16),
+    PT.S32: ("s32", 32), PT.S64: ("s64", 64),
+    PT.U1: ("u1", 1), PT.U2: ("u2", 2), PT.U4: ("u4", 4), PT.U8: ("u8", 8), PT.U16: ("u16", 16),
+    PT.U32: ("u32", 32), PT.U64: ("u64", 64),
+    PT.F16: ("f16", 16), PT.F32: ("f32", 32), PT.BF16: ("bf16", 16), PT.F64: ("f64", 64),
+    PT.F8E5M2: ("f8e5m2", 8), PT.F8E4M3: ("f8e4m3", 8), PT.F8E4M3FN: ("f8e4m3fn", 8),
+    PT.F8E4M3B11FNUZ: ("f8e4m3b11fnuz", 8), PT.F8E3M4: ("f8e3m4", 8), PT.F8E5M2FNUZ: ("f8e5m2fnuz", 8),
+    PT.F8E4M3FNUZ: ("f8e4m3fnuz", 8), PT.F4E2M1FN: ("f4e2m1fn", 4), PT.F8E8M0FNU: ("f8e8m0fnu", 8),
+    PT.C64: ("c64", 64), PT.C128: ("c128", 128),
+    PT.TOKEN: ("token", 0), PT.OPAQUE_TYPE: ("opaque", 0),
+}
+FLOAT_DTYPES = {"f16", "bf16", "f32", "f64", "c64", "c128"} | {n for n, _ in DTYPES.values() if n.startswith(("f8", "f4"))}
+
+
+def dtype_name(element_type: int) -> str:
+    return DTYPES.get(element_type, (PT.Name(element_type).lower() if element_type in PT.values() else "?", 0))[0]
+
+
+def is_tuple(shape: hlo_pb2.ShapeProto) -> bool:
+    return shape.element_type == PT.TUPLE
+
+
+def leaves(shape: hlo_pb2.ShapeProto):
+    """The array shapes inside ``shape`` (itself when it is an array), depth first."""
+    if shape.element_type == PT.TUPLE:
+        for s in shape.tuple_shapes:
+            yield from leaves(s)
+    else:
+        yield shape
+
+
+def elements(shape: hlo_pb2.ShapeProto) -> int:
+    """Number of elements of an array shape (0 for tuples, tokens)."""
+    if shape.element_type in (PT.TUPLE, PT.TOKEN, PT.OPAQUE_TYPE):
+        return 0
+    return prod(shape.dimensions)
+
+
+def nbytes(shape: hlo_pb2.ShapeProto) -> int:
+    """Bytes of the shape's data: sum over tuple leaves; sub-byte types are packed (rounded up per array)."""
+    total = 0
+    for s in leaves(shape):
+        bits = DTYPES.get(s.element_type, ("?", 0))[1]
+        if s.HasField("layout") and s.layout.element_size_in_bits:
+            bits = s.layout.element_size_in_bits
+        total += (prod(s.dimensions) * bits + 7) // 8
+    return total
+
+
+def first_dtype(shape: hlo_pb2.ShapeProto) -> str:
+    for s in leaves(shape):
+        if s.element_type not in (PT.TOKEN, PT.OPAQUE_TYPE):
+            return dtype_name(s.element_type)
+    return ""
+
+
+def text(shape: hlo_pb2.ShapeProto) -> str:
+    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``."""
+    if shape.element_type == PT.TUPLE:
+        return "(" + ", ".join(text(s) for s in shape.tuple_shapes) + ")"
+    name = dtype_name(shape.element_type)
+    if shape.element_type in (PT.TOKEN, PT.OPAQUE_TYPE):
+        return name + "[]"
+    return f"{name}[{','.join(str(d) for d in shape.dimensions)}]"

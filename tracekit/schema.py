@@ -1,0 +1,152 @@
+"""The frame schemas, declared once.
+
+Every DataFrame tracekit produces is described here: column name -> (dtype, meaning). Column names are snake_case
+with the unit in the suffix (``_ps`` picoseconds, ``_bytes``, ``_flops``, ``_per_s``). Times are integer
+picoseconds. Repeated strings are pandas categoricals. Unknown numbers are NaN (float columns) or -1 (ids);
+unknown strings are empty.
+
+Use :func:`empty` to build an empty frame of a schema and :func:`conform` to check and coerce a frame.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CAT = "category"
+
+#: One row per device op execution.
+OPS = {
+    "host": (CAT, "host the trace came from (file stem when the trace does not say)"),
+    "device": (CAT, "device id, e.g. TPU:0, GPU:3, CPU:5"),
+    "device_kind": (CAT, "chip as the trace names it, e.g. 'TPU v6 Lite', 'AMD gfx942', 'cpu'"),
+    "line": (CAT, "trace line or stream the event was on, e.g. 'XLA Ops', 'Stream #16(Kernel)'"),
+    "source": (CAT, "what the row was built from: xla_ops | async_pair | async_xla_ops | gpu_kernel | gpu_memcpy | cpu_thunk"),
+    "module": (CAT, "HLO module name, e.g. jit_train_step"),
+    "program_id": ("uint64", "XLA program (module) id; 0 when unknown"),
+    "op": (CAT, "HLO instruction name, e.g. fusion.3, all-reduce-start.1"),
+    "opcode": (CAT, "HLO opcode of that instruction (from the HLO when joined, else parsed from the trace)"),
+    "category": (CAT, "op category: the trace's hlo_category when given, else derived from the opcode"),
+    "kernel": (CAT, "GPU kernel name (empty elsewhere)"),
+    "start_ps": ("int64", "start time, ps since the host's epoch (comparable across devices of a host)"),
+    "duration_ps": ("int64", "duration, ps (async ops: the whole -start..-done window)"),
+    "run_id": ("int64", "XLA run id of the module execution, -1 when unknown"),
+    "step": ("int64", "step number when known, else -1"),
+    "is_async": ("bool", "True for an async window (-start to -done) rather than a synchronous op"),
+    "trace_flops": ("float64", "FLOPs the trace itself reports for the op (TPU), NaN when absent"),
+    "trace_bytes": ("float64", "bytes accessed the trace itself reports for the op (TPU), NaN when absent"),
+}
+
+#: One row per HLO instruction of every module in the /host:metadata plane.
+HLO = {
+    "module": (CAT, "HLO module name"),
+    "program_id": ("uint64", "module id from the metadata entry's name or the proto, 0 when unknown"),
+    "computation": (CAT, "computation the instruction belongs to"),
+    "name": ("object", "instruction name"),
+    "opcode": (CAT, "HLO opcode"),
+    "shape": ("object", "result shape as text, e.g. bf16[8,128] or (f32[2], s32[])"),
+    "dtype": (CAT, "element type of the (first) array result, e.g. bf16; empty for tokens"),
+    "result_bytes": ("int64", "bytes of the result (sum over tuple elements)"),
+    "operands": ("object", "operand instruction names, comma-separated"),
+    "fusion_kind": (CAT, "kLoop/kInput/kOutput/kCustom for fusions, else empty"),
+    "called_computations": ("object", "names of the computations it calls, comma-separated"),
+    "replica_groups": ("object", "replica groups as text, e.g. {{0,1},{2,3}} or [2,4]<=[8]"),
+    "group_size": ("int64", "participants per replica group, -1 when not a collective or unknown"),
+    "channel_id": ("int64", "channel id, 0 when absent"),
+    "op_name": ("object", "framework op name from the metadata, e.g. jit(f)/dot_general"),
+    "source_file": ("object", "Python source file from the metadata"),
+    "source_line": ("int64", "Python source line, 0 when unknown"),
+    "custom_call_target": ("object", "custom-call target name"),
+    "is_fusion_computation": ("bool", "True when the computation is a fused computation"),
+    "is_entry": ("bool", "True for instructions of the entry computation"),
+}
+
+#: One row per module execution.
+MODULES = {
+    "host": (CAT, ""),
+    "device": (CAT, ""),
+    "module": (CAT, "HLO module name"),
+    "program_id": ("uint64", ""),
+    "run_id": ("int64", ""),
+    "start_ps": ("int64", ""),
+    "duration_ps": ("int64", ""),
+}
+
+#: One row per step per device.
+STEPS = {
+    "host": (CAT, ""),
+    "device": (CAT, ""),
+    "step": ("int64", "step number"),
+    "start_ps": ("int64", ""),
+    "duration_ps": ("int64", ""),
+    "step_source": (CAT, "steps_line | step_annotation | module_execution"),
+}
+
+#: One row per trace line (the inventory).
+LINES = {
+    "host": (CAT, ""),
+    "plane": (CAT, "plane name, e.g. /device:TPU:0"),
+    "line": (CAT, "line name"),
+    "events": ("int64", "number of events on the line"),
+    "start_ps": ("int64", "first event start"),
+    "end_ps": ("int64", "last event end"),
+}
+
+#: Columns the roofline stage adds to OPS.
+ROOFLINE = {
+    "flops": ("float64", "floating-point operations of one execution"),
+    "bytes_accessed": ("float64", "bytes read plus written by one execution (HBM/DRAM)"),
+    "net_bytes": ("float64", "bytes a collective moves per device over the interconnect"),
+    "group_size": ("int64", "collective participants, -1 when not a collective"),
+    "dtype": (CAT, "element type the op computes in (dot/conv: the operand type)"),
+    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
+    "unknown_reason": ("object", "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
+    "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
+    "compute_ps": ("float64", "flops / peak FLOP/s of the op's dtype"),
+    "memory_ps": ("float64", "bytes_accessed / peak memory bandwidth"),
+    "network_ps": ("float64", "collective time from the ring/torus model"),
+    "roofline_ps": ("float64", "max(compute_ps, memory_ps, network_ps)"),
+    "bound_by": (CAT, "compute | memory | network | unknown"),
+    "efficiency": ("float64", "roofline_ps / duration_ps (1.0 = at the roofline)"),
+    "headroom_ps": ("float64", "duration_ps - roofline_ps: time a perfect op would save"),
+}
+
+SCHEMAS = {"ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
+
+_FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
+
+
+def columns(schema: dict) -> list[str]:
+    return list(schema)
+
+
+def empty(schema: dict) -> pd.DataFrame:
+    """An empty frame with the schema's columns and dtypes."""
+    return pd.DataFrame({c: pd.Series([], dtype=d if d != "object" else object) for c, (d, _) in schema.items()})
+
+
+def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:
+    """Coerce ``df`` to ``schema``: missing columns are filled with the unknown value, dtypes are cast, and the
+    schema's columns come first in order. Columns not in the schema are kept at the end when ``extra``."""
+    out = {}
+    n = len(df)
+    for c, (d, _) in schema.items():
+        if c in df.columns:
+            s = df[c]
+            if d == CAT:
+                s = s.astype(str).astype(CAT) if s.dtype != CAT else s
+            elif d == "object":
+                s = s.astype(object)
+            elif str(s.dtype) != d:
+                s = s.astype(d)
+        else:
+            fill = _FILL[d]
+            s = pd.Series(np.full(n, fill, dtype=object if d in (CAT, "object") else d), index=df.index)
+            if d == CAT:
+                s = s.astype(CAT)
+        out[c] = s
+    res = pd.DataFrame(out, index=df.index)
+    if extra:
+        for c in df.columns:
+            if c not in schema:
+                res[c] = df[c]
+    return res
