@@ -20,7 +20,7 @@ OPS = {
     "device": (CAT, "device id, e.g. TPU:0, GPU:3, CPU:5"),
     "device_kind": (CAT, "chip as the trace names it, e.g. 'TPU v6 Lite', 'AMD gfx942', 'cpu'"),
     "line": (CAT, "trace line or stream the event was on, e.g. 'XLA Ops', 'Stream #16(Kernel)'"),
-    "source": (CAT, "what the row was built from: xla_ops | async_pair | async_xla_ops | gpu_kernel | gpu_memcpy | cpu_thunk"),
+    "source": (CAT, "what the row was built from: xla_ops | async_pair | async_xla_ops | gpu_kernel | gpu_memcpy | gpu_runtime (a kernel with no HLO op on an XLA trace) | cpu_thunk"),
     "module": (CAT, "HLO module name, e.g. jit_train_step"),
     "program_id": ("uint64", "XLA program (module) id; 0 when unknown"),
     "op": (CAT, "HLO instruction name, e.g. fusion.3, all-reduce-start.1"),
@@ -32,6 +32,7 @@ OPS = {
     "run_id": ("int64", "XLA run id of the module execution, -1 when unknown"),
     "step": ("int64", "step number when known, else -1"),
     "is_async": ("bool", "True for an async window (-start to -done) rather than a synchronous op"),
+    "in_hlo": ("bool", "True when the op joined to an instruction of the trace's HLO"),
     "trace_flops": ("float64", "FLOPs the trace itself reports for the op (TPU), NaN when absent"),
     "trace_bytes": ("float64", "bytes accessed the trace itself reports for the op (TPU), NaN when absent"),
 }
@@ -58,6 +59,7 @@ HLO = {
     "custom_call_target": ("object", "custom-call target name"),
     "is_fusion_computation": ("bool", "True when the computation is a fused computation"),
     "is_entry": ("bool", "True for instructions of the entry computation"),
+    "category": (CAT, "op family: the opcode, or for fusions what they fuse (e.g. 'dot fusion', 'loop fusion')"),
 }
 
 #: One row per module execution.

@@ -1,0 +1,275 @@
+"""``tracekit.load(path) -> Trace``: the loader's public face. Resolves the path, decodes each host's XSpace,
+extracts the frames (:mod:`tracekit.frames`), decodes the HLO (:mod:`tracekit.hlo`), and joins them:
+module names by program id, HLO opcode and category per op, async windows, run ids, steps."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit import frames, hlo, load as _load, schema
+from tracekit.errors import TraceError
+
+ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
+                  "reduce-scatter", "all-to-all", "collective-broadcast")
+
+
+@dataclass
+class Trace:
+    ops: pd.DataFrame
+    hlo: pd.DataFrame
+    modules: pd.DataFrame
+    steps: pd.DataFrame
+    lines: pd.DataFrame
+    devices: pd.DataFrame
+    hlo_modules: list = field(default_factory=list)
+    device_stats: dict = field(default_factory=dict)
+    hosts: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def has_hlo(self) -> bool:
+        return len(self.hlo) > 0
+
+    @property
+    def device_ops(self) -> pd.DataFrame:
+        """Synchronous op executions only (async windows overlap the ops that run inside them)."""
+        return self.ops[~self.ops["is_async"]]
+
+
+def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+         max_events: int | None = None) -> Trace:
+    """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``)."""
+    files = _load.resolve(path, run)
+    parts = []
+    warnings: list[str] = []
+    for hf in files:
+        space = _load.load_space(hf, max_bytes)
+        if max_events is not None:
+            n = sum(len(l.events) for p in space.planes for l in p.lines)
+            if n > max_events:
+                raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
+                                 "raise it with --max-events")
+        host = space.hostnames[0] if len(files) == 1 and space.hostnames else hf.host
+        parts.append(_host(space, host, warnings))
+        del space
+    tr = _combine(parts, warnings)
+    tr.paths = [str(f.path) for f in files]
+    return tr
+
+
+def _host(space, host: str, warnings: list[str]) -> dict:
+    ex = frames.extract(space, host, warnings)
+    meta = [p for p in space.planes if p.name == "/host:metadata"]
+    mods = hlo.modules_from_plane(meta[0], warnings) if meta else []
+    h = hlo.hlo_frame(mods)
+    ops = ex["ops"]
+    devs = pd.DataFrame([{k: d[k] for k in ("host", "device", "device_kind", "plane")} for d in ex["devices"]],
+                        columns=["host", "device", "device_kind", "plane"])
+    dstats = {(d["host"], d["device"]): d["stats"] for d in ex["devices"]}
+    if len(ops) and (ops["device"].astype(str).str.startswith("CPU").any()):
+        cpu = sorted(set(ops["device"].astype(str)) - set(devs["device"]), key=_dev_key)
+        devs = pd.concat([devs, pd.DataFrame({"host": host, "device": cpu, "device_kind": "cpu", "plane": "/host:CPU"})])
+        for d in cpu:
+            dstats[(host, d)] = {}
+    # module names by program id (HLO metadata and XLA Modules lines)
+    names = {m.program_id: m.name for m in mods}
+    mx = ex["modules"]
+    for pid, name in zip(mx["program_id"], mx["module"].astype(str)):
+        names.setdefault(int(pid), name)
+    ops = _fill_modules(ops, names)
+    asyncs = _fill_modules(ex["async"], names)
+    ops = _join_hlo(ops, h)
+    asyncs = _join_hlo(asyncs, h)
+    ops = pd.concat([ops, _async_windows(ops, asyncs, h)], ignore_index=True) if len(ops) else ops
+    kinds = dict(zip(devs["device"], devs["device_kind"]))
+    ops["device_kind"] = ops["device"].astype(str).map(kinds).fillna("").astype("category")
+    if not len(mx):
+        mx = _module_runs(ops, host)
+    ops = _assign_runs(ops, mx)
+    steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
+    ops = _assign_steps(ops, steps)
+    return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
+            "hlo_modules": mods, "device_stats": dstats, "host": host}
+
+
+def _dev_key(d: str):
+    kind, _, num = d.partition(":")
+    return (kind, int(num) if num.isdigit() else 0)
+
+
+def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
+    if not len(ops):
+        return ops
+    mod = ops["module"].astype(str)
+    missing = mod == ""
+    if missing.any():
+        mod = mod.where(~missing, ops["program_id"].map(lambda p: names.get(int(p), "")))
+    ops = ops.copy()
+    ops["module"] = mod.astype("category")
+    return ops
+
+
+def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
+    if not len(ops) or not len(h):
+        if len(ops):
+            ops = ops.copy()
+            cat = ops["category"].astype(str)
+            ops["category"] = cat.where(cat != "", ops["opcode"].astype(str)).astype("category")
+            ops = _fallback_category(ops)
+        return ops
+    top = h[~h["is_fusion_computation"]][["program_id", "name", "opcode", "category"]]
+    top = top.drop_duplicates(["program_id", "name"]).rename(columns={"name": "op", "opcode": "_opc", "category": "_cat"})
+    top["op"] = top["op"].astype(str)
+    key = ops[["program_id", "op"]].astype({"op": str})
+    j = key.merge(top, on=["program_id", "op"], how="left")
+    ops = ops.copy()
+    found = j["_opc"].notna().to_numpy()
+    ops["in_hlo"] = found
+    opc = ops["opcode"].astype(str).to_numpy(dtype=object)
+    opc[found] = j["_opc"].to_numpy(dtype=object)[found]
+    ops["opcode"] = pd.Categorical(opc)
+    cat = ops["category"].astype(str).to_numpy(dtype=object)
+    hcat = j["_cat"].astype(object).to_numpy()
+    fill = (cat == "") & found
+    cat[fill] = hcat[fill]
+    cat[cat == ""] = opc[cat == ""]
+    ops["category"] = pd.Categorical(cat)
+    return _fallback_category(ops)
+
+
+def _fallback_category(ops: pd.DataFrame) -> pd.DataFrame:
+    """Rows with no HLO opcode (runtime copies, non-XLA kernels) are named after what they are."""
+    cat = ops["category"].astype(str).to_numpy(dtype=object)
+    src = ops["source"].astype(str).to_numpy(dtype=object)
+    empty = cat == ""
+    if empty.any():
+        cat[empty & (src == "gpu_runtime")] = "runtime copy"
+        cat[empty & (src == "gpu_memcpy")] = "memcpy"
+        cat[empty & (src == "gpu_kernel")] = "kernel"
+        ops["category"] = pd.Categorical(cat)
+    return ops
+
+
+def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
+    """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
+    paired with the first matching ``*-done`` after it on the same device."""
+    have = set(asyncs["device"].astype(str)) if len(asyncs) else set()
+    tpu = ops[(ops["source"] == "xla_ops") & ~ops["device"].astype(str).isin(have)]
+    opc = tpu["opcode"].astype(str)
+    starts = tpu[opc.str.endswith("-start")]
+    dones = tpu[opc.str.endswith("-done")]
+    if not len(starts) or not len(dones):
+        return asyncs
+    done_to_start = {}
+    if len(h):
+        d = h[h["opcode"].astype(str).str.endswith("-done")]
+        done_to_start = {(int(p), n): o.split(",")[0] for p, n, o in zip(d["program_id"], d["name"], d["operands"])}
+    dkey = [done_to_start.get((int(p), o), o.replace("-done", "-start", 1)) for p, o in
+            zip(dones["program_id"], dones["op"].astype(str))]
+    left = pd.DataFrame({"device": starts["device"].astype(str).to_numpy(), "key": starts["op"].astype(str).to_numpy(),
+                         "program_id": starts["program_id"].to_numpy(), "t": starts["start_ps"].to_numpy(),
+                         "row": np.arange(len(starts))})
+    right = pd.DataFrame({"device": dones["device"].astype(str).to_numpy(), "key": dkey,
+                          "program_id": dones["program_id"].to_numpy(), "t": dones["start_ps"].to_numpy(),
+                          "end": (dones["start_ps"] + dones["duration_ps"]).to_numpy()})
+    m = pd.merge_asof(left.sort_values("t"), right.sort_values("t"), on="t", by=["device", "key", "program_id"],
+                      direction="forward").dropna(subset=["end"]).sort_values("row")
+    win = starts.iloc[m["row"].to_numpy()].copy()
+    win["duration_ps"] = m["end"].to_numpy().astype(np.int64) - win["start_ps"].to_numpy()
+    win["is_async"] = True
+    win["source"] = "async_pair"
+    win["line"] = "XLA Ops"
+    out = pd.concat([asyncs, win], ignore_index=True) if len(asyncs) else win
+    return schema.conform(out, schema.OPS)
+
+
+def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
+    """Module executions derived from ops that carry a run id (XLA:CPU): one per (device, module, run id)."""
+    o = ops[(ops["run_id"] >= 0) & ~ops["is_async"]]
+    if not len(o):
+        return schema.empty(schema.MODULES)
+    g = o.assign(end=o["start_ps"] + o["duration_ps"]).groupby(["device", "module", "program_id", "run_id"],
+                                                                 observed=True)
+    r = g.agg(start_ps=("start_ps", "min"), end=("end", "max")).reset_index()
+    r["duration_ps"] = r["end"] - r["start_ps"]
+    r["host"] = host
+    return schema.conform(r.drop(columns="end"), schema.MODULES, extra=False)
+
+
+def _contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "device") -> np.ndarray:
+    """For each op, ``value`` of the window (same ``by``) that contains the op's start, else -1."""
+    res = np.full(len(ops), -1, dtype=np.int64)
+    if not len(ops) or not len(windows):
+        return res
+    left = pd.DataFrame({by: ops[by].astype(str).to_numpy(), "t": ops["start_ps"].to_numpy(),
+                         "row": np.arange(len(ops))}).sort_values("t")
+    right = pd.DataFrame({by: windows[by].astype(str).to_numpy(), "t": windows["start_ps"].to_numpy(),
+                          "end": (windows["start_ps"] + windows["duration_ps"]).to_numpy(),
+                          "v": windows[value].to_numpy()}).sort_values("t")
+    m = pd.merge_asof(left, right, on="t", by=by, direction="backward")
+    ok = m["end"].notna() & (m["t"] < m["end"].fillna(0)) & m["v"].notna()
+    res[m.loc[ok, "row"].to_numpy()] = m.loc[ok, "v"].to_numpy().astype(np.int64)
+    return res
+
+
+def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
+    if not len(ops) or not len(mx) or (ops["run_id"] >= 0).all():
+        return ops
+    run = _contain(ops, mx[mx["run_id"] >= 0], "run_id")
+    ops["run_id"] = np.where(ops["run_id"].to_numpy() >= 0, ops["run_id"].to_numpy(), run)
+    return ops
+
+
+def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
+    if len(dev_steps):
+        return dev_steps
+    devices = sorted(set(ops["device"].astype(str)), key=_dev_key) if len(ops) else []
+    if len(host_steps) and devices:
+        rep = pd.concat([host_steps.assign(device=d) for d in devices], ignore_index=True)
+        return schema.conform(rep.sort_values(["device", "start_ps"]), schema.STEPS)
+    if len(mx):
+        # the module that holds the most device time stands for a step, one per execution
+        busy = ops[~ops["is_async"]].groupby("module", observed=True)["duration_ps"].sum()
+        if len(busy):
+            top = busy.idxmax()
+            m = mx[mx["module"].astype(str) == str(top)].sort_values(["device", "start_ps"]).copy()
+            m["step"] = m.groupby("device", observed=True).cumcount()
+            m["step_source"] = "module_execution"
+            return schema.conform(m, schema.STEPS, extra=False)
+    return schema.empty(schema.STEPS)
+
+
+def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    if len(ops) and len(steps):
+        ops["step"] = _contain(ops, steps, "step")
+    return ops
+
+
+def _combine(parts: list[dict], warnings: list[str]) -> Trace:
+    def cat(key, sch):
+        frames_ = [p[key] for p in parts if len(p[key])]
+        if not frames_:
+            return schema.empty(sch)
+        return schema.conform(pd.concat(frames_, ignore_index=True), sch)
+
+    seen, mods = set(), []
+    for p in parts:
+        for m in p["hlo_modules"]:
+            if (m.name, m.program_id) not in seen:
+                seen.add((m.name, m.program_id))
+                mods.append(m)
+    h = [p["hlo"] for p in parts if len(p["hlo"])]
+    hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
+    ops = cat("ops", schema.OPS)
+    ops = ops.sort_values(["host", "device", "start_ps"], kind="stable", ignore_index=True) if len(ops) else ops
+    devs = pd.concat([p["devices"] for p in parts], ignore_index=True)
+    dstats = {}
+    for p in parts:
+        dstats.update(p["device_stats"])
+    return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
+                 steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
+                 hlo_modules=mods, device_stats=dstats, hosts=[p["host"] for p in parts], warnings=warnings)
