@@ -43,8 +43,9 @@ TIMEOUT_S = 600
 _GIB = 2 ** 30
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "GLOG_minloglevel": "3", "GLOG_logtostderr": "0",
               "ABSL_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
-_OPSTATS_FIELDS = ("hlo_module_id", "name", "category", "occurrences", "time_ps", "self_time_ps", "flops",
-                   "model_flops", "bytes_accessed", "num_cores")
+_OPSTATS_FIELDS = ("hlo_module_id", "name", "category", "time_ps", "self_time_ps", "flops", "model_flops",
+                   "bytes_accessed", "num_cores")
+_EXACT = ("total_time_ps", "self_time_ps", "flops", "model_flops", "bytes_accessed", "num_cores")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -180,28 +181,23 @@ def _source(cell: Any) -> str:
 
 
 def _join_op_stats(df: pd.DataFrame, op_stats: dict | None) -> pd.DataFrame:
-    """Adds xprof's exact integer totals (``total_time_ps``...) from its OpStats, keyed by (program_id, op_name)."""
+    """Adds xprof's exact integer totals from its OpStats (keyed by program_id, op_name), else estimates them."""
     names = {} if op_stats is None else op_stats["program_names"]
     df["module"] = df["program_id"].map(lambda p: names.get(str(p), ""))
-    exact = {}
-    if op_stats is not None:
-        exact = {(int(m["hlo_module_id"]), m["name"]): m for m in op_stats["metrics"]}
-
-    def pick(row: pd.Series, field: str, fallback: Any) -> Any:
-        m = exact.get((int(row["program_id"]), row["op_name"]))
-        return int(m[field]) if m is not None else fallback
-
-    df["total_time_ps"] = [pick(r, "time_ps", t) for (_, r), t in zip(df.iterrows(), _ps(df["total_time_us"]))]
-    df["self_time_ps"] = [pick(r, "self_time_ps", t) for (_, r), t in zip(df.iterrows(), _ps(df["self_time_us"]))]
-    flops = (df["_rate"] * df["self_time_us"] * 1e3).round()  # GFLOP/s x us = 1e3 FLOP
-    nbytes = (df["_bw"] * _GIB * df["self_time_us"] * 1e-6).round()
-    df["flops"] = [pick(r, "flops", f) for (_, r), f in zip(df.iterrows(), flops.fillna(0).astype("int64"))]
-    df["model_flops"] = [pick(r, "model_flops", f) for (_, r), f in zip(df.iterrows(), df["flops"])]
-    df["bytes_accessed"] = [pick(r, "bytes_accessed", b) for (_, r), b in zip(df.iterrows(),
-                                                                               nbytes.fillna(0).astype("int64"))]
-    df["num_cores"] = [pick(r, "num_cores", 0) for _, r in df.iterrows()]
-    for col in ("total_time_ps", "self_time_ps", "flops", "model_flops", "bytes_accessed", "num_cores"):
-        df[col] = df[col].astype("int64")
+    if op_stats is not None and op_stats["metrics"]:
+        m = pd.DataFrame(op_stats["metrics"]).rename(
+            columns={"hlo_module_id": "program_id", "name": "op_name", "time_ps": "total_time_ps"})
+        m["program_id"] = m["program_id"].astype("uint64")
+        m = m.drop(columns="category").drop_duplicates(["program_id", "op_name"])
+        df = df.merge(m.astype({c: "Int64" for c in _EXACT}), on=["program_id", "op_name"], how="left")
+    estimate = {"total_time_ps": _ps(df["total_time_us"]), "self_time_ps": _ps(df["self_time_us"]),
+                "flops": (df["_rate"] * df["self_time_us"] * 1e3).fillna(0).round(),  # GFLOP/s x us
+                "bytes_accessed": (df["_bw"] * _GIB * df["self_time_us"] * 1e-6).fillna(0).round(),
+                "num_cores": 0}
+    estimate["model_flops"] = estimate["flops"]
+    for col in _EXACT:
+        exact = df[col] if col in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
+        df[col] = exact.fillna(pd.Series(estimate[col], index=df.index).astype("int64")).astype("int64")
     return df.drop(columns=["_rate", "_bw"])
 
 

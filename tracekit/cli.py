@@ -1,0 +1,128 @@
+"""The ``tracekit`` command. Thin: every command calls the pure pipeline and a renderer.
+
+Exit codes: 0 ok; 1 a finding reached ``--fail-on`` (``analyze``) or a regression (``diff``); 2 bad input or usage
+(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import click
+
+from tracekit.errors import EXIT_BAD_INPUT, TraceError
+
+EXIT_INTERNAL = 3
+
+
+def guarded(fn):
+    """Turn TraceError into one stderr line + exit 2, and any other exception into one line + exit 3."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except TraceError as e:
+            click.echo(f"tracekit: error: {e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            sys.exit(0)
+        except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
+            if os.environ.get("TRACEKIT_DEBUG"):
+                raise
+            click.echo(f"tracekit: internal error: {type(e).__name__}: {e} (set TRACEKIT_DEBUG=1 for the traceback, "
+                       "and please report it)", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+path_arg = click.argument("path", type=click.Path(path_type=str))
+run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
+
+
+def _table(df, columns=None, max_width: int = 60) -> str:
+    """Plain aligned text table (what non-TTY output and tests read)."""
+    cols = columns or list(df.columns)
+    rows = [[str(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    num = [df[c].dtype.kind in "iuf" for c in cols]
+    def fmt(vals):
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
+    return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracekit")
+def main():
+    """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
+
+
+@main.command()
+@path_arg
+@run_opt
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@guarded
+def info(path, run, fmt):
+    """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
+    from tracekit import inventory, load
+    tr = load(path, run=run)
+    inv = inventory.summarize(tr)
+    if fmt == "json":
+        click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
+    else:
+        click.echo(inventory.render_text(inv))
+
+
+@main.command()
+@path_arg
+@run_opt
+@click.option("--sort", type=click.Choice(["total", "mean", "count", "share", "headroom", "efficiency", "flops",
+                                           "name"]), default="total", show_default=True)
+@click.option("--limit", type=click.IntRange(min=0), default=30, show_default=True, help="Rows to show (0 = all).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
+@guarded
+def ops(path, run, sort, limit, fmt, chip, device):
+    """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
+    and the roofline columns when the chip and costs are known."""
+    from tracekit import load, opstats, pipeline
+    tr = load(path, run=run)
+    o = pipeline.with_roofline(tr, chip=chip)
+    if device:
+        o = o[o["device"].astype(str) == device]
+        if not len(o):
+            raise TraceError(f"no ops on device {device!r}", path, "see `tracekit info` for the devices")
+    table = opstats.op_table(o, sort=sort)
+    if limit:
+        table = table.head(limit)
+    if fmt == "csv":
+        click.echo(table.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        click.echo(table.to_json(orient="records", indent=1))
+    else:
+        click.echo(_table(_format_ops(table)))
+
+
+def _format_ops(t):
+    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    out = t[["module", "op", "category", "occurrences"]].copy()
+    out["total"] = t["total_ps"].map(fmt_time)
+    out["mean"] = t["mean_ps"].map(fmt_time)
+    out["share"] = t["share"].map(fmt_pct)
+    if "roofline_ps" in t.columns:
+        out["flops"] = t["flops"].map(fmt_num)
+        out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))
+        out["bound_by"] = t["bound_by"].astype(str)
+        out["efficiency"] = t["efficiency"].map(fmt_pct)
+        out["headroom"] = t["headroom_ps"].map(fmt_time)
+    return out
+
+
+if __name__ == "__main__":
+    main()

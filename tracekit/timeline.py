@@ -1,0 +1,346 @@
+"""Where device time goes on the timeline: busy/idle, gaps, step breakdown, collective overlap, stragglers.
+
+Every function takes plain frames (``ops`` as declared by :data:`tracekit.schema.OPS`, ``steps`` as
+:data:`tracekit.schema.STEPS`) and returns a plain frame. A device is a ``(host, device)`` pair. All times are
+integer picoseconds. Work is vectorized with numpy per device: intervals are merged with a running maximum and
+lengths of intersections come from ``np.searchsorted`` over a merged union plus a prefix sum of its lengths.
+
+Terms
+-----
+* **sync op**: a row with ``is_async == False`` (the device executes it). **Async windows** (``is_async``) span
+  ``-start`` to ``-done``; the device is free to run other ops meanwhile, so they never count as busy.
+* **collective**: an op whose opcode (``-start``/``-done`` stripped) or category is a collective
+  (:data:`COLLECTIVES`) or whose GPU kernel name contains ``nccl``/``rccl``; sync rows and async windows alike.
+* **compute**: sync ops that are not collectives.
+* **busy**: the union of sync op intervals (compute and sync collectives) of a device.
+* **window** of a device: from the earliest op start on its host (any device, sync or async) or the device's first
+  step start, whichever is earlier, to the latest end of the device's ops (async included) or steps. ``span_ps`` is
+  its length; ``idle_ps = span_ps - busy_ps`` is exactly the sum of :func:`gaps` with ``min_gap_ps=0``.
+
+Not accounted for: ops of one device on several lines running concurrently are merged, never double counted;
+steps of one device are assumed not to overlap each other.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+KEYS = ["host", "device"]
+#: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
+COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+                         "collective-permute", "collective-broadcast"})
+#: Opcodes that move or re-lay-out data without arithmetic (xprof's "data formatting" family).
+DATA_SHUFFLE = frozenset({"copy", "transpose", "gather", "scatter", "pad", "concatenate", "slice", "dynamic-slice",
+                          "dynamic-update-slice", "reshape", "reverse", "broadcast", "copy-start", "copy-done"})
+_SUFFIX = r"-(start|done|update)$"
+
+
+def _cat_mask(s: pd.Series, fn) -> np.ndarray:
+    """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows."""
+    c = s.astype("category") if s.dtype != "category" else s
+    cats = pd.Series(c.cat.categories.astype(str))
+    hit = np.append(np.asarray(fn(cats), dtype=bool), False)  # code -1 (missing) -> False
+    return hit[c.cat.codes.to_numpy()]
+
+
+def _col(ops: pd.DataFrame, name: str) -> pd.Series:
+    return ops[name] if name in ops.columns else pd.Series("", index=ops.index, dtype="category")
+
+
+def is_collective(ops: pd.DataFrame) -> np.ndarray:
+    """Rows that are collectives: opcode/category in :data:`COLLECTIVES` or an NCCL/RCCL kernel."""
+    base = lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(COLLECTIVES)  # noqa: E731
+    kern = lambda s: s.str.contains("nccl|rccl", case=False, regex=True)  # noqa: E731
+    return _cat_mask(_col(ops, "opcode"), base) | _cat_mask(_col(ops, "category"), base) | _cat_mask(
+        _col(ops, "kernel"), kern)
+
+
+def is_matmul(ops: pd.DataFrame) -> np.ndarray:
+    """dot/convolution ops, fusions the trace categorizes as convolution/dot, GPU GEMM kernels."""
+    oc = lambda s: s.str.lower().isin(["dot", "convolution"])  # noqa: E731
+    cat = lambda s: s.str.contains(r"convolution|\bdot\b|matmul", case=False, regex=True)  # noqa: E731
+    kern = lambda s: s.str.contains(r"gemm|matmul|cutlass|xmma|wgmma", case=False, regex=True)  # noqa: E731
+    return _cat_mask(_col(ops, "opcode"), oc) | _cat_mask(_col(ops, "category"), cat) | _cat_mask(
+        _col(ops, "kernel"), kern)
+
+
+def is_data_shuffle(ops: pd.DataFrame) -> np.ndarray:
+    """Opcodes in :data:`DATA_SHUFFLE` or the trace's category 'data formatting'."""
+    oc = lambda s: s.str.lower().isin(DATA_SHUFFLE)  # noqa: E731
+    cat = lambda s: s.str.lower().str.contains("data formatting", regex=False)  # noqa: E731
+    return _cat_mask(_col(ops, "opcode"), oc) | _cat_mask(_col(ops, "category"), cat)
+
+
+def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
+    """Host<->device transfers: infeed/outfeed/send/recv (XLA sends to the host), GPU memcpy HtoD/DtoH, and
+    ops or kernels whose name says host-to-device / device-to-host."""
+    oc = lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(["infeed", "outfeed", "send", "recv"])  # noqa: E731
+    name = lambda s: s.str.contains(r"htod|dtoh|host.?to.?device|device.?to.?host|memcpy.?h2d|memcpy.?d2h",  # noqa: E731
+                                    case=False, regex=True)
+    return _cat_mask(_col(ops, "opcode"), oc) | _cat_mask(_col(ops, "kernel"), name) | _cat_mask(_col(ops, "op"), name)
+
+
+# ---------------------------------------------------------------------------------------------- interval algebra
+def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals ``[start, end)`` as sorted disjoint ``(starts, ends)``; touching intervals merge."""
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    if start.size == 0:
+        return start[:0], end[:0]
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    run = np.maximum.accumulate(e)
+    first = np.flatnonzero(np.r_[True, s[1:] > run[:-1]])
+    last = np.r_[first[1:] - 1, s.size - 1]
+    return s[first], run[last]
+
+
+def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of ``[a, b)`` covered by the merged union ``(ms, me)`` (from :func:`merge`), for arrays a, b."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if ms.size == 0:
+        return np.zeros(a.shape, np.int64)
+    length = me - ms
+    prefix = np.r_[0, np.cumsum(length)]
+
+    def upto(t):  # covered length of (-inf, t)
+        k = np.searchsorted(ms, t, side="right") - 1
+        kk = np.maximum(k, 0)
+        return np.where(k >= 0, prefix[kk] + np.clip(t - ms[kk], 0, length[kk]), 0)
+
+    return np.maximum(upto(np.maximum(a, b)) - upto(a), 0)
+
+
+def _groups(df: pd.DataFrame) -> dict:
+    if df.empty:
+        return {}
+    return df.groupby(KEYS, observed=True, sort=True).indices
+
+
+def _ends(ops: pd.DataFrame) -> np.ndarray:
+    return ops["start_ps"].to_numpy(np.int64) + ops["duration_ps"].to_numpy(np.int64)
+
+
+def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
+    """Merged busy intervals per device: the union of sync op intervals (async windows excluded).
+    Columns: host, device, start_ps, end_ps, duration_ps; sorted by device then start."""
+    sync = ops[~ops["is_async"].to_numpy(bool)]
+    st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
+    parts = []
+    for (h, d), idx in _groups(sync).items():
+        ms, me = merge(st[idx], en[idx])
+        parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ms, "end_ps": me, "duration_ps": me - ms}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c.endswith("_ps") else object)
+                             for c in ["host", "device", "start_ps", "end_ps", "duration_ps"]})
+    return pd.concat(parts, ignore_index=True)
+
+
+def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per device: window_start_ps, window_end_ps (see the module docstring), indexed by (host, device)."""
+    steps = steps if steps is not None else ops.iloc[:0][["host", "device", "start_ps", "duration_ps"]]
+    parts = []
+    for df in (ops, steps):
+        if len(df):
+            parts.append(pd.DataFrame({"host": df["host"].astype(str).to_numpy(),
+                                       "device": df["device"].astype(str).to_numpy(),
+                                       "start": df["start_ps"].to_numpy(np.int64), "end": _ends(df)}))
+    if not parts:
+        return pd.DataFrame({"window_start_ps": pd.Series(dtype="int64"), "window_end_ps": pd.Series(dtype="int64")},
+                            index=pd.MultiIndex.from_tuples([], names=KEYS))
+    allr = pd.concat(parts, ignore_index=True)
+    w = allr.groupby(KEYS, sort=True).agg(window_start_ps=("start", "min"), window_end_ps=("end", "max"))
+    if len(ops):
+        host_first = ops.groupby("host", observed=True)["start_ps"].min()
+        hf = host_first.reindex(w.index.get_level_values("host").astype(str)).to_numpy()
+        hf = np.where(np.isnan(hf.astype(float)), w["window_start_ps"], hf)
+        w["window_start_ps"] = np.minimum(w["window_start_ps"].to_numpy(), hf).astype(np.int64)
+    return w
+
+
+def device_summary(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per device: device_kind, window_start_ps, span_ps, busy_ps, idle_ps (= span - busy),
+    idle_before_first_op_ps (window start to first sync op), op_count (sync ops), async_count, utilization."""
+    w = windows(ops, steps)
+    b = busy_intervals(ops)
+    busy = b.groupby(KEYS, observed=True)["duration_ps"].sum() if len(b) else pd.Series(dtype="int64")
+    first = b.groupby(KEYS, observed=True)["start_ps"].min() if len(b) else pd.Series(dtype="int64")
+    keyed = ops.assign(host=ops["host"].astype(str), device=ops["device"].astype(str))
+    cnt = keyed.groupby(KEYS)["is_async"].agg(op_count=lambda s: int((~s.astype(bool)).sum()),
+                                              async_count=lambda s: int(s.astype(bool).sum()))
+    kind = keyed.groupby(KEYS)["device_kind"].first().astype(str) if "device_kind" in ops else None
+    out = w.copy()
+    out["span_ps"] = out["window_end_ps"] - out["window_start_ps"]
+    busy.index = busy.index.map(lambda k: (str(k[0]), str(k[1]))) if len(busy) else busy.index
+    first.index = first.index.map(lambda k: (str(k[0]), str(k[1]))) if len(first) else first.index
+    out["busy_ps"] = busy.reindex(out.index).fillna(0).astype(np.int64)
+    out["idle_ps"] = out["span_ps"] - out["busy_ps"]
+    f = first.reindex(out.index)
+    out["idle_before_first_op_ps"] = (f.fillna(out["window_end_ps"]) - out["window_start_ps"]).astype(np.int64)
+    out = out.join(cnt).fillna({"op_count": 0, "async_count": 0})
+    out["device_kind"] = kind.reindex(out.index).fillna("") if kind is not None else ""
+    out["utilization"] = np.where(out["span_ps"] > 0, out["busy_ps"] / out["span_ps"].clip(lower=1), 0.0)
+    cols = ["device_kind", "window_start_ps", "span_ps", "busy_ps", "idle_ps", "idle_before_first_op_ps",
+            "op_count", "async_count", "utilization"]
+    out = out[cols].astype({"op_count": np.int64, "async_count": np.int64})
+    return out.reset_index()
+
+
+def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int = 0) -> pd.DataFrame:
+    """Idle gaps per device: the window minus busy, cut at every step start and end so that each gap lies
+    wholly inside one step or wholly outside all steps. ``kind`` is ``before_first_op`` (ends at or before the
+    device's first sync op, or the device has none), else ``inside_step``, else ``between_steps``. ``step`` is the
+    step containing the gap, -1 outside steps. Gaps shorter than ``min_gap_ps`` (and empty ones) are dropped."""
+    steps = steps if steps is not None else ops.iloc[:0][["host", "device", "start_ps", "duration_ps"]].assign(step=0)
+    w = windows(ops, steps)
+    sync = ops[~ops["is_async"].to_numpy(bool)]
+    og, sg = _groups(sync.assign(host=sync["host"].astype(str), device=sync["device"].astype(str))), _groups(
+        steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)))
+    st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
+    ss, se, sn = steps["start_ps"].to_numpy(np.int64), _ends(steps), steps["step"].to_numpy(np.int64)
+    parts = []
+    for (h, d), (ws, we) in zip(w.index, w[["window_start_ps", "window_end_ps"]].to_numpy()):
+        oi = og.get((h, d), np.array([], int))
+        ms, me = merge(st[oi], en[oi])
+        a, b = np.r_[ws, me], np.r_[ms, we]
+        keep = b > a
+        a, b = a[keep], b[keep]
+        si = sg.get((h, d), np.array([], int))
+        o = np.argsort(ss[si], kind="stable")
+        s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
+        bnd = np.unique(np.r_[s0, s1])
+        lo, hi = np.searchsorted(bnd, a, "right"), np.searchsorted(bnd, b, "left")
+        n = hi - lo + 1
+        gi = np.repeat(np.arange(a.size), n)
+        pos = np.arange(gi.size) - np.repeat(np.cumsum(n) - n, n)
+        bb = np.r_[bnd, 0]
+        ps = np.where(pos == 0, a[gi], bb[np.minimum(lo[gi] + pos - 1, bnd.size)])
+        pe = np.where(pos == n[gi] - 1, b[gi], bb[np.minimum(lo[gi] + pos, bnd.size)])
+        k = np.searchsorted(s0, ps, "right") - 1
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (ps < np.r_[s1, 0][kk]) if s0.size else np.zeros(ps.size, bool)
+        first_op = ms[0] if ms.size else np.iinfo(np.int64).max
+        kind = np.where(pe <= first_op, "before_first_op", np.where(inside, "inside_step", "between_steps"))
+        step = np.where(inside, np.r_[sno, -1][kk], -1)
+        parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ps, "duration_ps": pe - ps,
+                                   "kind": kind, "step": step}))
+    cols = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
+            "step": "int64"}
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
+    out = out[(out["duration_ps"] > 0) & (out["duration_ps"] >= min_gap_ps)].reset_index(drop=True)
+    return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
+
+
+def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per (host, device, step), with C = union of compute (sync non-collective) ops, K = union of collectives
+    (sync collectives and async collective windows), both clipped to the step ``[start, start + step_ps)``:
+
+    * ``compute_ps`` = |C|; ``collective_ps`` = |K|;
+    * ``collective_exposed_ps`` = |K \\ C| (collective time with no compute running);
+    * ``collective_hidden_ps`` = |K ∩ C| (a part of ``compute_ps``, not disjoint from it);
+    * ``idle_ps`` = step_ps − |C ∪ K| (neither compute nor a collective in flight).
+
+    ``compute_ps + collective_exposed_ps + idle_ps == step_ps``. An exposed async collective window is collective
+    time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle."""
+    coll = is_collective(ops)
+    sync = ~ops["is_async"].to_numpy(bool)
+    keyed = ops.assign(host=ops["host"].astype(str), device=ops["device"].astype(str))
+    og = _groups(keyed)
+    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
+    parts = []
+    sk = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
+    for (h, d), si in _groups(sk).items():
+        oi = og.get((h, d), np.array([], int))
+        cm, km = sync[oi] & ~coll[oi], coll[oi]
+        C = merge(st[oi][cm], en[oi][cm])
+        K = merge(st[oi][km], en[oi][km])
+        U = merge(st[oi][cm | km], en[oi][cm | km])
+        a = steps["start_ps"].to_numpy(np.int64)[si]
+        b = a + steps["duration_ps"].to_numpy(np.int64)[si]
+        c, k, u = covered(*C, a, b), covered(*K, a, b), covered(*U, a, b)
+        parts.append(pd.DataFrame({"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si],
+                                   "start_ps": a, "step_ps": b - a, "compute_ps": c, "collective_ps": k,
+                                   "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
+                                   "idle_ps": (b - a) - u}))
+    if not parts:
+        cols = ["step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps",
+                "collective_hidden_ps", "idle_ps"]
+        return pd.DataFrame({"host": pd.Series(dtype=object), "device": pd.Series(dtype=object),
+                             **{c: pd.Series(dtype="int64") for c in cols}})
+    return pd.concat(parts, ignore_index=True).sort_values(["host", "device", "start_ps"], ignore_index=True)
+
+
+def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:
+    """Per device step-time statistics of ``column`` (``duration_ps`` of the steps frame or ``step_ps`` of
+    :func:`step_breakdown`): steps, mean_ps, median_ps, p90_ps (linear interpolation), min_ps, max_ps,
+    std_ps (population, ddof=0)."""
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
+    return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
+                 min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
+
+
+def collective_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+    """One row per collective (sync op, async window, or NCCL/RCCL kernel): span_ps, covered_ps (its
+    intersection with the union of compute ops on the same device), exposed_ps = span − covered,
+    overlap_ratio = covered / span (1.0 for an empty span), overlap_class: ``hidden`` when ratio ≥ ``hidden``,
+    ``exposed`` when ratio ≤ ``exposed``, else ``partial``; network_ps and net_bytes as the ops frame gives them
+    (NaN when absent). Same definition as xprof's async overlap, applied to sync collectives too."""
+    coll = is_collective(ops)
+    cops = ops[coll]
+    sync = ~ops["is_async"].to_numpy(bool)
+    comp = ops[sync & ~coll]
+    cst, cen = comp["start_ps"].to_numpy(np.int64), _ends(comp)
+    cg = _groups(comp.assign(host=comp["host"].astype(str), device=comp["device"].astype(str)))
+    a, b = cops["start_ps"].to_numpy(np.int64), _ends(cops)
+    cov = np.zeros(a.size, np.int64)
+    for key, idx in _groups(cops.assign(host=cops["host"].astype(str), device=cops["device"].astype(str))).items():
+        ci = cg.get(key)
+        if ci is not None:
+            cov[idx] = covered(*merge(cst[ci], cen[ci]), a[idx], b[idx])
+    span = b - a
+    ratio = np.where(span > 0, cov / np.maximum(span, 1), 1.0)
+    cols = [c for c in ["host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
+                        "is_async", "start_ps"] if c in ops.columns]
+    out = cops[cols].reset_index(drop=True)
+    out["span_ps"], out["covered_ps"], out["exposed_ps"], out["overlap_ratio"] = span, cov, span - cov, ratio
+    out["overlap_class"] = np.where(ratio >= hidden, "hidden", np.where(ratio <= exposed, "exposed", "partial"))
+    for c in ("network_ps", "net_bytes", "group_size"):
+        out[c] = cops[c].to_numpy() if c in cops.columns else (np.nan if c != "group_size" else -1)
+    return out
+
+
+def modified_z(values: pd.Series) -> pd.Series:
+    """Modified z-score ``0.6745·(x − median) / MAD`` (Iglewicz–Hoaglin). When MAD is 0 the mean absolute
+    deviation is used instead, ``(x − median) / (1.253314·meanAD)``; when that is 0 too every z is 0. NaN in, NaN
+    out (NaNs are ignored for the median and MAD)."""
+    x = pd.Series(values, dtype="float64")
+    med = x.median()
+    dev = (x - med).abs()
+    mad = dev.median()
+    if mad > 0:
+        z = 0.6745 * (x - med) / mad
+    else:
+        mean_ad = dev.mean()
+        z = (x - med) / (1.253314 * mean_ad) if mean_ad > 0 else (x - med) * 0.0
+    return z.rename("z")
+
+
+def outliers(values: pd.Series, threshold: float = 3.5) -> pd.DataFrame:
+    """``value``, modified ``z`` and ``is_outlier`` (|z| > threshold) for each element of ``values``."""
+    z = modified_z(values)
+    return pd.DataFrame({"value": pd.Series(values, dtype="float64"), "z": z, "is_outlier": z.abs() > threshold})
+
+
+def straggler_devices(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
+    """``devices`` (e.g. :func:`device_summary`) with ``{metric}_z`` (modified z across all devices),
+    ``{metric}_median`` and ``is_straggler`` (z > threshold: slower, i.e. larger, than the rest)."""
+    out = devices.copy()
+    out[f"{metric}_z"] = modified_z(out[metric]).to_numpy()
+    out[f"{metric}_median"] = out[metric].median()
+    out["is_straggler"] = out[f"{metric}_z"] > threshold
+    return out
+
+
+def straggler_hosts(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
+    """Per host: the mean of ``metric`` over its devices, its modified z across hosts, and ``is_straggler``."""
+    per = devices.assign(host=devices["host"].astype(str)).groupby("host")[metric].mean().rename(metric).reset_index()
+    return straggler_devices(per, metric, threshold)
