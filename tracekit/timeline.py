@@ -111,78 +111,85 @@ def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
 
 
 def _groups(df: pd.DataFrame) -> dict:
+    """(host, device) -> row positions; keys are plain strings whatever the dtype of the columns."""
     if df.empty:
         return {}
-    return df.groupby(KEYS, observed=True, sort=True).indices
+    return {(str(h), str(d)): i for (h, d), i in df.groupby(KEYS, observed=True, sort=True).indices.items()}
 
 
-def _ends(ops: pd.DataFrame) -> np.ndarray:
-    return ops["start_ps"].to_numpy(np.int64) + ops["duration_ps"].to_numpy(np.int64)
+def _ends(df: pd.DataFrame) -> np.ndarray:
+    return df["start_ps"].to_numpy(np.int64) + df["duration_ps"].to_numpy(np.int64)
+
+
+def _sync(ops: pd.DataFrame) -> np.ndarray:
+    return ~ops["is_async"].to_numpy(bool)
+
+
+def _frame(rows: list, cols: dict) -> pd.DataFrame:
+    if rows:
+        return pd.concat(rows, ignore_index=True).astype({c: t for c, t in cols.items() if t != object})
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
+
+
+_BUSY = {"host": object, "device": object, "start_ps": "int64", "end_ps": "int64", "duration_ps": "int64"}
 
 
 def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
     """Merged busy intervals per device: the union of sync op intervals (async windows excluded).
     Columns: host, device, start_ps, end_ps, duration_ps; sorted by device then start."""
-    sync = ops[~ops["is_async"].to_numpy(bool)]
+    sync = ops[_sync(ops)]
     st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
     parts = []
     for (h, d), idx in _groups(sync).items():
         ms, me = merge(st[idx], en[idx])
         parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ms, "end_ps": me, "duration_ps": me - ms}))
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64" if c.endswith("_ps") else object)
-                             for c in ["host", "device", "start_ps", "end_ps", "duration_ps"]})
-    return pd.concat(parts, ignore_index=True)
+    return _frame(parts, _BUSY)
 
 
-def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per device: window_start_ps, window_end_ps (see the module docstring), indexed by (host, device)."""
-    steps = steps if steps is not None else ops.iloc[:0][["host", "device", "start_ps", "duration_ps"]]
-    parts = []
+def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
+    """(host, device) -> (window_start_ps, window_end_ps) for every device with ops or steps (module docstring)."""
+    spans: dict = {}
     for df in (ops, steps):
-        if len(df):
-            parts.append(pd.DataFrame({"host": df["host"].astype(str).to_numpy(),
-                                       "device": df["device"].astype(str).to_numpy(),
-                                       "start": df["start_ps"].to_numpy(np.int64), "end": _ends(df)}))
-    if not parts:
-        return pd.DataFrame({"window_start_ps": pd.Series(dtype="int64"), "window_end_ps": pd.Series(dtype="int64")},
-                            index=pd.MultiIndex.from_tuples([], names=KEYS))
-    allr = pd.concat(parts, ignore_index=True)
-    w = allr.groupby(KEYS, sort=True).agg(window_start_ps=("start", "min"), window_end_ps=("end", "max"))
+        if df is None or df.empty:
+            continue
+        st, en = df["start_ps"].to_numpy(np.int64), _ends(df)
+        for key, idx in _groups(df).items():
+            lo, hi = int(st[idx].min()), int(en[idx].max())
+            old = spans.get(key, (lo, hi))
+            spans[key] = (min(lo, old[0]), max(hi, old[1]))
     if len(ops):
-        host_first = ops.groupby("host", observed=True)["start_ps"].min()
-        hf = host_first.reindex(w.index.get_level_values("host").astype(str)).to_numpy()
-        hf = np.where(np.isnan(hf.astype(float)), w["window_start_ps"], hf)
-        w["window_start_ps"] = np.minimum(w["window_start_ps"].to_numpy(), hf).astype(np.int64)
-    return w
+        hosts = pd.Series(ops["start_ps"].to_numpy(np.int64)).groupby(ops["host"].astype(str).to_numpy()).min()
+        spans = {k: (min(v[0], int(hosts.get(k[0], v[0]))), v[1]) for k, v in spans.items()}
+    return dict(sorted(spans.items()))
+
+
+_SUMMARY = {"host": object, "device": object, "device_kind": object, "window_start_ps": "int64", "span_ps": "int64",
+            "busy_ps": "int64", "idle_ps": "int64", "idle_before_first_op_ps": "int64", "op_count": "int64",
+            "async_count": "int64", "utilization": "float64"}
 
 
 def device_summary(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per device: device_kind, window_start_ps, span_ps, busy_ps, idle_ps (= span - busy),
-    idle_before_first_op_ps (window start to first sync op), op_count (sync ops), async_count, utilization."""
-    w = windows(ops, steps)
-    b = busy_intervals(ops)
-    busy = b.groupby(KEYS, observed=True)["duration_ps"].sum() if len(b) else pd.Series(dtype="int64")
-    first = b.groupby(KEYS, observed=True)["start_ps"].min() if len(b) else pd.Series(dtype="int64")
-    keyed = ops.assign(host=ops["host"].astype(str), device=ops["device"].astype(str))
-    cnt = keyed.groupby(KEYS)["is_async"].agg(op_count=lambda s: int((~s.astype(bool)).sum()),
-                                              async_count=lambda s: int(s.astype(bool).sum()))
-    kind = keyed.groupby(KEYS)["device_kind"].first().astype(str) if "device_kind" in ops else None
-    out = w.copy()
-    out["span_ps"] = out["window_end_ps"] - out["window_start_ps"]
-    busy.index = busy.index.map(lambda k: (str(k[0]), str(k[1]))) if len(busy) else busy.index
-    first.index = first.index.map(lambda k: (str(k[0]), str(k[1]))) if len(first) else first.index
-    out["busy_ps"] = busy.reindex(out.index).fillna(0).astype(np.int64)
-    out["idle_ps"] = out["span_ps"] - out["busy_ps"]
-    f = first.reindex(out.index)
-    out["idle_before_first_op_ps"] = (f.fillna(out["window_end_ps"]) - out["window_start_ps"]).astype(np.int64)
-    out = out.join(cnt).fillna({"op_count": 0, "async_count": 0})
-    out["device_kind"] = kind.reindex(out.index).fillna("") if kind is not None else ""
-    out["utilization"] = np.where(out["span_ps"] > 0, out["busy_ps"] / out["span_ps"].clip(lower=1), 0.0)
-    cols = ["device_kind", "window_start_ps", "span_ps", "busy_ps", "idle_ps", "idle_before_first_op_ps",
-            "op_count", "async_count", "utilization"]
-    out = out[cols].astype({"op_count": np.int64, "async_count": np.int64})
-    return out.reset_index()
+    """Per device: device_kind, window_start_ps, span_ps, busy_ps, idle_ps (= span − busy),
+    idle_before_first_op_ps (window start to the first sync op; the whole span when there is none),
+    op_count (sync ops), async_count (async windows), utilization (busy / span)."""
+    sync = _sync(ops)
+    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
+    kinds = ops["device_kind"].astype(str).to_numpy() if "device_kind" in ops.columns else np.full(len(ops), "")
+    groups = _groups(ops)
+    rows = []
+    for (h, d), (ws, we) in windows(ops, steps).items():
+        idx = groups.get((h, d), np.array([], np.int64))
+        si = idx[sync[idx]]
+        ms, me = merge(st[si], en[si])
+        busy = int((me - ms).sum())
+        first = int(ms[0]) if ms.size else we
+        rows.append((h, d, kinds[idx[0]] if idx.size else "", ws, we - ws, busy, we - ws - busy, first - ws,
+                     si.size, idx.size - si.size, busy / (we - ws) if we > ws else 0.0))
+    return _frame([pd.DataFrame(rows, columns=list(_SUMMARY))] if rows else [], _SUMMARY)
+
+
+_GAPS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
+         "step": "int64"}
 
 
 def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int = 0) -> pd.DataFrame:
@@ -190,44 +197,45 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
     wholly inside one step or wholly outside all steps. ``kind`` is ``before_first_op`` (ends at or before the
     device's first sync op, or the device has none), else ``inside_step``, else ``between_steps``. ``step`` is the
     step containing the gap, -1 outside steps. Gaps shorter than ``min_gap_ps`` (and empty ones) are dropped."""
-    steps = steps if steps is not None else ops.iloc[:0][["host", "device", "start_ps", "duration_ps"]].assign(step=0)
-    w = windows(ops, steps)
-    sync = ops[~ops["is_async"].to_numpy(bool)]
-    og, sg = _groups(sync.assign(host=sync["host"].astype(str), device=sync["device"].astype(str))), _groups(
-        steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)))
+    sync = ops[_sync(ops)]
+    og = _groups(sync)
     st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
+    if steps is None:
+        steps = pd.DataFrame({"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []})
+    sg = _groups(steps)
     ss, se, sn = steps["start_ps"].to_numpy(np.int64), _ends(steps), steps["step"].to_numpy(np.int64)
+    none = np.array([], np.int64)
     parts = []
-    for (h, d), (ws, we) in zip(w.index, w[["window_start_ps", "window_end_ps"]].to_numpy()):
-        oi = og.get((h, d), np.array([], int))
-        ms, me = merge(st[oi], en[oi])
-        a, b = np.r_[ws, me], np.r_[ms, we]
+    for (h, d), (ws, we) in windows(ops, steps).items():
+        ms, me = merge(st[og.get((h, d), none)], en[og.get((h, d), none)])
+        a, b = np.r_[ws, me], np.r_[ms, we]  # complement of busy inside the window
         keep = b > a
         a, b = a[keep], b[keep]
-        si = sg.get((h, d), np.array([], int))
+        si = sg.get((h, d), none)
         o = np.argsort(ss[si], kind="stable")
         s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
-        bnd = np.unique(np.r_[s0, s1])
+        bnd = np.unique(np.r_[s0, s1])  # cut points
         lo, hi = np.searchsorted(bnd, a, "right"), np.searchsorted(bnd, b, "left")
-        n = hi - lo + 1
+        n = hi - lo + 1  # pieces per gap
         gi = np.repeat(np.arange(a.size), n)
         pos = np.arange(gi.size) - np.repeat(np.cumsum(n) - n, n)
         bb = np.r_[bnd, 0]
-        ps = np.where(pos == 0, a[gi], bb[np.minimum(lo[gi] + pos - 1, bnd.size)])
-        pe = np.where(pos == n[gi] - 1, b[gi], bb[np.minimum(lo[gi] + pos, bnd.size)])
+        ps = np.where(pos == 0, a[gi], bb[np.clip(lo[gi] + pos - 1, 0, bnd.size)])
+        pe = np.where(pos == n[gi] - 1, b[gi], bb[np.clip(lo[gi] + pos, 0, bnd.size)])
         k = np.searchsorted(s0, ps, "right") - 1
         kk = np.maximum(k, 0)
-        inside = (k >= 0) & (ps < np.r_[s1, 0][kk]) if s0.size else np.zeros(ps.size, bool)
+        inside = (k >= 0) & (ps < np.r_[s1, 0][kk])
         first_op = ms[0] if ms.size else np.iinfo(np.int64).max
         kind = np.where(pe <= first_op, "before_first_op", np.where(inside, "inside_step", "between_steps"))
-        step = np.where(inside, np.r_[sno, -1][kk], -1)
-        parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ps, "duration_ps": pe - ps,
-                                   "kind": kind, "step": step}))
-    cols = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
-            "step": "int64"}
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
-    out = out[(out["duration_ps"] > 0) & (out["duration_ps"] >= min_gap_ps)].reset_index(drop=True)
-    return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
+        parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ps, "duration_ps": pe - ps, "kind": kind,
+                                   "step": np.where(inside, np.r_[sno, -1][kk], -1)}))
+    out = _frame(parts, _GAPS)
+    return out[(out["duration_ps"] > 0) & (out["duration_ps"] >= min_gap_ps)].reset_index(drop=True)
+
+
+_BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
+    "step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps", "collective_hidden_ps",
+    "idle_ps")}}
 
 
 def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -242,14 +250,12 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     ``compute_ps + collective_exposed_ps + idle_ps == step_ps``. An exposed async collective window is collective
     time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle."""
     coll = is_collective(ops)
-    sync = ~ops["is_async"].to_numpy(bool)
-    keyed = ops.assign(host=ops["host"].astype(str), device=ops["device"].astype(str))
-    og = _groups(keyed)
+    sync = _sync(ops)
+    og = _groups(ops)
     st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
     parts = []
-    sk = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
-    for (h, d), si in _groups(sk).items():
-        oi = og.get((h, d), np.array([], int))
+    for (h, d), si in _groups(steps).items():
+        oi = og.get((h, d), np.array([], np.int64))
         cm, km = sync[oi] & ~coll[oi], coll[oi]
         C = merge(st[oi][cm], en[oi][cm])
         K = merge(st[oi][km], en[oi][km])
@@ -261,12 +267,7 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                                    "start_ps": a, "step_ps": b - a, "compute_ps": c, "collective_ps": k,
                                    "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
                                    "idle_ps": (b - a) - u}))
-    if not parts:
-        cols = ["step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps",
-                "collective_hidden_ps", "idle_ps"]
-        return pd.DataFrame({"host": pd.Series(dtype=object), "device": pd.Series(dtype=object),
-                             **{c: pd.Series(dtype="int64") for c in cols}})
-    return pd.concat(parts, ignore_index=True).sort_values(["host", "device", "start_ps"], ignore_index=True)
+    return _frame(parts, _BREAKDOWN).sort_values(["host", "device", "start_ps"], ignore_index=True)
 
 
 def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:
@@ -286,13 +287,13 @@ def collective_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 
     (NaN when absent). Same definition as xprof's async overlap, applied to sync collectives too."""
     coll = is_collective(ops)
     cops = ops[coll]
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = _sync(ops)
     comp = ops[sync & ~coll]
     cst, cen = comp["start_ps"].to_numpy(np.int64), _ends(comp)
-    cg = _groups(comp.assign(host=comp["host"].astype(str), device=comp["device"].astype(str)))
+    cg = _groups(comp)
     a, b = cops["start_ps"].to_numpy(np.int64), _ends(cops)
     cov = np.zeros(a.size, np.int64)
-    for key, idx in _groups(cops.assign(host=cops["host"].astype(str), device=cops["device"].astype(str))).items():
+    for key, idx in _groups(cops).items():
         ci = cg.get(key)
         if ci is not None:
             cov[idx] = covered(*merge(cst[ci], cen[ci]), a[idx], b[idx])

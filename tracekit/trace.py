@@ -189,7 +189,7 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
 
 def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
     """Module executions derived from ops that carry a run id (XLA:CPU): one per (device, module, run id)."""
-    o = ops[(ops["run_id"] >= 0) & ~ops["is_async"]]
+    o = ops[ops["source"] == "cpu_thunk"]  # XLA:CPU run ids can be negative: every value is real
     if not len(o):
         return schema.empty(schema.MODULES)
     g = o.assign(end=o["start_ps"] + o["duration_ps"]).groupby(["device", "module", "program_id", "run_id"],
@@ -217,10 +217,13 @@ def _contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "de
 
 
 def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
-    if not len(ops) or not len(mx) or (ops["run_id"] >= 0).all():
+    """TPU ops get the run id of the module execution (``XLA Modules`` line) that contains them."""
+    tpu = ops["source"].isin(["xla_ops", "async_xla_ops", "async_pair"]).to_numpy() if len(ops) else None
+    if not len(ops) or not len(mx) or not tpu.any():
         return ops
-    run = _contain(ops, mx[mx["run_id"] >= 0], "run_id")
-    ops["run_id"] = np.where(ops["run_id"].to_numpy() >= 0, ops["run_id"].to_numpy(), run)
+    run = ops["run_id"].to_numpy().copy()
+    run[tpu] = _contain(ops[tpu], mx, "run_id")
+    ops["run_id"] = run
     return ops
 
 

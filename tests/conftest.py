@@ -1,0 +1,28 @@
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+FIXTURES = ROOT / "fixtures"
+CPU_CASES = ("train_step", "sharded8", "allreduce_exposed", "matvec_b1", "sleepy_steps", "big_matmul")
+
+
+def shared_trace(rel: str) -> Path:
+    p = SHARED / rel
+    if not p.exists():
+        pytest.skip(f"third-party trace {rel} not available (../shared/traces absent)")
+    return p
+
+
+def cpu_fixture(case: str) -> Path:
+    p = FIXTURES / "cpu" / case
+    if not p.exists():
+        pytest.skip(f"fixture {case} not captured")
+    return p
+
+
+@pytest.fixture
+def v6e():
+    return shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
