@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,13 +31,6 @@ from tracekit.errors import TraceError
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "chips.yaml"
 NAN = float("nan")
-
-#: Conservative CPU defaults when no calibration exists: two 256-bit FMA pipes (2 x 8 f32 lanes x 2 FLOP = 32
-#: FLOP/cycle) at 2.0 GHz per core, and ~12 GB/s of DRAM copy bandwidth per core, capped at 100 GB/s per host.
-CPU_F32_FLOPS_PER_CORE = 32 * 2.0e9
-CPU_BW_BYTES_PER_S_PER_CORE = 1.2e10
-CPU_BW_BYTES_PER_S_MAX = 1.0e11
-
 
 @dataclass(frozen=True)
 class Chip:
@@ -336,38 +328,9 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
 
 # ----------------------------------------------------------------------------------------------- CPU
 
-def estimate_cpu() -> Chip:
-    """A rough entry for this host's CPU from ``os.cpu_count()``, used until ``tracekit calibrate`` has run."""
-    n = os.cpu_count() or 1
-    f32 = n * CPU_F32_FLOPS_PER_CORE
-    bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
-    hint = "run `tracekit calibrate` to measure"
-    how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
-    bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
-    return _cpu(f"cpu ({n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how, bw_how, estimated=True)
-
-
-def _cpu(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bool) -> Chip:
-    src = {f"peak_flops_per_s.{d}": how for d in flops}
-    if "bf16" in flops and estimated:
-        src["peak_flops_per_s.bf16"] = how + " (bf16 dots assumed no faster than f32 on CPU)"
-    try:
-        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        src["hbm_bytes"] = "estimate: physical memory (os.sysconf)"
-    except (ValueError, OSError, AttributeError):
-        ram = NAN
-        src["hbm_bytes"] = "unknown: os.sysconf not available"
-    src["hbm_bw_bytes_per_s"] = bw_how
-    shared = "estimate: virtual CPU devices share host memory, so collectives are memory copies at DRAM bandwidth"
-    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a")
-    return Chip(name=name, vendor="cpu", family="cpu", peak_flops_per_s=dict(flops), hbm_bytes=ram,
-                hbm_bw_bytes_per_s=bw, link_bw_bytes_per_s=bw, links=1, topology="shared-memory",
-                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"))
-
-
 def cpu_chip(path=None) -> Chip:
-    """This machine's CPU: the calibration file when one exists, else :func:`estimate_cpu`."""
-    from tracekit.calibrate import load_calibration  # calibrate imports this module
+    """This machine's CPU: the calibration file when one exists, else :func:`tracekit.calibrate.estimate_cpu`."""
+    from tracekit.calibrate import estimate_cpu, load_calibration  # calibrate imports this module
 
     chip = load_calibration(path)
     return chip if chip is not None else estimate_cpu()
