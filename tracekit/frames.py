@@ -149,8 +149,13 @@ def extract(space: xplane_pb2.XSpace, host: str, warnings: list[str]) -> dict[st
 def _tpu_line(plane, line, names, host, device, ops, asyncs, mods, steps):
     lname = line.name
     if lname in ("XLA Ops", "Async XLA Ops"):
-        ids = stat_ids(plane, "flops", "bytes_accessed")
+        ids = stat_ids(plane, "flops", "bytes_accessed", "device_duration_ps")
         mids, start, dur, ev = line_arrays_with_stats(line, ids, names)
+        # the device's own clock measures the op (as xprof's op statistics do); the host-clock event gives start
+        ddur = ev["device_duration_ps"]
+        if any(v is not None for v in ddur):
+            m = np.array([v is not None for v in ddur])
+            dur[m] = np.array([int(v) for v in ddur if v is not None], dtype=np.int64)
         vals, inv = _md_table(plane, mids, _tpu_md(names))
         op, opcode, cat, pid, fl, by = (np.array([v[i] for v in vals], dtype=object)[inv] for i in range(6))
         fl = np.array(fl, dtype=float)

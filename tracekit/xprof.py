@@ -250,7 +250,8 @@ def async_overlap(path: str | os.PathLike) -> pd.DataFrame:
     res = out["result"]
     df = pd.DataFrame(res["top_exposed"], columns=["plane", "name", "op", "start_ps", "span_ps", "exposed_ps",
                                                    "overlap_ratio", "class", "host"])
-    df = df.rename(columns={"plane": "device", "name": "op_name"}).fillna({"host": ""})
+    df = df.rename(columns={"plane": "device", "name": "op_name"})
+    df["host"] = [h if isinstance(h, str) else "" for h in df["host"]]
     df = df.astype({"start_ps": "int64", "span_ps": "int64", "exposed_ps": "int64", "overlap_ratio": float})
     df["end_ps"] = df["start_ps"] + df["span_ps"]
     df["covered_ps"] = df["span_ps"] - df["exposed_ps"]

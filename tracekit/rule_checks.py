@@ -1,0 +1,192 @@
+"""The frames rules read, and the registered Python checks for rules that are not one expression.
+
+:func:`frames_for_rules` builds every frame a rule may name (``frame:`` in a rule file):
+
+* ``ops``: the ops frame plus ``is_collective``, ``is_matmul``, ``is_data_shuffle``, ``is_host_transfer``
+  (:mod:`tracekit.timeline` classifiers) and ``in_step`` (the op starts inside a step of its device).
+* ``op_stats``: sync ops aggregated per (module, op), see :func:`op_stats`.
+* ``collectives``: :func:`tracekit.timeline.collective_overlap`.
+* ``steps``: :func:`tracekit.timeline.step_breakdown` (``step_ps`` is the step's duration).
+* ``devices``: :func:`tracekit.timeline.device_summary` (its ``span_ps`` is the profiled time of a device).
+* ``gaps``: :func:`tracekit.timeline.gaps`.
+* ``host_events``: host-side events (:data:`HOST_EVENTS`) when the caller has them.
+
+A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check`; the engine then
+evaluates the rule's ``savings`` expression on those rows.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit import timeline as tl
+
+#: Host-side events (one row per host trace event, e.g. from the ``/host:CPU`` plane): the input of
+#: ``compilation-in-trace``. Times share the epoch of the ops frame of the same host.
+HOST_EVENTS = {
+    "host": ("category", "host the trace came from"),
+    "line": ("category", "thread / trace line name"),
+    "name": ("object", "event name, e.g. XlaCompile, backend_compile, PjitFunction(train_step)"),
+    "start_ps": ("int64", "start, ps since the host's epoch"),
+    "duration_ps": ("int64", "duration, ps"),
+}
+#: Extra ops columns the padded-matmul-shapes rule reads (int64, -1 when unknown; dot/convolution only):
+#: M = product of the lhs non-contracting, non-batch dims; N = the same for the rhs; K = product of the
+#: contracting dims.
+DOT_DIMS = ("dot_m", "dot_n", "dot_k")
+_ROOF_SUMS = ("flops", "bytes_accessed", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
+
+CHECKS: dict = {}
+
+
+def check(name: str):
+    """Register ``fn(frames, params) -> DataFrame`` under ``name`` for rule files' ``check:``."""
+    def deco(fn):
+        CHECKS[name] = fn
+        return fn
+    return deco
+
+
+def chip_f32_slower(device_kind: pd.Series) -> np.ndarray:
+    """True where the chip runs bf16 matmuls faster than f32 (TPUs, GPUs with tensor/matrix cores); False for
+    CPUs and unknown chips."""
+    s = device_kind.astype(str).str.lower()
+    return (s.str.contains(r"tpu|nvidia|tesla|[abhvl]\d{2,3}\b|gfx9|mi\d{3}|radeon|instinct", regex=True)
+            & ~s.str.contains("cpu", regex=False)).to_numpy(bool)
+
+
+def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
+    """True where the op starts inside a step window of its own device."""
+    out = np.zeros(len(ops), bool)
+    if steps is None or steps.empty:
+        return out
+    st = ops["start_ps"].to_numpy(np.int64)
+    dur = steps["duration_ps"] if "duration_ps" in steps.columns else steps["step_ps"]
+    sg = tl._groups(steps)
+    for key, oi in tl._groups(ops).items():
+        si = sg.get(key)
+        if si is None:
+            continue
+        ms, me = tl.merge(steps["start_ps"].to_numpy(np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
+        k = np.searchsorted(ms, st[oi], "right") - 1
+        out[oi] = (k >= 0) & (st[oi] < me[np.maximum(k, 0)])
+    return out
+
+
+def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
+    """Sync ops aggregated per (module, op) over every device: opcode, category, kernel, device_kind, dtype,
+    bound_by (first seen), occurrences, devices, total_ps, mean_ps, share (total_ps / ``profiled_ps``, the sum of
+    the device spans), busy_share (total_ps / total sync op time), the roofline columns summed over executions
+    (flops, bytes_accessed, compute_ps, memory_ps, network_ps, roofline_ps; headroom_ps sums max(0, headroom)),
+    efficiency (roofline_ps / total_ps), intensity_flops_per_byte, is_matmul, is_collective, is_data_shuffle,
+    chip_f32_slower, dot_m, dot_n, dot_k."""
+    sync = ops[~ops["is_async"].to_numpy(bool)]
+    d = pd.DataFrame({"module": sync["module"], "op": sync["op"], "total_ps": sync["duration_ps"].astype("int64"),
+                      "dev": sync["host"].astype(str) + "/" + sync["device"].astype(str),
+                      "is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
+                      "is_data_shuffle": tl.is_data_shuffle(sync)})
+    firsts = ["opcode", "category", "kernel", "device_kind", "dtype", "bound_by", *DOT_DIMS]
+    for c in firsts:
+        d[c] = sync[c] if c in sync.columns else (-1 if c in DOT_DIMS else "")
+    for c in _ROOF_SUMS:
+        d[c] = sync[c].astype("float64") if c in sync.columns else np.nan
+    d["headroom_ps"] = sync["headroom_ps"].astype("float64").clip(lower=0) if "headroom_ps" in sync else np.nan
+    g = d.groupby(["module", "op"], observed=True, sort=False)
+    out = g.agg(**{c: (c, "first") for c in firsts + ["is_matmul", "is_collective", "is_data_shuffle"]},
+                occurrences=("total_ps", "size"), devices=("dev", "nunique"), total_ps=("total_ps", "sum"))
+    sums = g[[*_ROOF_SUMS, "headroom_ps"]].sum(min_count=1)
+    out = out.join(sums).reset_index()
+    out["mean_ps"] = out["total_ps"] / out["occurrences"]
+    out["share"] = out["total_ps"] / profiled_ps
+    out["busy_share"] = out["total_ps"] / max(int(d["total_ps"].sum()), 1)
+    out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
+    out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
+    out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
+    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "bound_by"):
+        out[c] = out[c].astype(str)
+    return out.sort_values("total_ps", ascending=False, kind="stable", ignore_index=True)
+
+
+def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
+                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> dict:
+    """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
+    roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
+    across devices of the same device_kind)."""
+    steps = steps if steps is not None else pd.DataFrame(
+        {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
+        {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
+    devices = tl.device_summary(ops, steps)
+    devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
+        lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
+    profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
+    xops = ops.assign(is_collective=tl.is_collective(ops), is_matmul=tl.is_matmul(ops),
+                      is_data_shuffle=tl.is_data_shuffle(ops), is_host_transfer=tl.is_host_transfer(ops),
+                      in_step=in_steps(ops, steps))
+    frames = {"ops": xops, "op_stats": op_stats(ops, profiled),
+              "collectives": tl.collective_overlap(ops, hidden, exposed),
+              "steps": tl.step_breakdown(ops, steps), "devices": devices,
+              "gaps": tl.gaps(ops, steps, min_gap_ps)}
+    if host_events is not None:
+        frames["host_events"] = host_events
+    return frames
+
+
+# -------------------------------------------------------------------------------------------------------- checks
+@check("straggler-devices")
+def _straggler(frames: dict, p: dict) -> pd.DataFrame:
+    """Devices whose busy time has a modified z-score above ``threshold`` among devices of the same kind (at
+    least ``min_devices`` of them); adds busy_ps_z and busy_ps_median."""
+    dev = frames["devices"].copy()
+    kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
+    g = dev.groupby(kind)["busy_ps"]
+    dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
+    dev["busy_ps_median"] = g.transform("median")
+    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])]
+
+
+@check("launch-bound")
+def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
+    """Per GPU device (rows with a kernel name or a GPU:* device): sync kernels shorter than ``max_kernel_ps``
+    are tiny; the idle gap before a tiny kernel, when shorter than ``max_gap_ps``, is launch overhead
+    (``launch_gap_ps``; longer gaps are host waits). Devices with at least ``min_kernels`` tiny kernels, a tiny
+    fraction of at least ``min_tiny_fraction`` and launch gaps of at least ``min_gap_share`` of their span."""
+    ops = frames["ops"]
+    gpu = (ops["kernel"].astype(str).str.len() > 0) if "kernel" in ops.columns else pd.Series(False, index=ops.index)
+    gpu = gpu.to_numpy(bool) | ops["device"].astype(str).str.upper().str.startswith("GPU").to_numpy(bool)
+    k = ops[gpu & ~ops["is_async"].to_numpy(bool)]
+    st, en = k["start_ps"].to_numpy(np.int64), tl._ends(k)
+    rows = []
+    for (h, d), idx in tl._groups(k).items():
+        o = idx[np.argsort(st[idx], kind="stable")]
+        s, e = st[o], en[o]
+        gap = np.r_[0, np.maximum(s[1:] - np.maximum.accumulate(e)[:-1], 0)]
+        tiny = (e - s) < p["max_kernel_ps"]
+        launch = int(gap[tiny & (gap > 0) & (gap <= p["max_gap_ps"])].sum())
+        rows.append({"host": h, "device": d, "kernels": o.size, "tiny_kernels": int(tiny.sum()),
+                     "tiny_fraction": tiny.mean(), "mean_kernel_ps": float((e - s).mean()), "launch_gap_ps": launch,
+                     "span_ps": int(e.max() - s.min())})
+    out = pd.DataFrame(rows, columns=["host", "device", "kernels", "tiny_kernels", "tiny_fraction", "mean_kernel_ps",
+                                      "launch_gap_ps", "span_ps"])
+    return out[(out["tiny_kernels"] >= p["min_kernels"]) & (out["tiny_fraction"] >= p["min_tiny_fraction"])
+               & (out["launch_gap_ps"] >= p["min_gap_share"] * out["span_ps"])]
+
+
+@check("compile-in-steps")
+def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
+    """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
+    overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
+    ev, steps = frames["host_events"], frames["steps"]
+    hit = ev["name"].astype(str).str.contains(re.compile(p["pattern"], re.IGNORECASE), regex=True).to_numpy(bool)
+    ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
+    dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
+    s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)
+    shost = steps["host"].astype(str).to_numpy()
+    a = ev["start_ps"].to_numpy(np.int64)
+    inside = np.zeros(len(ev), np.int64)
+    for h, idx in ev.groupby(ev["host"].astype(str)).indices.items():
+        m = shost == h
+        inside[idx] = tl.covered(*tl.merge(s0[m], s1[m]), a[idx], a[idx] + ev["duration_ps"].to_numpy(np.int64)[idx])
+    ev["in_step_ps"] = inside
+    return ev[ev["in_step_ps"] > 0]
