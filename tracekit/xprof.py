@@ -79,7 +79,11 @@ def _op_stats(run_dir: str) -> dict | None:
 
 def _worker(tool: str, trace: str, run_dir: str) -> dict:
     link = os.path.join(run_dir, "trace.xplane.pb")
-    os.symlink(os.path.abspath(trace), link)
+    # a real file, not a symlink: xprof resolves links and then reads (and writes its cache) beside the target
+    try:
+        os.link(os.path.abspath(trace), link)
+    except OSError:
+        shutil.copyfile(trace, link)
     if tool == "async_overlap":
         from xprof.cli.internal import async_overlap  # noqa: PLC0415
         from xprof.cli.internal.oss import xplane_tools  # noqa: PLC0415
@@ -117,7 +121,7 @@ def available() -> bool:
 def _run(tool: str, path: str | os.PathLike) -> dict:
     if not available():
         raise RuntimeError("xprof is not installed (pip install 'tracekit[xprof]') — the xprof bridge cannot run")
-    trace = Path(path)
+    trace = Path(path).resolve()
     if not trace.is_file():
         raise RuntimeError(f"xprof bridge: trace file not found: {trace}")
     root = str(Path(__file__).resolve().parents[1])
