@@ -71,7 +71,8 @@ NHWC = ("NHWC", "HWIO", "NHWC")
 MATCH = {
     "matmul_f32": (lambda a, b: a @ b, lambda: (_r(128, 64), _r(64, 32))),
     "matvec_f32": (lambda a, b: a @ b, lambda: (_r(1, 256), _r(256, 128))),
-    "matmul_bf16": (lambda a, b: a @ b, lambda: (_r(64, 128, dtype=jnp.bfloat16), _r(128, 96, dtype=jnp.bfloat16))),
+    "matmul_bf16": (lambda a, b: a @ b,
+                    lambda: (_r(64, 128, dtype=jnp.bfloat16), _r(128, 96, dtype=jnp.bfloat16))),
     "matmul_tanh": (lambda a, b: jnp.tanh(a @ b), lambda: (_r(64, 32), _r(32, 16))),
     "einsum_batched": (lambda a, b: jnp.einsum("bij,bjk->bik", a, b), lambda: (_r(4, 32, 16), _r(4, 16, 24))),
     "einsum_heads": (lambda a, b: jnp.einsum("bhqd,bhkd->bhqk", a, b), lambda: (_r(2, 4, 16, 8), _r(2, 4, 24, 8))),
@@ -80,7 +81,8 @@ MATCH = {
     "conv2d_rhs_dilation": (lambda x, w: _conv(x, w, dn=NHWC, rhs_dilation=(2, 2)),
                             lambda: (_r(2, 16, 16, 3), _r(3, 3, 3, 4))),
     "conv2d_valid": (lambda x, w: _conv(x, w, padding="VALID", dn=NHWC), lambda: (_r(2, 16, 16, 3), _r(3, 3, 3, 4))),
-    "conv3d": (lambda x, w: _conv(x, w, dn=("NDHWC", "DHWIO", "NDHWC")), lambda: (_r(1, 8, 8, 8, 4), _r(3, 3, 3, 4, 6))),
+    "conv3d": (lambda x, w: _conv(x, w, dn=("NDHWC", "DHWIO", "NDHWC")),
+               lambda: (_r(1, 8, 8, 8, 4), _r(3, 3, 3, 4, 6))),
     "conv_depthwise": (lambda x, w: _conv(x, w, dn=NHWC, feature_group_count=8),
                        lambda: (_r(2, 16, 16, 8), _r(3, 3, 1, 8))),
     "conv_grouped": (lambda x, w: _conv(x, w, padding="VALID", dn=NHWC, feature_group_count=2),
@@ -118,7 +120,8 @@ def test_matches_xla(name):
     assert_close(ours, xla, name)
 
 
-@pytest.mark.parametrize("name,table,idx", [("take", (64, 100), [1, 2, 3]), ("embedding", (1000, 64), list(range(0, 112, 7)))])
+@pytest.mark.parametrize("name,table,idx", [("take", (64, 100), [1, 2, 3]),
+                                            ("embedding", (1000, 64), list(range(0, 112, 7)))])
 def test_gather_reads_only_gathered_rows(name, table, idx):
     """XLA counts a fused gather's table operand whole; tracekit counts the rows actually gathered. FLOPs agree;
     XLA's bytes exceed ours by exactly (table bytes - gathered bytes)."""

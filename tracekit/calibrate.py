@@ -238,7 +238,9 @@ def _cpu(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bo
         src["hbm_bytes"] = "unknown: os.sysconf not available"
     src["hbm_bw_bytes_per_s"] = bw_how
     shared = "estimate: virtual CPU devices share host memory, so collectives are memory copies at DRAM bandwidth"
-    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a")
+    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a",
+               host_link_bw_bytes_per_s="estimate: a CPU device's 'host' is its own memory: DRAM bandwidth")
     return Chip(name=name, vendor="cpu", family="cpu", peak_flops_per_s=dict(flops), hbm_bytes=ram,
                 hbm_bw_bytes_per_s=bw, link_bw_bytes_per_s=bw, links=1, topology="shared-memory",
-                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"))
+                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"),
+                host_link_bw_bytes_per_s=bw)

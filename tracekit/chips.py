@@ -51,6 +51,7 @@ class Chip:
     aliases: tuple = ()
     wraparound_multiple: int = 0  # an axis of n chips wraps iff n % this == 0 (0: never)
     notes: str = ""
+    host_link_bw_bytes_per_s: float = NAN  # one-way device<->host (PCIe) bandwidth
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
@@ -97,13 +98,18 @@ def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
     ic = entry.get("interconnect") or {}
     for key in ("link_bw_bytes_per_s", "links", "egress_bw_bytes_per_s", "wraparound_multiple"):
         vals[key], src[key] = _num(ic.get(key), f"{name}.interconnect.{key}", cites)
+    if "host_link_bw_bytes_per_s" in ic:
+        vals["host_link"], src["host_link_bw_bytes_per_s"] = _num(ic["host_link_bw_bytes_per_s"],
+                                                                  f"{name}.interconnect.host_link_bw_bytes_per_s", cites)
+    else:
+        vals["host_link"], src["host_link_bw_bytes_per_s"] = NAN, "unknown: not in the chip table"
     chip = Chip(
         name=name, vendor=entry["vendor"], family=entry["family"], peak_flops_per_s=flops,
         hbm_bytes=vals["hbm_bytes"], hbm_bw_bytes_per_s=vals["hbm_bw_bytes_per_s"],
         link_bw_bytes_per_s=vals["link_bw_bytes_per_s"], links=int(vals["links"]), topology=ic.get("topology", "unknown"),
         egress_bw_bytes_per_s=vals["egress_bw_bytes_per_s"], sources=src, estimated=False,
         aliases=tuple(entry.get("aliases") or ()), wraparound_multiple=int(vals["wraparound_multiple"]),
-        notes=entry.get("notes", ""),
+        notes=entry.get("notes", ""), host_link_bw_bytes_per_s=vals["host_link"],
     )
     det = entry.get("detect") or {}
     keys = {}

@@ -7,15 +7,16 @@ applied-to computations (the reducers/comparators of reduce, sort, scatter, all-
 their own: their instructions are costed inside the instruction that uses them. A row holds the cost of ONE
 execution of its instruction; control-flow rows (while, conditional, call, async-start) hold the cost of what they
 run, so the module's cost is the sum of the entry computation's rows (:func:`module_totals`).
+:func:`computation_kinds` says which role each computation has.
 
 Conventions follow XLA's ``compiled.cost_analysis()`` on CPU (measured, see ``tests/test_cost_oracle.py``) so the
 numbers can be compared: elementwise ops 1 flop per element (compare, select, clamp, convert too); exp, log,
 log1p, expm1, tanh, logistic, sqrt, rsqrt, cbrt, power, sin, cos, tan, atan2, erf 1 transcendental and no flop;
 dot 2*batch*M*N*K; convolution counts only window taps that land on real input (padding and dilation holes
 excluded); reduce (in - out) reducer applications; reduce-window (window - 1) per output; sort n*ceil(log2 n) with
-n = all elements; all-reduce one reducer per element; fusions cost the sum of their fused instructions' flops and
-read their parameters (only the sliced part for a parameter consumed only by slices) and write their outputs
-(only the update for an in-place dynamic-update-slice root).
+n = all elements; all-reduce one reducer per element, reduce-scatter none; fusions cost the sum of their fused
+instructions' flops and read their parameters (only the sliced part for a parameter consumed only by slices)
+and write their outputs (only the update for an in-place dynamic-update-slice root).
 
 Where we differ from XLA on purpose:
   * while: body x trip count and condition x (trip count + 1) when ``known_trip_count`` is in the backend_config;
@@ -145,6 +146,8 @@ class _Model:
         return op_cost(inst, [o.shape for o in self.operands(cid, inst)], self)
 
     def while_cost(self, inst) -> Cost:
+        if len(inst.called_computation_ids) < 2:
+            return Cost().unknown("while without body and condition")
         body, cond = inst.called_computation_ids[0], inst.called_computation_ids[1]
         n = trip_count(inst)
         if n is None:
@@ -203,14 +206,8 @@ def _param_read(users: list, whole: int) -> float:
     return float(whole if full else min(part, whole))
 
 
-def _module_of(module) -> hlo_pb2.HloModuleProto:
-    return module.hlo_module if isinstance(module, hlo_pb2.HloProto) else module
-
-
-def instruction_costs(module: hlo_pb2.HloModuleProto, *, num_devices: int | None = None) -> pd.DataFrame:
-    """One row per instruction of every executable computation (see the module docstring); costs of one
-    execution; NaN with ``cost_known=False`` and a reason where a cost cannot be known."""
-    module = _module_of(module)
+def _frame(module, num_devices) -> tuple[pd.DataFrame, str | None]:
+    module = module.hlo_module if isinstance(module, hlo_pb2.HloProto) else module
     model = _Model(module, num_devices)
     recs = []
     for cid in model.executable():
@@ -221,20 +218,47 @@ def instruction_costs(module: hlo_pb2.HloModuleProto, *, num_devices: int | None
                          float(c.bytes_read + c.bytes_written), float(c.net_bytes), int(c.group_size),
                          c.collective, bool(c.known), c.reason, c.note))
     df = pd.DataFrame.from_records(recs, columns=COLUMNS)
-    return df.astype({"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
-                      "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool})
+    df = df.astype({"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
+                    "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool})
+    return df, (model.entry.name if model.entry is not None else None)
+
+
+def instruction_costs(module: hlo_pb2.HloModuleProto, *, num_devices: int | None = None) -> pd.DataFrame:
+    """One row per instruction of every executable computation (see the module docstring): the cost of one
+    execution; NaN with ``cost_known=False`` and a reason where a cost cannot be known. Accepts an
+    ``HloProto`` too. ``num_devices``: participants of collectives whose replica groups are empty."""
+    return _frame(module, num_devices)[0]
 
 
 def module_totals(module: hlo_pb2.HloModuleProto, *, num_devices: int | None = None) -> dict:
     """Whole-module totals, summed like XLA's ``cost_analysis()`` (the entry computation's rows, control flow
     included through its rows; while loops x known trip count). Unknown (NaN) parts are skipped: ``cost_known``
     says whether there were any and ``unknown_reasons`` lists why."""
-    module = _module_of(module)
-    df = instruction_costs(module, num_devices=num_devices)
-    model_entry = _Model(module, num_devices).entry
-    e = df[df["computation"] == (model_entry.name if model_entry is not None else None)]
+    df, entry = _frame(module, num_devices)
+    e = df[df["computation"] == entry]
     return {"flops": float(e["flops"].sum()), "transcendentals": float(e["transcendentals"].sum()),
             "bytes accessed": float(e["bytes_accessed"].sum()), "bytes read": float(e["bytes_read"].sum()),
             "bytes written": float(e["bytes_written"].sum()), "net bytes": float(e["net_bytes"].sum()),
             "cost_known": bool(e["cost_known"].all()),
             "unknown_reasons": sorted(set(e.loc[~e["cost_known"], "unknown_reason"]))}
+
+
+def computation_kinds(module: hlo_pb2.HloModuleProto) -> dict[str, str]:
+    """Role of every computation: 'entry', 'executable' (while body/condition, branch, call target, async
+    wrapped), 'fused' (called by a fusion, also nested), 'applied' (reducer, comparator, mapped function), or
+    'unused'. Only 'entry' and 'executable' computations get rows in :func:`instruction_costs`."""
+    module = module.hlo_module if isinstance(module, hlo_pb2.HloProto) else module
+    model = _Model(module, None)
+    kinds = {cid: "executable" for cid in model.executable()}
+    if model.entry is not None:
+        kinds[model.entry.id] = "entry"
+    todo = [(k, "fused" if i.opcode == "fusion" else "applied") for c in module.computations
+            for i in c.instructions if i.opcode not in _CONTROL + ("async-update", "async-done")
+            for k in i.called_computation_ids]
+    while todo:
+        cid, kind = todo.pop()
+        if cid in kinds or cid not in model.comps:
+            continue
+        kinds[cid] = kind
+        todo.extend((k, kind) for i in model.comps[cid].instructions for k in i.called_computation_ids)
+    return {c.name: kinds.get(c.id, "unused") for c in module.computations}

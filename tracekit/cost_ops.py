@@ -70,6 +70,11 @@ def _is_complex(shape) -> bool:
     return any(s.element_type in (PT.C64, PT.C128) for s in leaves(shape))
 
 
+def first_leaf(shape):
+    """The first array of a (possibly tuple) shape; an empty f32[] stand-in for an empty tuple."""
+    return next(leaves(shape), hlo_pb2.ShapeProto(element_type=PT.F32))
+
+
 def io_cost(inst, oshapes, **kw) -> Cost:
     """Read every operand, write the whole output."""
     return Cost(bytes_read=float(sum(nbytes(s) for s in oshapes)), bytes_written=float(nbytes(inst.shape)), **kw)
@@ -164,7 +169,7 @@ def _gemm_custom_call(inst, oshapes) -> Cost:
         cfg = {}
     g = cfg.get("gemm_backend_config", cfg) if isinstance(cfg, dict) else {}
     dd = g.get("dot_dimension_numbers") if isinstance(g, dict) else None
-    out = next(leaves(inst.shape))          # (result, workspace): the workspace is scratch, not output
+    out = first_leaf(inst.shape)            # (result, workspace): the workspace is scratch, not output
     c = Cost(bytes_read=float(sum(nbytes(s) for s in oshapes)), bytes_written=float(nbytes(out)))
     if not dd or len(oshapes) < 2:
         return c.unknown(f"gemm custom call {inst.custom_call_target} without dot_dimension_numbers",
@@ -177,7 +182,7 @@ def _gemm_custom_call(inst, oshapes) -> Cost:
 
 
 def _cudnn_conv(inst, oshapes) -> Cost:
-    out = next(leaves(inst.shape))          # (result, scratch)
+    out = first_leaf(inst.shape)            # (result, scratch)
     t = inst.custom_call_target
     if "BackwardInput" in t:                # d_input = f(d_output, filter)
         lhs, rhs, res = out, oshapes[1], oshapes[0]
@@ -206,10 +211,10 @@ def op_cost(inst, oshapes, env) -> Cost:
     ``applied(computation_id) -> (flops, transcendentals)`` of one application of a reducer/comparator and
     ``num_devices``."""
     op = inst.opcode
-    out_el = float(sum(elements(s) for s in leaves(inst.shape)))
-    first_el = float(elements(next(leaves(inst.shape))))
     if op in ZERO:
         return Cost()
+    out_el = float(sum(elements(s) for s in leaves(inst.shape)))
+    first_el = float(elements(first_leaf(inst.shape)))
     if op in ELEMENTWISE:
         return io_cost(inst, oshapes, flops=first_el)
     if op in TRANSCENDENTAL:
@@ -274,7 +279,7 @@ def op_cost(inst, oshapes, env) -> Cost:
         a = oshapes[0]
         n = a.dimensions[-1]
         return io_cost(inst, oshapes, flops=float(math.floor(prod(a.dimensions[:-2]) * n ** 3 / 3)))
-    if op in COLLECTIVE_OF:
+    if op in COLLECTIVE_OF:                # reduce-scatter: no flops, as XLA
         return collective_cost(inst, oshapes, env)
     if op in ("send", "outfeed"):          # host/peer transfers: the data operand leaves the device
         data = float(nbytes(oshapes[0])) if oshapes else 0.0

@@ -125,6 +125,69 @@ def _categories(m: hlo_pb2.HloModuleProto) -> dict[int, str]:
     return out
 
 
+HOST_MEMORY_SPACE = 5  # XLA's layout memory space S(5): host memory (host offload)
+
+
+def _on_host(shape: hlo_pb2.ShapeProto) -> bool:
+    return any(l.HasField("layout") and l.layout.memory_space == HOST_MEMORY_SPACE for l in hloshape.leaves(shape))
+
+
+def _dot_dims(ins: hlo_pb2.HloInstructionProto, shapes: dict) -> tuple[int, int, int]:
+    """(M, N, K) of a dot from its operand shapes and dimension numbers; (-1, -1, -1) when not a dot."""
+    if ins.opcode != "dot" or len(ins.operand_ids) < 2:
+        return -1, -1, -1
+    lhs, rhs = shapes.get(ins.operand_ids[0]), shapes.get(ins.operand_ids[1])
+    if lhs is None or rhs is None:
+        return -1, -1, -1
+    dn = ins.dot_dimension_numbers
+    lc, lb, rc, rb = set(dn.lhs_contracting_dimensions), set(dn.lhs_batch_dimensions), \
+        set(dn.rhs_contracting_dimensions), set(dn.rhs_batch_dimensions)
+    def prod(dims, keep):
+        out = 1
+        for i, d in enumerate(dims):
+            if keep(i):
+                out *= d
+        return out
+    m = prod(lhs.dimensions, lambda i: i not in lc and i not in lb)
+    n = prod(rhs.dimensions, lambda i: i not in rc and i not in rb)
+    k = prod(lhs.dimensions, lambda i: i in lc)
+    return m, n, k
+
+
+def _extras(m: hlo_pb2.HloModuleProto) -> dict[int, tuple]:
+    """instruction id -> (host_memory, transfer_bytes, dot_m, dot_n, dot_k); a fusion reports the dims of the
+    first dot it holds."""
+    shapes = {i.id: i.shape for c in m.computations for i in c.instructions}
+    comps = {c.id: c for c in m.computations}
+    comp_dot: dict[int, tuple] = {}
+    for c in m.computations:
+        for i in c.instructions:
+            if i.opcode == "dot":
+                comp_dot.setdefault(c.id, _dot_dims(i, shapes))
+    out = {}
+    for c in m.computations:
+        for i in c.instructions:
+            host = _on_host(i.shape) or any(_on_host(shapes[o]) for o in i.operand_ids if o in shapes)
+            if i.opcode == "copy-start" and i.shape.tuple_shapes:
+                tb = hloshape.nbytes(i.shape.tuple_shapes[0])
+            elif i.opcode in ("copy", "copy-done"):
+                tb = hloshape.nbytes(i.shape)
+            else:
+                tb = 0
+            dims = _dot_dims(i, shapes)
+            if dims[0] < 0 and i.opcode == "fusion":
+                dims = next((comp_dot[cid] for cid in i.called_computation_ids if cid in comp_dot and cid in comps),
+                            dims)
+            out[i.id] = (host, tb) + tuple(dims)
+    return out
+
+
+def done_to_start(h: pd.DataFrame) -> dict:
+    """(program_id, '-done' instruction) -> the '-start' instruction it completes (its first operand)."""
+    d = h[h["opcode"].astype(str).str.endswith("-done")]
+    return {(int(p), n): o.split(",")[0] for p, n, o in zip(d["program_id"], d["name"], d["operands"])}
+
+
 def hlo_frame(modules: list[Module]) -> pd.DataFrame:
     cols: dict[str, list] = {c: [] for c in schema.HLO}
     for mod in modules:
@@ -132,6 +195,7 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
         comp_names = {c.id: c.name for c in m.computations}
         fused = fused_computation_ids(m)
         cats = _categories(m)
+        extras = _extras(m)
         for comp in m.computations:
             by_id = {i.id: i.name for i in comp.instructions}
             is_entry = comp.id == m.entry_computation_id or comp.name == m.entry_computation_name
@@ -159,4 +223,10 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
                 cols["is_fusion_computation"].append(comp.id in fused)
                 cols["is_entry"].append(is_entry)
                 cols["category"].append(cats.get(ins.id, ins.opcode))
+                hm, tb, dm, dn, dk = extras[ins.id]
+                cols["host_memory"].append(hm)
+                cols["transfer_bytes"].append(tb)
+                cols["dot_m"].append(dm)
+                cols["dot_n"].append(dn)
+                cols["dot_k"].append(dk)
     return schema.conform(pd.DataFrame(cols), schema.HLO)

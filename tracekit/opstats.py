@@ -23,14 +23,23 @@ def op_table(ops: pd.DataFrame, sort: str = "total") -> pd.DataFrame:
     agg = {"opcode": ("opcode", "first"), "category": ("category", "first"),
            "occurrences": ("duration_ps", "size"), "total_ps": ("duration_ps", "sum"),
            "devices": ("device", "nunique")}
-    for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "headroom_ps"):
+    for c in ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps",
+              "headroom_ps"):
         if c in d.columns:
-            agg[c] = (c, "sum")
-    for c in ("bound_by", "cost_source", "dtype"):
+            agg[c] = (c, lambda s: s.sum(min_count=1))
+    for c in ("cost_source", "dtype", "unknown_reason"):
         if c in d.columns:
             agg[c] = (c, "first")
-    g = d.groupby(["_module", "_label"], observed=True, sort=False).agg(**agg).reset_index()
+    g = d.groupby(["_module", "program_id", "_label"], observed=True, sort=False).agg(**agg).reset_index()
     g = g.rename(columns={"_module": "module", "_label": "op"})
+    if "roofline_ps" in g.columns:
+        parts = g[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
+        bound = np.array(["compute", "memory", "network"], dtype=object)[parts.argmax(axis=1)]
+        if "is_host_transfer" in d.columns:
+            hx = d.groupby(["_module", "program_id", "_label"], observed=True, sort=False)["is_host_transfer"].any()
+            bound[hx.to_numpy()] = "host_link"
+        bound[g["roofline_ps"].isna().to_numpy() | (g["roofline_ps"] <= 0).to_numpy()] = "unknown"
+        g["bound_by"] = bound
     g["mean_ps"] = (g["total_ps"] / g["occurrences"]).round().astype(np.int64)
     g["share"] = g["total_ps"] / total_time if total_time else 0.0
     if "roofline_ps" in g.columns:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit import chips, schema
+from tracekit import chips, hlo, schema
 from tracekit.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
@@ -85,34 +85,42 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     if not n:
         return schema.conform(ops, {**schema.OPS, **schema.ROOFLINE})
     c = costs(tr) if tr.has_hlo else pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
-    key = pd.DataFrame({"program_id": ops["program_id"].to_numpy(), "op": ops["op"].astype(str).to_numpy()})
+    opname = ops["op"].astype(str).to_numpy(dtype=object)
+    opc = ops["opcode"].astype(str).to_numpy(dtype=object)
+    is_async = ops["is_async"].to_numpy()
+    # a -done op is costed as the async op it completes (its duration is the exposed wait for it); the tiny
+    # -start marker on the op line carries nothing (the window row carries the -start's cost)
+    key_op = opname.copy()
+    done = np.char.endswith(opc.astype(str), "-done") & ~is_async
+    if done.any() and tr.has_hlo:
+        d2s = hlo.done_to_start(tr.hlo)
+        pids = ops["program_id"].to_numpy()
+        key_op[done] = [d2s.get((int(p), o), o) for p, o in zip(pids[done], opname[done])]
+    start_marker = np.char.endswith(opc.astype(str), "-start") & ~is_async
+    key = pd.DataFrame({"program_id": ops["program_id"].to_numpy(), "op": key_op.astype(str)})
     j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else key.reindex(columns=list(key) + _COST_COLS)
+    hx = _hlo_extras(tr, key)
     known = j["cost_known"].fillna(False).astype(bool).to_numpy()
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
     nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
     src = np.where(known, "hlo", "unknown").astype(object)
     reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
-    reason[~known & (reason == "")] = np.where(ops["in_hlo"].to_numpy()[~known & (reason == "")],
-                                               "no cost for this instruction", "op not found in the trace's HLO")
-    # the trace's own cost stats win where present (TPU)
+    miss = ~known & (reason == "")
+    reason[miss] = np.where(ops["in_hlo"].to_numpy()[miss], "no cost for this instruction",
+                            "op not found in the trace's HLO")
+    # the trace's own cost stats win where present (TPU), except on -done ops (costed as their async op)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    has_t = ~np.isnan(tf) & ~np.isnan(tb)
+    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~done
     flops[has_t], nbytes[has_t], src[has_t] = tf[has_t], tb[has_t], "trace"
     net[has_t & np.isnan(net)] = 0.0
     reason[has_t] = ""
-    # async collectives: the cost belongs to the window, not to the tiny -start/-done markers
-    is_async = ops["is_async"].to_numpy()
-    opc = ops["opcode"].astype(str)
-    marker = (~is_async) & (opc.str.endswith("-start") | opc.str.endswith("-done")).to_numpy() & \
-        ops["device"].astype(str).str.startswith("TPU").to_numpy()
-    has_window = set(zip(ops.loc[is_async, "device"].astype(str), ops.loc[is_async, "op"].astype(str)))
-    if has_window:
-        mk = np.array([(d, o) in has_window or (d, o.replace("-done", "-start", 1)) in has_window
-                       for d, o in zip(ops["device"].astype(str)[marker], ops["op"].astype(str)[marker])], bool)
-        idx = np.nonzero(marker)[0][mk]
-        flops[idx], nbytes[idx], net[idx] = 0.0, 0.0, 0.0
-        reason[idx] = "async marker: the cost is on its window"
+    flops[start_marker], nbytes[start_marker], net[start_marker] = 0.0, 0.0, 0.0
+    reason[start_marker] = "async -start marker: the cost is on its window"
+    # host offload copies move their bytes over the host link (PCIe), not HBM
+    host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
+        ~start_marker
+    xfer = hx["transfer_bytes"].to_numpy(float)
     share = _per_kernel_split(ops)
     flops, nbytes, net = flops * share, nbytes * share, net * share
     gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
@@ -123,10 +131,11 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     peak_f = np.full(n, np.nan)
     bw = np.full(n, np.nan)
     netw = np.full(n, np.nan)
+    hostw = np.full(n, np.nan)
     fam = np.empty(n, dtype=object)
-    dev_key = ops["host"].astype(str) + "\x00" + ops["device"].astype(str)
+    dev_key = ops["host"].astype(str) + "|" + ops["device"].astype(str)
     for (h, d), ch in dchips.items():
-        m = (dev_key == f"{h}\x00{d}").to_numpy()
+        m = (dev_key == f"{h}|{d}").to_numpy()
         if not m.any():
             continue
         fam[m] = ch.family
@@ -135,6 +144,7 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
             mm = m & (dtype == dt)
             peak_f[mm] = chips.peak_flops(ch, dt or "bf16")[0]
         netw[m] = _network_bw(ch, gsize[m], coll[m])
+        hostw[m] = ch.host_link_bw_bytes_per_s
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = flops / peak_f * 1e12
         memory = nbytes / bw * 1e12
@@ -145,14 +155,19 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
         network = np.where(a2a, net * gs / (gs - 1) / 4 / netw * 1e12, network)
         floor = np.where((net > 0) & (fam == "tpu"), HOP_LATENCY_PS * np.maximum(gsize, 1) / 2, 0.0)
         network = np.where(net > 0, np.maximum(network, floor), network)
-    parts = np.vstack([np.nan_to_num(compute, nan=-1), np.nan_to_num(memory, nan=-1), np.nan_to_num(network, nan=-1)])
+        hostlink = np.where(host_x, xfer * share / hostw * 1e12, 0.0)
+    host_x = host_x & ~np.isnan(hostlink)
+    net[host_x] = xfer[host_x] * share[host_x]
+    parts = np.vstack([np.nan_to_num(compute, nan=-1), np.nan_to_num(memory, nan=-1),
+                       np.nan_to_num(network, nan=-1), np.nan_to_num(hostlink, nan=-1)])
     best = parts.argmax(axis=0)
     roof = parts.max(axis=0)
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
-    bound = np.array(["compute", "memory", "network"], dtype=object)[best]
+    bound = np.array(["compute", "memory", "network", "host_link"], dtype=object)[best]
     bound[unknown] = "unknown"
-    roof = np.where(unknown & np.isnan(flops), np.nan, np.maximum(roof, 0))
-    reason[unknown & (reason == "") & ~np.isnan(flops)] = "no work (zero flops and bytes)"
+    roof = np.where(unknown, np.nan, roof)
+    reason[unknown & (reason == "")] = "no work (zero flops and bytes)"
+    network = np.where(host_x, hostlink, network)
     dur = ops["duration_ps"].to_numpy().astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         eff = np.where(dur > 0, roof / dur, np.nan)
@@ -164,7 +179,23 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     ops["bound_by"], ops["efficiency"] = bound, eff
     ops["headroom_ps"] = np.where(np.isnan(roof), np.nan, np.maximum(dur - np.nan_to_num(roof), 0))
     ops["collective"] = coll
+    ops["is_host_transfer"] = host_x
+    for col in ("dot_m", "dot_n", "dot_k"):
+        ops[col] = hx[col].to_numpy()
     return schema.conform(ops, {**schema.OPS, **schema.ROOFLINE})
+
+
+def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
+    cols = ["host_memory", "transfer_bytes", "dot_m", "dot_n", "dot_k"]
+    if not tr.has_hlo:
+        return pd.DataFrame({"host_memory": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1},
+                            index=range(len(key)))
+    h = tr.hlo[~tr.hlo["is_fusion_computation"]][["program_id", "name"] + cols]
+    h = h.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
+    h["op"] = h["op"].astype(str)
+    j = key.merge(h, on=["program_id", "op"], how="left")
+    return j.fillna({"host_memory": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1}).astype(
+        {"host_memory": bool, "transfer_bytes": np.int64, "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
 
 
 def _network_bw(ch: chips.Chip, gsize: np.ndarray, coll: np.ndarray) -> np.ndarray:

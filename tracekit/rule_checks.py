@@ -21,17 +21,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit import schema
 from tracekit import timeline as tl
 
-#: Host-side events (one row per host trace event, e.g. from the ``/host:CPU`` plane): the input of
-#: ``compilation-in-trace``. Times share the epoch of the ops frame of the same host.
-HOST_EVENTS = {
-    "host": ("category", "host the trace came from"),
-    "line": ("category", "thread / trace line name"),
-    "name": ("object", "event name, e.g. XlaCompile, backend_compile, PjitFunction(train_step)"),
-    "start_ps": ("int64", "start, ps since the host's epoch"),
-    "duration_ps": ("int64", "duration, ps"),
-}
+#: Host-side events: declared in tracekit.schema (the input of ``compilation-in-trace``).
+HOST_EVENTS = schema.HOST_EVENTS
 #: Extra ops columns the padded-matmul-shapes rule reads (int64, -1 when unknown; dot/convolution only):
 #: M = product of the lhs non-contracting, non-batch dims; N = the same for the rhs; K = product of the
 #: contracting dims.
@@ -178,7 +172,8 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
     ev, steps = frames["host_events"], frames["steps"]
-    hit = ev["name"].astype(str).str.contains(re.compile(p["pattern"], re.IGNORECASE), regex=True).to_numpy(bool)
+    rx = re.compile(p["pattern"], re.IGNORECASE)
+    hit = tl._cat_mask(ev["name"], lambda names: names.map(lambda n: rx.search(n) is not None))
     ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
     dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
     s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)

@@ -22,6 +22,7 @@ Savings, and how overlapping claims are handled
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ FIELDS = {
     "check": (False, "name of a registered Python check returning evidence rows (or `where`)"),
     "savings": (True, "expression: estimated savings in ps per evidence row"),
     "time": (False, "column capping each row's savings (default: the frame's own duration column)"),
-    "report_if": (False, "expression over the finding's aggregates (count, share, sum_<col>, ...)"),
+    "report_if": (False, "expression over the finding's aggregates (count, share, sum_COLUMN, max_COLUMN, ...)"),
     "evidence": (False, "columns shown as evidence"),
     "message": (True, "what is wrong: str.format template over the finding's aggregates"),
     "fix": (True, "what to do: str.format template"),
@@ -146,9 +147,10 @@ class Finding:
     why: str = ""
 
     def to_dict(self) -> dict:
-        ev = self.evidence.astype(object).where(self.evidence.notna(), None)
+        """JSON-ready: plain Python values, NaN as None."""
         return {"rule_id": self.rule_id, "name": self.name, "severity": self.severity, "message": self.message,
-                "fix": self.fix, "params": dict(self.params), "evidence": ev.to_dict("records"),
+                "fix": self.fix, "params": dict(self.params),
+                "evidence": json.loads(self.evidence.to_json(orient="records", double_precision=15)),
                 "evidence_count": self.evidence_count, "savings_ps": self.savings_ps, "claimed_ps": self.claimed_ps,
                 "share": None if math.isnan(self.share) else self.share, "groups": list(self.groups)}
 
@@ -236,8 +238,9 @@ def fmt_ps(ps: float) -> str:
 
 
 class _Values(dict):
-    """Template values: fixed keys plus ``sum_/mean_/min_/max_/median_<column>`` of the evidence, and ``t_`` in
-    front of any of those for the value formatted as a duration."""
+    """Template values: fixed keys, ``sum_/mean_/min_/max_/median_<column>`` of the evidence, ``top_<column>`` of
+    the evidence row with the largest savings, and ``t_`` in front of any of those for the value formatted as a
+    duration (``{t_sum_exposed_ps}`` -> ``1.5 ms``)."""
 
     def __init__(self, evidence: pd.DataFrame, base: dict):
         super().__init__(base)
@@ -246,6 +249,8 @@ class _Values(dict):
     def __missing__(self, key: str):
         if key.startswith("t_"):
             return fmt_ps(self[key[2:]])
+        if key.startswith("top_") and key[4:] in self["top"]:
+            return self["top"][key[4:]]
         agg, _, col = key.partition("_")
         if agg in ("sum", "mean", "min", "max", "median") and col in self.ev.columns:
             return getattr(pd.to_numeric(self.ev[col], errors="coerce"), agg)()
@@ -285,6 +290,19 @@ def _per_device(ev: pd.DataFrame) -> pd.Series:
     return pd.Series({("*", "*"): ev["savings_ps"].sum()})
 
 
+def _report(rule: Rule, values: _Values, params: dict) -> bool:
+    """Evaluate ``report_if`` on a one-row frame of the aggregates the expression names."""
+    names = {}
+    bare = re.sub(r"'[^']*'|\"[^\"]*\"", "", rule.report_if)
+    for n in set(re.findall(r"(?<![@\w.])([A-Za-z_]\w*)", bare)) - {"and", "or", "not", "in", "True", "False"}:
+        try:
+            names[n] = [values[n]]
+        except KeyError:
+            raise TraceError(f"report_if names unknown value {n!r}", rule.path) from None
+    ok = pd.DataFrame(names, index=[0]).eval(rule.report_if, local_dict=params, engine="python")
+    return bool(np.asarray(ok).ravel()[0])
+
+
 def run_rules(frames: dict, rules: list, params_override: dict | None = None, *, max_evidence: int = 10) -> list:
     """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`frames_for_rules` builds). ``params_override``
     maps a rule id or name to {param: value}. Rules whose frames are missing or empty are skipped (see
@@ -304,7 +322,11 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         params = rule.resolve({**params_override.get(rule.name, {}), **params_override.get(rule.id, {})})
         if applicable(rule, frames):
             continue
-        ev = evaluate(rule, frames, params)
+        try:
+            ev = evaluate(rule, frames, params)
+        except (KeyError, NameError, AttributeError, TypeError, ValueError, SyntaxError) as e:
+            raise TraceError(f"rule {rule.id} ({rule.name}) failed on frame {rule.frame!r}: {e}", rule.path,
+                             "check the column names its where/savings/derive use") from None
         if ev.empty:
             continue
         per_dev = _per_device(ev)
@@ -316,11 +338,8 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
                               "devices": ev[["host", "device"]].drop_duplicates().shape[0]
                               if {"host", "device"} <= set(ev.columns) else 0,
                               "hosts": ev["host"].nunique() if "host" in ev.columns else 0})
-        if rule.report_if:
-            ok = pd.DataFrame([{k: v for k, v in values.items() if np.isscalar(v)}]).eval(
-                rule.report_if, local_dict=params, engine="python")
-            if not bool(np.asarray(ok).ravel()[0]):
-                continue
+        if rule.report_if and not _report(rule, values, params):
+            continue
         cols = [c for c in (rule.evidence or _DEFAULT_EVIDENCE + [rule.time or TIME_COLUMN[rule.frame]])
                 if c in ev.columns and c != "savings_ps"]
         try:

@@ -60,6 +60,11 @@ HLO = {
     "is_fusion_computation": ("bool", "True when the computation is a fused computation"),
     "is_entry": ("bool", "True for instructions of the entry computation"),
     "category": (CAT, "op family: the opcode, or for fusions what they fuse (e.g. 'dot fusion', 'loop fusion')"),
+    "host_memory": ("bool", "True when the result or an operand lives in host memory (layout memory space S(5))"),
+    "transfer_bytes": ("int64", "bytes a copy moves: the destination array (copy, copy-start, copy-done)"),
+    "dot_m": ("int64", "dot (or the dot a fusion holds): product of lhs non-contracting, non-batch dims; -1 if none"),
+    "dot_n": ("int64", "same for the rhs"),
+    "dot_k": ("int64", "product of the contracting dims"),
 }
 
 #: One row per module execution.
@@ -93,6 +98,15 @@ LINES = {
     "end_ps": ("int64", "last event end"),
 }
 
+#: Host-side events the rules read (compilation inside steps): one row per matching host trace event.
+HOST_EVENTS = {
+    "host": (CAT, "host the trace came from"),
+    "line": (CAT, "thread / trace line name"),
+    "name": ("object", "event name, e.g. XlaCompile, backend_compile"),
+    "start_ps": ("int64", "start, ps since the host's epoch"),
+    "duration_ps": ("int64", "duration, ps"),
+}
+
 #: Columns the roofline stage adds to OPS.
 ROOFLINE = {
     "flops": ("float64", "floating-point operations of one execution"),
@@ -105,14 +119,15 @@ ROOFLINE = {
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
     "compute_ps": ("float64", "flops / peak FLOP/s of the op's dtype"),
     "memory_ps": ("float64", "bytes_accessed / peak memory bandwidth"),
-    "network_ps": ("float64", "collective time from the ring/torus model"),
+    "network_ps": ("float64", "collective time from the ring/torus model; host transfers: bytes / host-link bandwidth"),
     "roofline_ps": ("float64", "max(compute_ps, memory_ps, network_ps)"),
-    "bound_by": (CAT, "compute | memory | network | unknown"),
+    "bound_by": (CAT, "compute | memory | network | host_link | unknown"),
+    "is_host_transfer": ("bool", "a copy between device and host memory (host offload): timed on the host link"),
     "efficiency": ("float64", "roofline_ps / duration_ps (1.0 = at the roofline)"),
     "headroom_ps": ("float64", "duration_ps - roofline_ps: time a perfect op would save"),
 }
 
-SCHEMAS = {"ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
+SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
 
 _FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
 

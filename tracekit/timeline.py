@@ -29,9 +29,10 @@ KEYS = ["host", "device"]
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
                          "collective-permute", "collective-broadcast"})
-#: Opcodes that move or re-lay-out data without arithmetic (xprof's "data formatting" family).
+#: Opcodes that move or re-lay-out data without arithmetic (xprof's "data formatting" family). Async copies
+#: (copy-start/copy-done) are transfers between memory spaces, not layout changes, and are not included.
 DATA_SHUFFLE = frozenset({"copy", "transpose", "gather", "scatter", "pad", "concatenate", "slice", "dynamic-slice",
-                          "dynamic-update-slice", "reshape", "reverse", "broadcast", "copy-start", "copy-done"})
+                          "dynamic-update-slice", "reshape", "reverse", "broadcast"})
 _SUFFIX = r"-(start|done|update)$"
 
 
@@ -47,37 +48,47 @@ def _col(ops: pd.DataFrame, name: str) -> pd.Series:
     return ops[name] if name in ops.columns else pd.Series("", index=ops.index, dtype="category")
 
 
+def _base_in(names, strip: bool = True) -> callable:
+    """Matcher: the lower-cased opcode, ``-start``/``-done``/``-update`` stripped when ``strip``, is in ``names``."""
+    if not strip:
+        return lambda s: s.str.lower().isin(names)
+    return lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(names)
+
+
+def _has(pattern: str) -> callable:
+    """Matcher: the text contains the regular expression ``pattern`` (case-insensitive)."""
+    return lambda s: s.str.contains(pattern, case=False, regex=True)
+
+
 def is_collective(ops: pd.DataFrame) -> np.ndarray:
     """Rows that are collectives: opcode/category in :data:`COLLECTIVES` or an NCCL/RCCL kernel."""
-    base = lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(COLLECTIVES)  # noqa: E731
-    kern = lambda s: s.str.contains("nccl|rccl", case=False, regex=True)  # noqa: E731
-    return _cat_mask(_col(ops, "opcode"), base) | _cat_mask(_col(ops, "category"), base) | _cat_mask(
-        _col(ops, "kernel"), kern)
+    return (_cat_mask(_col(ops, "opcode"), _base_in(COLLECTIVES)) | _cat_mask(_col(ops, "category"), _base_in(
+        COLLECTIVES)) | _cat_mask(_col(ops, "kernel"), _has("nccl|rccl")))
 
 
 def is_matmul(ops: pd.DataFrame) -> np.ndarray:
-    """dot/convolution ops, fusions the trace categorizes as convolution/dot, GPU GEMM kernels."""
-    oc = lambda s: s.str.lower().isin(["dot", "convolution"])  # noqa: E731
-    cat = lambda s: s.str.contains(r"convolution|\bdot\b|matmul", case=False, regex=True)  # noqa: E731
-    kern = lambda s: s.str.contains(r"gemm|matmul|cutlass|xmma|wgmma", case=False, regex=True)  # noqa: E731
-    return _cat_mask(_col(ops, "opcode"), oc) | _cat_mask(_col(ops, "category"), cat) | _cat_mask(
-        _col(ops, "kernel"), kern)
+    """dot/convolution ops, fusions the trace categorizes as convolution/dot/matmul, GPU GEMM kernels."""
+    return (_cat_mask(_col(ops, "opcode"), _base_in({"dot", "convolution"}))
+            | _cat_mask(_col(ops, "category"), _has(r"convolution|\bdot\b|matmul"))
+            | _cat_mask(_col(ops, "kernel"), _has(r"gemm|matmul|cutlass|xmma|wgmma")))
 
 
 def is_data_shuffle(ops: pd.DataFrame) -> np.ndarray:
     """Opcodes in :data:`DATA_SHUFFLE` or the trace's category 'data formatting'."""
-    oc = lambda s: s.str.lower().isin(DATA_SHUFFLE)  # noqa: E731
-    cat = lambda s: s.str.lower().str.contains("data formatting", regex=False)  # noqa: E731
-    return _cat_mask(_col(ops, "opcode"), oc) | _cat_mask(_col(ops, "category"), cat)
+    return _cat_mask(_col(ops, "opcode"), _base_in(DATA_SHUFFLE, strip=False)) | _cat_mask(
+        _col(ops, "category"), _has("data formatting"))
 
 
 def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
-    """Host<->device transfers: infeed/outfeed/send/recv (XLA sends to the host), GPU memcpy HtoD/DtoH, and
-    ops or kernels whose name says host-to-device / device-to-host."""
-    oc = lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(["infeed", "outfeed", "send", "recv"])  # noqa: E731
-    name = lambda s: s.str.contains(r"htod|dtoh|host.?to.?device|device.?to.?host|memcpy.?h2d|memcpy.?d2h",  # noqa: E731
-                                    case=False, regex=True)
-    return _cat_mask(_col(ops, "opcode"), oc) | _cat_mask(_col(ops, "kernel"), name) | _cat_mask(_col(ops, "op"), name)
+    """Host<->device transfers: infeed/outfeed/send/recv (XLA's host transfers), GPU memcpy HtoD/DtoH, ops or
+    kernels whose name says host-to-device / device-to-host, and rows an ``is_host_transfer`` column of the ops
+    frame already marks (e.g. a copy-start to host memory space, which only the HLO shows)."""
+    names = _has(r"htod|dtoh|host.?to.?device|device.?to.?host|memcpy.?h2d|memcpy.?d2h")
+    hit = (_cat_mask(_col(ops, "opcode"), _base_in({"infeed", "outfeed", "send", "recv"}))
+           | _cat_mask(_col(ops, "kernel"), names) | _cat_mask(_col(ops, "op"), names))
+    if "is_host_transfer" in ops.columns:
+        hit |= ops["is_host_transfer"].fillna(False).to_numpy(bool)
+    return hit
 
 
 # ---------------------------------------------------------------------------------------------- interval algebra
@@ -195,8 +206,9 @@ _GAPS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "
 def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int = 0) -> pd.DataFrame:
     """Idle gaps per device: the window minus busy, cut at every step start and end so that each gap lies
     wholly inside one step or wholly outside all steps. ``kind`` is ``before_first_op`` (ends at or before the
-    device's first sync op, or the device has none), else ``inside_step``, else ``between_steps``. ``step`` is the
-    step containing the gap, -1 outside steps. Gaps shorter than ``min_gap_ps`` (and empty ones) are dropped."""
+    device's first sync op, or the device has none), else ``inside_step``, else ``between_steps`` (or
+    ``between_ops`` on a device without steps). ``step`` is the step containing the gap, -1 outside steps. Gaps
+    shorter than ``min_gap_ps`` (and empty ones) are dropped."""
     sync = ops[_sync(ops)]
     og = _groups(sync)
     st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
@@ -226,7 +238,8 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
         kk = np.maximum(k, 0)
         inside = (k >= 0) & (ps < np.r_[s1, 0][kk])
         first_op = ms[0] if ms.size else np.iinfo(np.int64).max
-        kind = np.where(pe <= first_op, "before_first_op", np.where(inside, "inside_step", "between_steps"))
+        outside = "between_steps" if s0.size else "between_ops"
+        kind = np.where(pe <= first_op, "before_first_op", np.where(inside, "inside_step", outside))
         parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ps, "duration_ps": pe - ps, "kind": kind,
                                    "step": np.where(inside, np.r_[sno, -1][kk], -1)}))
     out = _frame(parts, _GAPS)

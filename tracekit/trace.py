@@ -164,10 +164,7 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     dones = tpu[opc.str.endswith("-done")]
     if not len(starts) or not len(dones):
         return asyncs
-    done_to_start = {}
-    if len(h):
-        d = h[h["opcode"].astype(str).str.endswith("-done")]
-        done_to_start = {(int(p), n): o.split(",")[0] for p, n, o in zip(d["program_id"], d["name"], d["operands"])}
+    done_to_start = hlo.done_to_start(h) if len(h) else {}
     dkey = [done_to_start.get((int(p), o), o.replace("-done", "-start", 1)) for p, o in
             zip(dones["program_id"], dones["op"].astype(str))]
     left = pd.DataFrame({"device": starts["device"].astype(str).to_numpy(), "key": starts["op"].astype(str).to_numpy(),
