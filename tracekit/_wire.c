@@ -284,8 +284,8 @@ get_varint_slow(cptr p, cptr end, uint64_t *out)
         return p + (i) + 1;                 \
     }
 
-/* Bytes 3..10 of a varint known to have 10 readable bytes. */
-static cptr
+/* Bytes 4..10 of a varint known to have 10 readable bytes. */
+INLINE cptr
 get_varint_tail(cptr p, uint64_t v, uint64_t *out)
 {
     uint64_t b;

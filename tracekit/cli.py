@@ -114,7 +114,7 @@ def _format_ops(t):
     out = t[["module", "op", "category", "occurrences"]].copy()
     out["total"] = t["total_ps"].map(fmt_time)
     out["mean"] = t["mean_ps"].map(fmt_time)
-    out["share"] = t["share"].map(fmt_pct)
+    out["share"] = t["busy_share"].map(fmt_pct)
     if "roofline_ps" in t.columns:
         out["flops"] = t["flops"].map(fmt_num)
         out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))

@@ -23,6 +23,8 @@ from tracekit.xspace import device_of, line_arrays, line_arrays_with_stats, stat
 _OPSTATS = ("hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal", "flops", "bytes_accessed",
             "hlo_category")
 _INSTR_NAME = re.compile(r"^%?([\w.\-]+)\s*=")
+#: host events kept for the rules (compilation inside profiled steps)
+COMPILE_RE = re.compile(r"compil(?:e|ation)(?!d)", re.IGNORECASE)
 
 
 def instr_name_and_opcode(text: str) -> tuple[str, str]:
@@ -106,11 +108,12 @@ def _take(vals, inv, i):
 
 
 def extract(space: xplane_pb2.XSpace, host: str, warnings: list[str]) -> dict[str, pd.DataFrame]:
-    ops, asyncs, mods, steps, lines, host_steps = _Acc(), _Acc(), _Acc(), _Acc(), _Acc(), _Acc()
+    ops, asyncs, mods, steps, lines, host_steps, hev = _Acc(), _Acc(), _Acc(), _Acc(), _Acc(), _Acc(), _Acc()
     devices = []
     has_accel = any(device_of(p.name) and device_of(p.name)[0] in ("TPU", "GPU") for p in space.planes)
     for plane in space.planes:
         names = stat_names(plane)
+        compile_ids = None
         dev = device_of(plane.name)
         pstats = stats_dict(plane.stats, names)
         if dev:
@@ -131,6 +134,11 @@ def extract(space: xplane_pb2.XSpace, host: str, warnings: list[str]) -> dict[st
                     _gpu_line(plane, line, names, host, device, ops, steps, devices[-1]["device_kind"])
             elif not dev and n and plane.name.startswith("/host:") and plane.name != "/host:metadata":
                 _host_line(plane, line, names, host, ops, host_steps, want_ops=not has_accel)
+                if compile_ids is None:
+                    compile_ids = np.array([k for k, md in plane.event_metadata.items() if COMPILE_RE.search(md.name)],
+                                           dtype=np.int64)
+                if len(compile_ids):
+                    _compile_events(plane, line, host, compile_ids, hev)
             if n:
                 t0 = line.timestamp_ns * 1000
                 first = line.events[0].offset_ps
@@ -141,7 +149,7 @@ def extract(space: xplane_pb2.XSpace, host: str, warnings: list[str]) -> dict[st
                 lines.add(host=host, plane=plane.name, line=line.name, events=[0], start_ps=[0], end_ps=[0])
     out = {"ops": ops.frame(schema.OPS), "async": asyncs.frame(schema.OPS), "modules": mods.frame(schema.MODULES),
            "steps": steps.frame(schema.STEPS), "host_steps": host_steps.frame(schema.STEPS),
-           "lines": lines.frame(schema.LINES)}
+           "lines": lines.frame(schema.LINES), "host_events": hev.frame(schema.HOST_EVENTS)}
     out["devices"] = devices
     return out
 
@@ -229,6 +237,14 @@ def _gpu_line(plane, line, names, host, device, ops, steps, kind):
     ops.add(host=host, device=device, line=line.name, source=source, op=op, opcode=opcode, module=module,
             program_id=pid, kernel=kernel, start_ps=start, duration_ps=dur, is_async=False)
     del md_stats
+
+
+def _compile_events(plane, line, host, compile_ids, hev):
+    mids, start, dur = line_arrays(line)
+    m = np.isin(mids, compile_ids)
+    if m.any():
+        names = np.array([plane.event_metadata[int(i)].name for i in mids[m]], dtype=object)
+        hev.add(host=host, line=line.name, name=names, start_ps=start[m], duration_ps=dur[m])
 
 
 def _host_line(plane, line, names, host, ops, host_steps, want_ops: bool):

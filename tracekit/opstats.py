@@ -1,51 +1,79 @@
-"""Per-op aggregation of the ``ops`` frame: one row per (module, op) with occurrences, total/mean time and share
-of device time, plus roofline columns when present."""
+"""Per-op aggregation of the ``ops`` frame, the one place it is done: one row per (module, program, op) over every
+device, with occurrences, total/mean time, shares, and the roofline columns summed over executions. Ops with no
+HLO name (non-XLA kernels, runtime copies) are grouped by kernel name. The CLI's ``ops`` table and the rules'
+``op_stats`` frame are both this."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from tracekit import timeline as tl
+
+DOT_DIMS = ("dot_m", "dot_n", "dot_k")
+_ROOF_SUMS = ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
 SORT_KEYS = ("total", "mean", "count", "share", "headroom", "efficiency", "flops", "name")
-_SORT_COL = {"total": "total_ps", "mean": "mean_ps", "count": "occurrences", "share": "share",
+_SORT_COL = {"total": "total_ps", "mean": "mean_ps", "count": "occurrences", "share": "busy_share",
              "headroom": "headroom_ps", "efficiency": "efficiency", "flops": "flops", "name": "op"}
 
 
+def chip_f32_slower(device_kind: pd.Series) -> np.ndarray:
+    """True where the chip runs bf16 matmuls faster than f32 (TPUs, GPUs with tensor/matrix cores); False for
+    CPUs and unknown chips."""
+    s = device_kind.astype(str).str.lower()
+    return (s.str.contains(r"tpu|nvidia|tesla|[abhvl]\d{2,3}\b|gfx9|mi\d{3}|radeon|instinct|amd", regex=True)
+            & ~s.str.contains("cpu", regex=False)).to_numpy(bool)
+
+
+def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
+    """Sync ops aggregated per (module, program_id, op) over every device: opcode, category, kernel, device_kind,
+    dtype, occurrences, devices, total_ps, mean_ps, share (total_ps / ``profiled_ps``, the sum of the device
+    spans), busy_share (total_ps / total sync op time), the roofline columns summed over executions (flops,
+    bytes_accessed, net_bytes, compute_ps, memory_ps, network_ps, roofline_ps; headroom_ps sums max(0, headroom)),
+    bound_by (argmax of the summed compute/memory/network times; host_link for host-offload copies), efficiency
+    (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
+    chip_f32_slower, dot_m, dot_n, dot_k. Sorted by total_ps, largest first."""
+    sync = ops[~ops["is_async"].to_numpy(bool)]
+    label = sync["op"].astype(str)
+    label = label.where(label != "", sync["kernel"].astype(str))
+    d = pd.DataFrame({"module": sync["module"].astype(str), "program_id": sync["program_id"], "op": label,
+                      "total_ps": sync["duration_ps"].astype("int64"),
+                      "dev": sync["host"].astype(str) + "/" + sync["device"].astype(str),
+                      "is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
+                      "is_data_shuffle": tl.is_data_shuffle(sync),
+                      "is_host_transfer": sync["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in sync
+                      else False})
+    firsts = ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]
+    for c in firsts:
+        d[c] = sync[c].to_numpy() if c in sync.columns else (-1 if c in DOT_DIMS else "")
+    for c in _ROOF_SUMS:
+        d[c] = sync[c].astype("float64").to_numpy() if c in sync.columns else np.nan
+    d["headroom_ps"] = sync["headroom_ps"].astype("float64").clip(lower=0).to_numpy() if "headroom_ps" in sync \
+        else np.nan
+    g = d.groupby(["module", "program_id", "op"], observed=True, sort=False)
+    out = g.agg(**{c: (c, "first") for c in firsts + ["is_matmul", "is_collective", "is_data_shuffle"]},
+                is_host_transfer=("is_host_transfer", "any"), occurrences=("total_ps", "size"),
+                devices=("dev", "nunique"), total_ps=("total_ps", "sum"))
+    sums = g[[*_ROOF_SUMS, "headroom_ps"]].sum(min_count=1)
+    out = out.join(sums).reset_index()
+    out["mean_ps"] = out["total_ps"] / out["occurrences"]
+    out["share"] = out["total_ps"] / profiled_ps
+    out["busy_share"] = out["total_ps"] / max(int(d["total_ps"].sum()), 1)
+    out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
+    out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
+    parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
+    bound = np.array(["compute", "memory", "network"], dtype=object)[parts.argmax(axis=1)] if len(out) else \
+        np.array([], dtype=object)
+    bound[out["is_host_transfer"].to_numpy(bool)] = "host_link"
+    bound[(out["roofline_ps"].isna() | (out["roofline_ps"] <= 0)).to_numpy()] = "unknown"
+    out["bound_by"] = bound
+    out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
+    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "bound_by", "cost_source", "unknown_reason"):
+        out[c] = out[c].astype(str)
+    return out.sort_values(["total_ps", "op"], ascending=[False, True], kind="stable", ignore_index=True)
+
+
 def op_table(ops: pd.DataFrame, sort: str = "total") -> pd.DataFrame:
-    """Aggregate synchronous op executions per (module, op); ops with no HLO name are grouped by kernel."""
-    d = ops[~ops["is_async"]]
-    if not len(d):
-        return pd.DataFrame(columns=["module", "op", "opcode", "category", "occurrences", "total_ps", "mean_ps",
-                                     "share"])
-    label = d["op"].astype(str)
-    label = label.where(label != "", d["kernel"].astype(str))
-    d = d.assign(_label=label.to_numpy(), _module=d["module"].astype(str).to_numpy())
-    total_time = float(d["duration_ps"].sum())
-    agg = {"opcode": ("opcode", "first"), "category": ("category", "first"),
-           "occurrences": ("duration_ps", "size"), "total_ps": ("duration_ps", "sum"),
-           "devices": ("device", "nunique")}
-    for c in ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps",
-              "headroom_ps"):
-        if c in d.columns:
-            agg[c] = (c, lambda s: s.sum(min_count=1))
-    for c in ("cost_source", "dtype", "unknown_reason"):
-        if c in d.columns:
-            agg[c] = (c, "first")
-    g = d.groupby(["_module", "program_id", "_label"], observed=True, sort=False).agg(**agg).reset_index()
-    g = g.rename(columns={"_module": "module", "_label": "op"})
-    if "roofline_ps" in g.columns:
-        parts = g[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
-        bound = np.array(["compute", "memory", "network"], dtype=object)[parts.argmax(axis=1)]
-        if "is_host_transfer" in d.columns:
-            hx = d.groupby(["_module", "program_id", "_label"], observed=True, sort=False)["is_host_transfer"].any()
-            bound[hx.to_numpy()] = "host_link"
-        bound[g["roofline_ps"].isna().to_numpy() | (g["roofline_ps"] <= 0).to_numpy()] = "unknown"
-        g["bound_by"] = bound
-    g["mean_ps"] = (g["total_ps"] / g["occurrences"]).round().astype(np.int64)
-    g["share"] = g["total_ps"] / total_time if total_time else 0.0
-    if "roofline_ps" in g.columns:
-        g["efficiency"] = g["roofline_ps"] / g["total_ps"].where(g["total_ps"] > 0)
-        g["intensity_flops_per_byte"] = g["flops"] / g["bytes_accessed"].where(g["bytes_accessed"] > 0)
-    for c in ("opcode", "category"):
-        g[c] = g[c].astype(str)
+    """:func:`op_stats` sorted for display (``sort`` is one of :data:`SORT_KEYS`)."""
+    g = op_stats(ops)
     col = _SORT_COL.get(sort, "total_ps")
     return g.sort_values([col, "op"], ascending=[col == "op", True], kind="stable", ignore_index=True)

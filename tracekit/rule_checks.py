@@ -22,15 +22,11 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.opstats import DOT_DIMS, chip_f32_slower, op_stats  # noqa: F401 (re-exported)
 from tracekit import timeline as tl
 
 #: Host-side events: declared in tracekit.schema (the input of ``compilation-in-trace``).
 HOST_EVENTS = schema.HOST_EVENTS
-#: Extra ops columns the padded-matmul-shapes rule reads (int64, -1 when unknown; dot/convolution only):
-#: M = product of the lhs non-contracting, non-batch dims; N = the same for the rhs; K = product of the
-#: contracting dims.
-DOT_DIMS = ("dot_m", "dot_n", "dot_k")
-_ROOF_SUMS = ("flops", "bytes_accessed", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
 
 CHECKS: dict = {}
 
@@ -41,14 +37,6 @@ def check(name: str):
         CHECKS[name] = fn
         return fn
     return deco
-
-
-def chip_f32_slower(device_kind: pd.Series) -> np.ndarray:
-    """True where the chip runs bf16 matmuls faster than f32 (TPUs, GPUs with tensor/matrix cores); False for
-    CPUs and unknown chips."""
-    s = device_kind.astype(str).str.lower()
-    return (s.str.contains(r"tpu|nvidia|tesla|[abhvl]\d{2,3}\b|gfx9|mi\d{3}|radeon|instinct", regex=True)
-            & ~s.str.contains("cpu", regex=False)).to_numpy(bool)
 
 
 def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
@@ -67,40 +55,6 @@ def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
         k = np.searchsorted(ms, st[oi], "right") - 1
         out[oi] = (k >= 0) & (st[oi] < me[np.maximum(k, 0)])
     return out
-
-
-def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
-    """Sync ops aggregated per (module, op) over every device: opcode, category, kernel, device_kind, dtype,
-    bound_by (first seen), occurrences, devices, total_ps, mean_ps, share (total_ps / ``profiled_ps``, the sum of
-    the device spans), busy_share (total_ps / total sync op time), the roofline columns summed over executions
-    (flops, bytes_accessed, compute_ps, memory_ps, network_ps, roofline_ps; headroom_ps sums max(0, headroom)),
-    efficiency (roofline_ps / total_ps), intensity_flops_per_byte, is_matmul, is_collective, is_data_shuffle,
-    chip_f32_slower, dot_m, dot_n, dot_k."""
-    sync = ops[~ops["is_async"].to_numpy(bool)]
-    d = pd.DataFrame({"module": sync["module"], "op": sync["op"], "total_ps": sync["duration_ps"].astype("int64"),
-                      "dev": sync["host"].astype(str) + "/" + sync["device"].astype(str),
-                      "is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
-                      "is_data_shuffle": tl.is_data_shuffle(sync)})
-    firsts = ["opcode", "category", "kernel", "device_kind", "dtype", "bound_by", *DOT_DIMS]
-    for c in firsts:
-        d[c] = sync[c] if c in sync.columns else (-1 if c in DOT_DIMS else "")
-    for c in _ROOF_SUMS:
-        d[c] = sync[c].astype("float64") if c in sync.columns else np.nan
-    d["headroom_ps"] = sync["headroom_ps"].astype("float64").clip(lower=0) if "headroom_ps" in sync else np.nan
-    g = d.groupby(["module", "op"], observed=True, sort=False)
-    out = g.agg(**{c: (c, "first") for c in firsts + ["is_matmul", "is_collective", "is_data_shuffle"]},
-                occurrences=("total_ps", "size"), devices=("dev", "nunique"), total_ps=("total_ps", "sum"))
-    sums = g[[*_ROOF_SUMS, "headroom_ps"]].sum(min_count=1)
-    out = out.join(sums).reset_index()
-    out["mean_ps"] = out["total_ps"] / out["occurrences"]
-    out["share"] = out["total_ps"] / profiled_ps
-    out["busy_share"] = out["total_ps"] / max(int(d["total_ps"].sum()), 1)
-    out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
-    out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
-    out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
-    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "bound_by"):
-        out[c] = out[c].astype(str)
-    return out.sort_values("total_ps", ascending=False, kind="stable", ignore_index=True)
 
 
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,

@@ -24,6 +24,7 @@ class Trace:
     steps: pd.DataFrame
     lines: pd.DataFrame
     devices: pd.DataFrame
+    host_events: pd.DataFrame = None
     hlo_modules: list = field(default_factory=list)
     device_stats: dict = field(default_factory=dict)
     hosts: list = field(default_factory=list)
@@ -93,6 +94,7 @@ def _host(space, host: str, warnings: list[str]) -> dict:
     steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
     ops = _assign_steps(ops, steps)
     return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
+            "host_events": ex["host_events"],
             "hlo_modules": mods, "device_stats": dstats, "host": host}
 
 
@@ -272,4 +274,5 @@ def _combine(parts: list[dict], warnings: list[str]) -> Trace:
         dstats.update(p["device_stats"])
     return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
+                 host_events=cat("host_events", schema.HOST_EVENTS),
                  hlo_modules=mods, device_stats=dstats, hosts=[p["host"] for p in parts], warnings=warnings)
