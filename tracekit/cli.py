@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from tracekit.errors import EXIT_BAD_INPUT, TraceError
+from tracekit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, TraceError
 
 EXIT_INTERNAL = 3
 
@@ -122,6 +122,79 @@ def _format_ops(t):
         out["efficiency"] = t["efficiency"].map(fmt_pct)
         out["headroom"] = t["headroom_ps"].map(fmt_time)
     return out
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename: never half a file."""
+    import tempfile
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tracekit-", dir=d)
+    except OSError as e:
+        raise TraceError(f"cannot write the output ({e.strerror})", path, "check the folder exists and is writable")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _params(values: tuple[str, ...]) -> dict:
+    """--param RULE.NAME=VALUE (repeatable) -> {rule: {name: value}}."""
+    out: dict = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        rule, dot, name = key.partition(".")
+        if not sep or not dot or not rule or not name:
+            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50000")
+        try:
+            parsed = json.loads(val)
+        except ValueError:
+            parsed = val
+        out.setdefault(rule, {})[name] = parsed
+    return out
+
+
+@main.command()
+@path_arg
+@run_opt
+@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+              help="Write the report here; the format follows the extension (.json .md .html .sarif .txt). Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default=None,
+              help="Format of stdout (or of -o when its extension does not say).")
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
+              show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
+              help="A folder of extra rule files (*.yaml). Repeatable.")
+@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group). Repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
+@click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
+@click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@click.option("--max-size", type=click.IntRange(min=1), default=None, help="Refuse traces larger than this many MiB.")
+@click.option("--max-events", type=click.IntRange(min=1), default=None, help="Refuse traces with more events.")
+@guarded
+def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, max_size,
+            max_events):
+    """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
+
+    Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
+    from tracekit import pipeline, render
+    rep = pipeline.analyze(path, chip=chip, run=run, rules_dirs=rules_dirs, select=select, ignore=ignore,
+                           params=_params(param_values), fail_on=fail_on,
+                           max_bytes=max_size * 2**20 if max_size else None, max_events=max_events)
+    for out in outputs:
+        _write_atomic(out, render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)))
+    if not outputs or fmt:
+        stdout_fmt = render.format_for(None, fmt) if fmt else "text"
+        click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
+    if rep.fails(fail_on):
+        sys.exit(EXIT_FINDINGS)
 
 
 @main.command("chips")

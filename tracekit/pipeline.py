@@ -1,15 +1,68 @@
-"""The pipeline, stage by stage: load -> frames -> cost -> roofline -> timeline -> rules -> report."""
+"""The pipeline, stage by stage: load -> frames -> cost -> roofline -> timeline -> rules -> report.
+Each stage is a function of plain data; this module only wires them together."""
 from __future__ import annotations
+
+import os
 
 import pandas as pd
 
-from tracekit.trace import Trace
+from tracekit import report as report_mod
+from tracekit.trace import Trace, load
 
 
 def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
-    """The ops frame with the roofline columns joined (cost model + chip table), when available."""
-    try:
-        from tracekit import roofline
-    except ImportError:  # roofline stage not built yet
-        return tr.ops
+    """The ops frame with the roofline columns joined (cost model + chip table)."""
+    from tracekit import roofline
     return roofline.join(tr, chip=chip)
+
+
+def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
+    from tracekit import chips as chips_mod, roofline
+    groups: dict[str, dict] = {}
+    for (host, dev), c in roofline.device_chips(tr, chip).items():
+        g = groups.setdefault(c.name, {
+            "name": c.name, "family": c.family, "vendor": c.vendor, "estimated": c.estimated, "devices": [],
+            "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},
+            "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
+            "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
+            "ridge_bf16_flops_per_byte": chips_mod.peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s
+            if c.hbm_bw_bytes_per_s else None,
+            "sources": dict(sorted(c.sources.items()))})
+        g["devices"].append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
+    return [report_mod._clean(g) for g in groups.values()]
+
+
+def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
+            params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
+            fail_on: str = "never", max_bytes=None, max_events=None) -> report_mod.Report:
+    """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
+    from tracekit import loader as load_mod, rule_checks, rules, timeline
+    if isinstance(source, Trace):
+        tr = source
+    else:
+        kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
+        tr = load(source, run=run, max_events=max_events, **kw)
+    ops = with_roofline(tr, chip)
+    rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
+    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
+                                          min_gap_ps=min_gap_ps)
+    findings = rules.run_rules(frames, rule_list, params)
+    step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
+    inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
+    return report_mod.build(
+        inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
+        steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
+        hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
+                            "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
+                                      for r in rule_list}},
+        warnings=tr.warnings, step_source=sorted(set(tr.steps["step_source"].astype(str))) if len(tr.steps) else [],
+        fail_on=fail_on)
+
+
+def _display_path(p: str) -> str:
+    """The path relative to the working directory when it is inside it (stable across machines)."""
+    try:
+        rel = os.path.relpath(p)
+        return rel if not rel.startswith("..") else p
+    except ValueError:
+        return p

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit import frames, hlo, load as _load, schema
+from tracekit import frames, hlo, loader as _load, schema
 from tracekit.errors import TraceError
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",

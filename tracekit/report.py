@@ -1,0 +1,154 @@
+"""The one ``Report`` every renderer reads: plain, JSON-ready data built from the pipeline's frames.
+
+The JSON envelope (``schema: tracekit.report/1``) is documented in ``docs/report-format.md``; keys are stable,
+values are plain numbers/strings, times are integer picoseconds, and the same input gives the same bytes (no
+timestamps, no absolute paths beyond what the user typed, sorted keys).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+SCHEMA = "tracekit.report/1"
+SEVERITIES = ("info", "warning", "error")
+TOP_OPS = 25
+ROOFLINE_POINTS = 200
+
+
+def _clean(v):
+    """JSON-safe scalar: NaN/inf -> None, numpy -> Python, floats rounded to 6 significant digits (stable)."""
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if not math.isfinite(f):
+            return None
+        if f == int(f) and abs(f) < 2**53:
+            return int(f)
+        return float(f"{f:.6g}")
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if v is None or isinstance(v, (int, str)):
+        return v
+    if v is pd.NA:
+        return None
+    return str(v)
+
+
+def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+
+
+@dataclass
+class Report:
+    """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it."""
+
+    data: dict = field(default_factory=dict)
+
+    @property
+    def findings(self) -> list[dict]:
+        return self.data.get("findings", [])
+
+    def worst_severity(self) -> str | None:
+        sev = [f["severity"] for f in self.findings]
+        return max(sev, key=SEVERITIES.index) if sev else None
+
+    def fails(self, fail_on: str) -> bool:
+        """True when a finding reaches ``fail_on`` (``never`` never fails)."""
+        if fail_on == "never":
+            return False
+        return any(SEVERITIES.index(f["severity"]) >= SEVERITIES.index(fail_on) for f in self.findings)
+
+    def to_json(self) -> str:
+        return json.dumps(self.data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
+              "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
+              "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
+              "cost_source", "unknown_reason", "source_file", "source_line"]
+
+
+def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
+          steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
+          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str) -> Report:
+    sync = ops[~ops["is_async"]] if len(ops) else ops
+    op_time = int(sync["duration_ps"].sum()) if len(sync) else 0
+    span = int(devices["span_ps"].sum()) if len(devices) else 0
+    busy = int(devices["busy_ps"].sum()) if len(devices) else 0
+    known = sync[sync["bound_by"].astype(str) != "unknown"] if "bound_by" in sync else sync.iloc[:0]
+    coverage = float(known["duration_ps"].sum() / op_time) if op_time else 0.0
+    top = op_stats.head(TOP_OPS).copy()
+    if len(hlo) and len(top):
+        src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
+        top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
+    by_bound = (sync.groupby(sync["bound_by"].astype(str))["duration_ps"].sum().sort_index()
+                if "bound_by" in sync and len(sync) else pd.Series(dtype="int64"))
+    coll = collectives
+    pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
+        if "flops" in op_stats else op_stats.iloc[:0]
+    points = [{"module": r["module"], "op": r["op"], "bound_by": r["bound_by"], "dtype": r["dtype"],
+               "total_ps": r["total_ps"], "intensity_flops_per_byte": r["flops"] / r["bytes_accessed"],
+               "achieved_flops_per_s": r["flops"] / (r["total_ps"] / 1e12) if r["total_ps"] else None}
+              for r in records(pts)]
+    finding_dicts = []
+    for f in findings:
+        d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
+        finding_dicts.append(_clean(d))
+    total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
+    data = {
+        "schema": SCHEMA,
+        "tool": {"name": "tracekit", "version": _version()},
+        "inputs": inputs,
+        "chips": chips,
+        "summary": _clean({
+            "hosts": int(ops["host"].nunique()) if len(ops) else 0,
+            "devices": int(len(devices)),
+            "steps": int(steps["step"].nunique()) if len(steps) else 0,
+            "step_source": step_source,
+            "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
+            "op_executions": int(len(sync)),
+            "roofline_coverage": coverage,
+            "time_by_bound_ps": {k: int(v) for k, v in by_bound.items()},
+            "collectives": int(len(coll)),
+            "collective_exposed_ps": int(coll["exposed_ps"].sum()) if len(coll) else 0,
+            "hlo_present": bool(len(hlo)),
+            "findings": len(finding_dicts),
+            "claimed_savings_ps": total_claimed,
+        }),
+        "devices": records(devices),
+        "step_stats": records(step_stats),
+        "steps": records(steps),
+        "top_ops": records(top, OP_COLUMNS),
+        "roofline": {"points": _clean(points), "roofs": chips},
+        "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
+        "findings": finding_dicts,
+        "params": _clean(params),
+        "gate": {"fail_on": fail_on, "failed": False},
+        "warnings": list(warnings),
+        "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
+                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
+        "provenance": {
+            "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
+            "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
+                           "(tracekit's HLO cost model), 'unknown' (with unknown_reason)",
+            "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
+        },
+    }
+    rep = Report(data)
+    data["gate"]["failed"] = rep.fails(fail_on)
+    return rep
+
+
+def _version() -> str:
+    from tracekit import __version__
+    return __version__
