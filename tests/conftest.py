@@ -26,3 +26,15 @@ def cpu_fixture(case: str) -> Path:
 @pytest.fixture
 def v6e():
     return shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_calibration(tmp_path_factory):
+    """Tests never read a developer's own `tracekit calibrate` result: CPU peaks come from the built-in estimate."""
+    old = os.environ.get("TRACEKIT_HOME")
+    os.environ["TRACEKIT_HOME"] = str(tmp_path_factory.mktemp("tracekit_home"))
+    yield
+    if old is None:
+        os.environ.pop("TRACEKIT_HOME", None)
+    else:
+        os.environ["TRACEKIT_HOME"] = old

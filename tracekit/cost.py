@@ -126,6 +126,14 @@ class _Model:
         return acc
 
     def inst_cost(self, cid: int, inst) -> Cost:
+        """Cost of one execution of ``inst``; HLO that does not hang together (a fusion without its computation,
+        an operand id that does not exist, ...) gives an unknown cost with the reason, never an exception."""
+        try:
+            return self._inst_cost(cid, inst)
+        except (IndexError, KeyError, ValueError, ZeroDivisionError, OverflowError, RecursionError) as e:
+            return Cost().unknown(f"malformed HLO for {inst.opcode} {inst.name!r} ({type(e).__name__})")
+
+    def _inst_cost(self, cid: int, inst) -> Cost:
         op = inst.opcode
         if op == "fusion":
             return self.fusion_cost(cid, inst)

@@ -136,6 +136,17 @@ def _sync(ops: pd.DataFrame) -> np.ndarray:
     return ~ops["is_async"].to_numpy(bool)
 
 
+def is_async_marker(ops: pd.DataFrame) -> np.ndarray:
+    """Sync ``*-start``/``*-done`` ops: they launch or wait for an async op; a ``-done`` that lasts is the device
+    stalled on it, so neither counts as compute that could hide other work."""
+    return _sync(ops) & _cat_mask(_col(ops, "opcode"), lambda s: s.str.contains(r"-(?:start|done)$", regex=True))
+
+
+def compute_mask(ops: pd.DataFrame) -> np.ndarray:
+    """Sync ops that do work: not collectives, not async start/done markers."""
+    return _sync(ops) & ~is_collective(ops) & ~is_async_marker(ops)
+
+
 def _frame(rows: list, cols: dict) -> pd.DataFrame:
     if rows:
         return pd.concat(rows, ignore_index=True).astype({c: t for c, t in cols.items() if t != object})
@@ -298,10 +309,20 @@ def collective_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 
     overlap_ratio = covered / span (1.0 for an empty span), overlap_class: ``hidden`` when ratio ≥ ``hidden``,
     ``exposed`` when ratio ≤ ``exposed``, else ``partial``; network_ps and net_bytes as the ops frame gives them
     (NaN when absent). Same definition as xprof's async overlap, applied to sync collectives too."""
-    coll = is_collective(ops)
-    cops = ops[coll]
-    sync = _sync(ops)
-    comp = ops[sync & ~coll]
+    return _overlap(ops, is_collective(ops) & ~is_async_marker(ops), compute_mask(ops), hidden, exposed)
+
+
+def async_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+    """xprof's async-overlap view: every async window (collectives and copies alike) against the union of the
+    synchronous ops on its device that do work (:func:`compute_mask`, plus sync collectives). Columns as
+    :func:`collective_overlap`."""
+    win = ops["is_async"].to_numpy(bool)
+    return _overlap(ops, win, _sync(ops) & ~is_async_marker(ops), hidden, exposed)
+
+
+def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: float) -> pd.DataFrame:
+    cops = ops[rows]
+    comp = ops[cover]
     cst, cen = comp["start_ps"].to_numpy(np.int64), _ends(comp)
     cg = _groups(comp)
     a, b = cops["start_ps"].to_numpy(np.int64), _ends(cops)
