@@ -2,6 +2,8 @@
 
 `tracekit._wire` speeds up reading .xplane.pb files. It is optional: when no C compiler is available the build
 carries on without it and tracekit uses its pure-Python reader (same results, slower)."""
+import os
+
 from setuptools import Extension, setup
 
 setup(
@@ -10,7 +12,9 @@ setup(
             "tracekit._wire",
             ["tracekit/_wire.c"],
             optional=True,
-            extra_compile_args=["-O2"] if __import__("os").name != "nt" else [],
+            # decoding threads (pthreads) on POSIX; Windows builds decode on one thread
+            extra_compile_args=["-pthread"] if os.name == "posix" else [],
+            extra_link_args=["-pthread"] if os.name == "posix" else [],
         )
     ]
 )

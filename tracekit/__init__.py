@@ -2,5 +2,16 @@
 from tracekit.errors import TraceError
 from tracekit.trace import Trace, load
 
-__all__ = ["Trace", "TraceError", "load"]
+__all__ = ["Trace", "TraceError", "capture", "load", "profile"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Lazy: neither jax nor the capture/hook code is imported by ``import tracekit``.
+    if name == "capture":  # the module is callable: tracekit.capture(fn, *args, ...) -> Report
+        import importlib
+        return importlib.import_module("tracekit.capture")
+    if name == "profile":
+        from tracekit.hook import profile
+        return profile
+    raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

@@ -817,16 +817,19 @@ pool_work(void *arg)
     return NULL;
 }
 
-static Job *sort_jobs_base;
+typedef struct {
+    Py_ssize_t size;
+    size_t index;
+} JobSize;
 
+/* Largest first; ties in file order. */
 static int
 cmp_job_size(const void *a, const void *b)
 {
-    const Job *x = &sort_jobs_base[*(const size_t *)a], *y = &sort_jobs_base[*(const size_t *)b];
-    Py_ssize_t sx = x->end - x->start, sy = y->end - y->start;
-    if (sx != sy)
-        return sx > sy ? -1 : 1;
-    return *(const size_t *)a < *(const size_t *)b ? -1 : (*(const size_t *)a > *(const size_t *)b);
+    const JobSize *x = (const JobSize *)a, *y = (const JobSize *)b;
+    if (x->size != y->size)
+        return x->size > y->size ? -1 : 1;
+    return x->index < y->index ? -1 : (x->index > y->index);
 }
 
 /* Runs phase 2 over all jobs with up to `threads` threads (this one included). Called without the GIL. */
@@ -954,8 +957,8 @@ frame_line(Dec *d, Jobs *js, cptr start, cptr end)
             SKIP(tp, p, end, tag, KNOWN_LINE);
         }
     }
-    /* n <= (end - start) / 2, so n * 8 cannot overflow; event indices must fit int32 */
-    if (j->n > INT32_MAX) {
+    /* event indices must fit int32, column sizes Py_ssize_t */
+    if (j->n > INT32_MAX || j->n > PY_SSIZE_T_MAX / 8) {
         fail(d, start, "more than 2**31 events in one line");
         goto error;
     }
@@ -1186,9 +1189,20 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
         }
         for (size_t k = 0; k < js.n_jobs; k++)
             order[k] = k;
-        if (threads > 1) {
-            sort_jobs_base = js.jobs; /* guarded by the GIL */
-            qsort(order, js.n_jobs, sizeof(size_t), cmp_job_size);
+        if (threads > 1 && js.n_jobs > 1) {
+            JobSize *sizes = (JobSize *)malloc(js.n_jobs * sizeof(JobSize));
+            if (!sizes) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            for (size_t k = 0; k < js.n_jobs; k++) {
+                sizes[k].size = js.jobs[k].end - js.jobs[k].start;
+                sizes[k].index = k;
+            }
+            qsort(sizes, js.n_jobs, sizeof(JobSize), cmp_job_size);
+            for (size_t k = 0; k < js.n_jobs; k++)
+                order[k] = sizes[k].index;
+            free(sizes);
         }
         Py_BEGIN_ALLOW_THREADS
         run_jobs(js.jobs, js.n_jobs, order, d->base, d->hard_end, threads);

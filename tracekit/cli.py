@@ -181,21 +181,81 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @click.option("--max-size", type=click.IntRange(min=1), default=None, help="Refuse traces larger than this many MiB.")
 @click.option("--max-events", type=click.IntRange(min=1), default=None, help="Refuse traces with more events.")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Load the hosts of a run folder in this many processes (0 = one per core).")
+@click.option("--dask", "dask_address", default=None, metavar="ADDR",
+              help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, max_size,
-            max_events):
+            max_events, jobs, dask_address):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
-    from tracekit import pipeline, render
-    rep = pipeline.analyze(path, chip=chip, run=run, rules_dirs=rules_dirs, select=select, ignore=ignore,
-                           params=_params(param_values), fail_on=fail_on,
-                           max_bytes=max_size * 2**20 if max_size else None, max_events=max_events)
+    from tracekit import hosts, render
+    rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
+                        select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
+                        max_bytes=max_size * 2**20 if max_size else None, max_events=max_events)
     for out in outputs:
         _write_atomic(out, render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)))
     if not outputs or fmt:
         stdout_fmt = render.format_for(None, fmt) if fmt else "text"
         click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
+    if rep.fails(fail_on):
+        sys.exit(EXIT_FINDINGS)
+
+
+@main.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Record from a job that called jax.profiler.start_server(PORT).")
+@click.option("--host", default="localhost", show_default=True, help="Host of that job's profiler server.")
+@click.option("--duration-ms", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="How long to record from the server (--port).")
+@click.option("--logdir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Where the trace goes (<logdir>/plugins/profile/<run>/); default: a new temporary folder, kept.")
+@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+              help="Also write the report here; the format follows the extension (.json .md .html .sarif .txt). "
+                   "Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default="text",
+              show_default=True, help="Format of the report on stdout.")
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
+              show_default=True, help="Exit 1 when a finding reaches this severity.")
+@click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@guarded
+def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, command):
+    """Record a trace and analyze it: from a running job (--port), or by running a script under the profiler.
+
+    \b
+      tracekit capture --port 9999 --duration-ms 3000 --logdir logs -o report.html
+      tracekit capture --logdir logs -o report.json -- python train.py --steps 100
+
+    With a command, its exit status is passed through when it is not 0 (the report is still shown when a trace
+    was written)."""
+    from tracekit import capture as cap, pipeline, render
+    if port is not None and command:
+        raise TraceError("give --port or a command after --, not both")
+    if port is None and not command:
+        raise TraceError("nothing to capture", hint="give --port PORT (a running job) or -- python script.py ARGS")
+    out_fmts = [render.format_for(out, None) for out in outputs]  # bad extensions fail before capturing
+    rc = 0
+    if port is not None:
+        run_dir = cap.remote(port, duration_ms, logdir, host=host)
+    else:
+        rc, run_dir, d = cap.run_script(list(command), logdir)
+        if run_dir is None:
+            if rc:
+                click.echo(f"tracekit: error: the command exited with status {rc} and wrote no trace", err=True)
+                sys.exit(rc)
+            raise TraceError("the command ran no JAX computation while traced: no trace was written", d,
+                             "check that the script runs jitted code (and does not end with os._exit)")
+    click.echo(f"tracekit: trace in {run_dir}", err=True)
+    rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
+    for out, out_fmt in zip(outputs, out_fmts):
+        _write_atomic(out, render.render(rep, out_fmt))
+    click.echo(render.render(rep, render.format_for(None, fmt), top=top, color=sys.stdout.isatty()), nl=False)
+    if rc:
+        sys.exit(rc)
     if rep.fails(fail_on):
         sys.exit(EXIT_FINDINGS)
 
@@ -255,6 +315,37 @@ def calibrate(seconds, path):
         click.echo(f"{k:>5} matmul: {fmt_num(v, 'FLOP/s')}")
     click.echo(f"memory bandwidth: {fmt_num(chip.hbm_bw_bytes_per_s, 'B/s')}")
     click.echo(f"stored in {cal.calibration_path(path)}; CPU traces now use these peaks")
+
+
+@main.command("diff")
+@click.argument("base", type=click.Path(path_type=str))
+@click.argument("new", type=click.Path(path_type=str))
+@run_opt
+@click.option("--threshold", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Relative slowdown of an op's mean time (or of the mean step time) that is a regression.")
+@click.option("--min-time", "min_time_ps", type=click.IntRange(min=0), default=1_000_000, show_default=True,
+              help="...and by at least this many picoseconds per execution (default 1 us).")
+@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+              help="Write the comparison here; the format follows the extension (.json .md .txt). Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default=None,
+              help="Format of stdout (or of -o when its extension does not say).")
+@click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True, help="Rows per table.")
+@guarded
+def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top):
+    """Compare two traces of the same program: ops matched by (module, op), else by (opcode, shape); per-op mean
+    time and mean step time; regressions, improvements, and ops only on one side.
+
+    Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
+    from tracekit import diff as diff_mod, render
+    formats = [diff_mod.check_format(render.format_for(out, fmt if len(outputs) == 1 and fmt else None))
+               for out in outputs]
+    d = diff_mod.compare(base, new, threshold=threshold, min_time_ps=min_time_ps, run=run)
+    for out, out_fmt in zip(outputs, formats):
+        _write_atomic(out, diff_mod.render(d, out_fmt, top=top))
+    if not outputs or fmt:
+        click.echo(diff_mod.render(d, render.format_for(None, fmt), top=top), nl=False)
+    if d.failed:
+        sys.exit(EXIT_FINDINGS)
 
 
 if __name__ == "__main__":

@@ -21,3 +21,15 @@ class TraceError(Exception):
         if hint:
             parts.append(hint)
         super().__init__(" — ".join(parts).replace("\n", " "))
+
+
+class FindingsError(Exception):
+    """Raised by ``tracekit.profile(fail_on=...)`` when training has ended (``close()`` / the end of the ``with``
+    block) and a finding reached the ``fail_on`` severity. Never raised mid-step, never without ``fail_on``.
+
+    ``findings`` lists the findings that reached it (dicts as in the JSON report), ``report_path`` the JSON report
+    (None when it was not written), ``report`` the :class:`~tracekit.report.Report` when it could be read back."""
+
+    def __init__(self, message: str, findings=(), report_path: str | None = None, report=None):
+        super().__init__(message)
+        self.findings, self.report_path, self.report = list(findings), report_path, report

@@ -1,10 +1,12 @@
 """XSpace -> DataFrames: ``ops`` (every device op execution), ``modules``, ``steps``, ``lines`` (inventory),
-``devices``, joined with the ``hlo`` frame. Columnar: each line's events are pulled into NumPy arrays in one pass,
-names are resolved per metadata entry (not per event), and frames are built once from the arrays.
+``host_events`` and ``devices``. Columnar throughout: :mod:`tracekit.wire` decodes each line's events and their
+stats into NumPy arrays; names are resolved once per metadata entry (or per distinct stat value) and carried as
+categorical codes (:mod:`tracekit.columns`), so no Python object is made per event.
 
 Sources of op rows:
-- TPU: the ``XLA Ops`` line of each ``/device:TPU:N`` plane; async windows from ``Async XLA Ops`` or, where that
-  line is empty, from pairing each ``*-start`` op with its ``*-done`` on the same device.
+- TPU: the ``XLA Ops`` line of each ``/device:TPU:N`` plane (op time from the device clock stat
+  ``device_duration_ps`` when present, as xprof's op statistics do); the trace's own async windows from
+  ``Async XLA Ops`` (pairing of ``*-start``/``*-done`` for the other devices happens in :mod:`tracekit.trace`).
 - GPU: kernel and memcpy events on ``Stream #N(...)`` lines; ``hlo_op``/``hlo_module``/``program_id`` stats
   (on the event, or on its metadata) name the HLO instruction. Several kernels may belong to one op.
 - CPU (XLA:CPU): events on host threads that carry both ``hlo_op`` and ``device_ordinal`` stats.
@@ -14,17 +16,16 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from tracekit import schema
-from tracekit.proto import xplane_pb2
-from tracekit.xspace import device_of, line_arrays, line_arrays_with_stats, stat_ids, stat_names, stats_dict
+from tracekit.columns import Cat, _Acc, const, intern, stat_floats, stat_ints, stat_strings
+from tracekit.wire import LineData, PlaneData
+from tracekit.xspace import device_of, stats_dict
 
-_OPSTATS = ("hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal", "flops", "bytes_accessed",
-            "hlo_category")
 _INSTR_NAME = re.compile(r"^%?([\w.\-]+)\s*=")
 #: host events kept for the rules (compilation inside profiled steps)
 COMPILE_RE = re.compile(r"compil(?:e|ation)(?!d)", re.IGNORECASE)
+U64 = 0xFFFFFFFFFFFFFFFF
 
 
 def instr_name_and_opcode(text: str) -> tuple[str, str]:
@@ -43,47 +44,90 @@ def instr_name_and_opcode(text: str) -> tuple[str, str]:
                 break
     else:
         rest = rest.split(" ", 1)[1] if " " in rest else ""
-    op = rest.split("(", 1)[0].strip()
-    return m.group(1), op
+    return m.group(1), rest.split("(", 1)[0].strip()
 
 
 def opcode_from_name(name: str) -> str:
     """Best guess of the opcode from an instruction name ('all-reduce-start.2' -> 'all-reduce-start')."""
-    base = re.sub(r"(\.\d+)+$", "", name)
-    return base
+    return re.sub(r"(\.\d+)+$", "", name)
 
 
-class _Acc:
-    """Column accumulator: lists of NumPy chunks and per-chunk constants, concatenated once."""
-
-    def __init__(self):
-        self.chunks: list[dict] = []
-
-    def add(self, **cols):
-        n = len(cols["start_ps"])
-        if n:
-            self.chunks.append({k: (v if isinstance(v, np.ndarray) or isinstance(v, list) else [v] * n)
-                                for k, v in cols.items()})
-
-    def frame(self, sch: dict) -> pd.DataFrame:
-        if not self.chunks:
-            return schema.empty(sch)
-        keys = self.chunks[0].keys()
-        data = {}
-        for k in keys:
-            parts = [c[k] for c in self.chunks]
-            if all(isinstance(p, np.ndarray) for p in parts):
-                data[k] = np.concatenate(parts)
-            else:
-                data[k] = [x for p in parts for x in (p.tolist() if isinstance(p, np.ndarray) else p)]
-        return schema.conform(pd.DataFrame(data), sch)
-
-
-def _md_table(plane, mids: np.ndarray, per_md):
-    """Map unique metadata ids through ``per_md(md) -> tuple`` and broadcast back: one call per metadata entry."""
+def _md_values(head, mids: np.ndarray, per_md) -> tuple[list, np.ndarray]:
+    """``per_md(metadata or None)`` once per distinct metadata id, and the inverse index to spread it."""
     uniq, inv = np.unique(mids, return_inverse=True)
-    vals = [per_md(plane.event_metadata.get(int(u))) for u in uniq]
-    return vals, inv
+    md = head.event_metadata
+    return [per_md(md[int(u)] if int(u) in md else None) for u in uniq], inv
+
+
+def _col(vals: list, inv: np.ndarray, i: int) -> Cat:
+    return intern([v[i] for v in vals], inv)
+
+
+def _num(vals: list, inv: np.ndarray, i: int, dtype) -> np.ndarray:
+    arr = np.array([v[i] for v in vals], dtype=dtype)
+    return arr[inv] if len(inv) else np.empty(0, dtype)
+
+
+def _ids(names: dict, *wanted: str) -> dict:
+    out = {w: -1 for w in wanted}
+    for k, v in names.items():
+        if v in out:
+            out[v] = k
+    return out
+
+
+def _start(line: LineData) -> np.ndarray:
+    return line.offset_ps + line.timestamp_ns * 1000
+
+
+def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
+    acc = {k: _Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines")}
+    devices = []
+    has_accel = any(device_of(p.name) and device_of(p.name)[0] in ("TPU", "GPU") for p in planes)
+    for plane in planes:
+        head = plane.head
+        names = {k: v.name for k, v in head.stat_metadata.items()}
+        dev = device_of(plane.name)
+        pstats = stats_dict(head.stats, names)
+        kind = ""
+        if dev:
+            kind = str(pstats.get("device_type_string") or "")
+            if dev[0] == "GPU" and not kind:
+                vendor = str(pstats.get("device_vendor") or "")
+                cc = (pstats.get("compute_cap_major"), pstats.get("compute_cap_minor"))
+                kind = f"{vendor or 'GPU'} cc{cc[0]}.{cc[1]}" if cc[0] is not None else (vendor or "GPU")
+            devices.append({"host": host, "device": f"{dev[0]}:{dev[1]}", "device_kind": kind or dev[0],
+                            "plane": plane.name, "stats": pstats})
+        compile_ids = None
+        for line in plane.lines:
+            n = line.n_events
+            if dev and n:
+                device = f"{dev[0]}:{dev[1]}"
+                if dev[0] == "TPU":
+                    _tpu_line(head, line, names, host, device, acc)
+                elif dev[0] == "GPU":
+                    _gpu_line(head, line, names, host, device, acc)
+            elif not dev and n and plane.name.startswith("/host:") and plane.name != "/host:metadata":
+                _host_line(line, names, host, acc, want_ops=not has_accel)
+                if compile_ids is None:
+                    compile_ids = np.array([k for k, md in head.event_metadata.items() if COMPILE_RE.search(md.name)],
+                                           dtype=np.int64)
+                if len(compile_ids):
+                    m = np.isin(line.metadata_id, compile_ids)
+                    if m.any():
+                        vals, inv = _md_values(head, line.metadata_id[m], lambda md: md.name if md else "")
+                        acc["host_events"].add(host=host, line=line.name, name=np.array(vals, dtype=object)[inv],
+                                               start_ps=_start(line)[m], duration_ps=line.event_duration_ps[m])
+            t0 = line.timestamp_ns * 1000
+            first = int(line.offset_ps.min()) + t0 if n else 0
+            last = int((line.offset_ps + line.event_duration_ps).max()) + t0 if n else 0
+            acc["lines"].add(host=host, plane=plane.name, line=line.name or line.display_name,
+                             events=np.array([n]), start_ps=np.array([first]), end_ps=np.array([last]))
+    out = {"ops": acc["ops"].frame(schema.OPS), "async": acc["async"].frame(schema.OPS),
+           "modules": acc["modules"].frame(schema.MODULES), "steps": acc["steps"].frame(schema.STEPS),
+           "host_steps": acc["host_steps"].frame(schema.STEPS), "lines": acc["lines"].frame(schema.LINES),
+           "host_events": acc["host_events"].frame(schema.HOST_EVENTS), "devices": devices}
+    return out
 
 
 def _tpu_md(names):
@@ -96,178 +140,117 @@ def _tpu_md(names):
             opcode = opcode_from_name(op)
         st = stats_dict(md.stats, names)
         pid = st.get("program_id") or 0
-        return (op, opcode, str(st.get("hlo_category") or ""), int(pid) & 0xFFFFFFFFFFFFFFFF,
+        return (op, opcode, str(st.get("hlo_category") or ""), int(pid) & U64,
                 float(st["flops"]) if "flops" in st else np.nan,
                 float(st["bytes_accessed"]) if "bytes_accessed" in st else np.nan)
     return f
 
 
-def _take(vals, inv, i):
-    col = [v[i] for v in vals]
-    return np.asarray(col, dtype=object if isinstance(col[0] if col else "", str) else None)[inv] if col else []
-
-
-def extract(space: xplane_pb2.XSpace, host: str, warnings: list[str]) -> dict[str, pd.DataFrame]:
-    ops, asyncs, mods, steps, lines, host_steps, hev = _Acc(), _Acc(), _Acc(), _Acc(), _Acc(), _Acc(), _Acc()
-    devices = []
-    has_accel = any(device_of(p.name) and device_of(p.name)[0] in ("TPU", "GPU") for p in space.planes)
-    for plane in space.planes:
-        names = stat_names(plane)
-        compile_ids = None
-        dev = device_of(plane.name)
-        pstats = stats_dict(plane.stats, names)
-        if dev:
-            kind = str(pstats.get("device_type_string") or "")
-            if dev[0] == "GPU" and not kind:
-                vendor = str(pstats.get("device_vendor") or "")
-                cc = (pstats.get("compute_cap_major"), pstats.get("compute_cap_minor"))
-                kind = f"{vendor or 'GPU'} cc{cc[0]}.{cc[1]}" if cc[0] is not None else (vendor or "GPU")
-            devices.append({"host": host, "device": f"{dev[0]}:{dev[1]}", "device_kind": kind or dev[0],
-                            "plane": plane.name, "stats": pstats})
-        for line in plane.lines:
-            n = len(line.events)
-            if dev and n:
-                device = f"{dev[0]}:{dev[1]}"
-                if dev[0] == "TPU":
-                    _tpu_line(plane, line, names, host, device, ops, asyncs, mods, steps)
-                elif dev[0] == "GPU":
-                    _gpu_line(plane, line, names, host, device, ops, steps, devices[-1]["device_kind"])
-            elif not dev and n and plane.name.startswith("/host:") and plane.name != "/host:metadata":
-                _host_line(plane, line, names, host, ops, host_steps, want_ops=not has_accel)
-                if compile_ids is None:
-                    compile_ids = np.array([k for k, md in plane.event_metadata.items() if COMPILE_RE.search(md.name)],
-                                           dtype=np.int64)
-                if len(compile_ids):
-                    _compile_events(plane, line, host, compile_ids, hev)
-            if n:
-                t0 = line.timestamp_ns * 1000
-                first = line.events[0].offset_ps
-                last = max(line.events[-1].offset_ps + line.events[-1].duration_ps, first)
-                lines.add(host=host, plane=plane.name, line=line.name or line.display_name, events=[n],
-                          start_ps=[t0 + first], end_ps=[t0 + last])
-            else:
-                lines.add(host=host, plane=plane.name, line=line.name, events=[0], start_ps=[0], end_ps=[0])
-    out = {"ops": ops.frame(schema.OPS), "async": asyncs.frame(schema.OPS), "modules": mods.frame(schema.MODULES),
-           "steps": steps.frame(schema.STEPS), "host_steps": host_steps.frame(schema.STEPS),
-           "lines": lines.frame(schema.LINES), "host_events": hev.frame(schema.HOST_EVENTS)}
-    out["devices"] = devices
-    return out
-
-
-def _tpu_line(plane, line, names, host, device, ops, asyncs, mods, steps):
+def _tpu_line(head, line, names, host, device, acc):
     lname = line.name
     if lname in ("XLA Ops", "Async XLA Ops"):
-        ids = stat_ids(plane, "flops", "bytes_accessed", "device_duration_ps")
-        mids, start, dur, ev = line_arrays_with_stats(line, ids, names)
-        # the device's own clock measures the op (as xprof's op statistics do); the host-clock event gives start
-        ddur = ev["device_duration_ps"]
-        if any(v is not None for v in ddur):
-            m = np.array([v is not None for v in ddur])
-            dur[m] = np.array([int(v) for v in ddur if v is not None], dtype=np.int64)
-        vals, inv = _md_table(plane, mids, _tpu_md(names))
-        op, opcode, cat, pid, fl, by = (np.array([v[i] for v in vals], dtype=object)[inv] for i in range(6))
-        fl = np.array(fl, dtype=float)
-        by = np.array(by, dtype=float)
-        # newer captures put flops/bytes on the events themselves
-        for arr, key in ((fl, "flops"), (by, "bytes_accessed")):
-            evv = ev[key]
-            if any(v is not None for v in evv):
-                m = np.array([v is not None for v in evv])
-                arr[m] = np.array([float(v) for v in evv if v is not None])
-        acc = ops if lname == "XLA Ops" else asyncs
-        acc.add(host=host, device=device, line=lname, source="xla_ops" if lname == "XLA Ops" else "async_xla_ops",
-                op=op, opcode=opcode, category=cat, program_id=pid.astype(np.uint64), start_ps=start,
-                duration_ps=dur, is_async=lname != "XLA Ops", trace_flops=fl, trace_bytes=by)
+        ids = _ids(names, "flops", "bytes_accessed", "device_duration_ps")
+        vals, inv = _md_values(head, line.metadata_id, _tpu_md(names))
+        fl, by = _num(vals, inv, 4, float), _num(vals, inv, 5, float)
+        for arr, key in ((fl, "flops"), (by, "bytes_accessed")):  # newer captures: costs on the events
+            ev = stat_floats(line, ids[key])
+            m = ~np.isnan(ev)
+            arr[m] = ev[m]
+        dur = line.event_duration_ps.copy()
+        has, ddur = stat_ints(line, ids["device_duration_ps"])
+        dur[has] = ddur[has]
+        sync = lname == "XLA Ops"
+        acc["ops" if sync else "async"].add(
+            host=host, device=device, line=lname, source="xla_ops" if sync else "async_xla_ops",
+            op=_col(vals, inv, 0), opcode=_col(vals, inv, 1), category=_col(vals, inv, 2),
+            program_id=_num(vals, inv, 3, np.uint64), start_ps=_start(line), duration_ps=dur,
+            is_async=np.full(line.n_events, not sync), trace_flops=fl, trace_bytes=by)
     elif lname == "XLA Modules":
-        ids = stat_ids(plane, "run_id")
-        mids, start, dur, ev = line_arrays_with_stats(line, ids, names)
         from tracekit.hlo import parse_module_label
-        vals, inv = _md_table(plane, mids, lambda md: parse_module_label(md.name if md else ""))
-        mod = np.array([v[0] for v in vals], dtype=object)[inv]
-        pid = np.array([v[1] for v in vals], dtype=np.uint64)[inv]
-        run = np.array([int(v) if v is not None else -1 for v in ev["run_id"]], dtype=np.int64)
-        mods.add(host=host, device=device, module=mod, program_id=pid, run_id=run, start_ps=start, duration_ps=dur)
+        vals, inv = _md_values(head, line.metadata_id, lambda md: parse_module_label(md.name if md else ""))
+        has, run = stat_ints(line, _ids(names, "run_id")["run_id"])
+        acc["modules"].add(host=host, device=device, module=_col(vals, inv, 0), program_id=_num(vals, inv, 1, np.uint64),
+                           run_id=np.where(has, run, -1), start_ps=_start(line), duration_ps=line.event_duration_ps)
     elif lname == "Steps":
-        _steps_line(plane, line, names, host, device, steps)
+        _steps_line(head, line, names, host, device, acc)
 
 
-def _steps_line(plane, line, names, host, device, steps):
-    ids = stat_ids(plane, "step_num", "group_id")
-    mids, start, dur, ev = line_arrays_with_stats(line, ids, names)
-    step = []
-    for i, mid in enumerate(mids):
-        v = ev["step_num"][i] if ev["step_num"][i] is not None else ev["group_id"][i]
-        if v is None:
-            md = plane.event_metadata.get(int(mid))
-            v = md.name if md is not None and md.name.isdigit() else i
-        step.append(int(v))
-    steps.add(host=host, device=device, step=np.array(step, np.int64), start_ps=start, duration_ps=dur,
-              step_source="steps_line")
+def _steps_line(head, line, names, host, device, acc):
+    ids = _ids(names, "step_num", "group_id")
+    has_s, step = stat_ints(line, ids["step_num"])
+    has_g, group = stat_ints(line, ids["group_id"])
+    vals, inv = _md_values(head, line.metadata_id, lambda md: int(md.name) if md is not None and md.name.isdigit() else -1)
+    from_name = np.array(vals, np.int64)[inv]
+    st = np.where(has_s, step, np.where(has_g, group, np.where(from_name >= 0, from_name, np.arange(line.n_events))))
+    acc["steps"].add(host=host, device=device, step=st.astype(np.int64), start_ps=_start(line),
+                     duration_ps=line.event_duration_ps, step_source="steps_line")
 
 
-def _gpu_line(plane, line, names, host, device, ops, steps, kind):
+def _gpu_line(head, line, names, host, device, acc):
     if line.name == "Steps":
-        _steps_line(plane, line, names, host, device, steps)
+        _steps_line(head, line, names, host, device, acc)
         return
     if not line.name.startswith("Stream #"):
         return
-    ids = stat_ids(plane, "hlo_op", "hlo_module", "program_id")
-    mids, start, dur, ev = line_arrays_with_stats(line, ids, names)
-    md_stats = {}
-    vals, inv = _md_table(plane, mids, lambda md: (md.display_name or md.name if md else "",
-                                                  stats_dict(md.stats, names) if md else {}))
-    kernel = np.array([v[0] for v in vals], dtype=object)[inv]
-    n = len(mids)
-    op = np.empty(n, dtype=object)
-    module = np.empty(n, dtype=object)
-    pid = np.zeros(n, dtype=np.uint64)
-    for i in range(n):
-        mst = vals[inv[i]][1]
-        o = ev["hlo_op"][i] if ev["hlo_op"][i] is not None else mst.get("hlo_op", "")
-        op[i] = o or ""
-        module[i] = ev["hlo_module"][i] if ev["hlo_module"][i] is not None else mst.get("hlo_module", "")
-        p = ev["program_id"][i] if ev["program_id"][i] is not None else mst.get("program_id", 0)
-        pid[i] = int(p or 0) & 0xFFFFFFFFFFFFFFFF
-    is_memcpy = ("Memcpy" in line.name) | np.array([str(k).startswith(("Memcpy", "Memset")) for k in kernel], bool)
-    source = np.where(is_memcpy, "gpu_memcpy", "gpu_kernel").astype(object)
-    # On an XLA trace, a kernel with no hlo_op is the runtime's (e.g. a host-to-device copy), not an HLO op.
-    if ids["hlo_op"] >= 0:
-        source[op == ""] = "gpu_runtime"
-    opcode = np.array([opcode_from_name(o) if o else "" for o in op], dtype=object)
-    ops.add(host=host, device=device, line=line.name, source=source, op=op, opcode=opcode, module=module,
-            program_id=pid, kernel=kernel, start_ps=start, duration_ps=dur, is_async=False)
-    del md_stats
+    ids = _ids(names, "hlo_op", "hlo_module", "program_id")
+    vals, inv = _md_values(head, line.metadata_id, lambda md: (
+        (md.display_name or md.name, stats_dict(md.stats, names)) if md is not None else ("", {})))
+    kernel = intern([v[0] for v in vals], inv)
+    has_op, op = stat_strings(line, ids["hlo_op"], names)
+    has_mod, mod = stat_strings(line, ids["hlo_module"], names)
+    has_pid, pid = stat_ints(line, ids["program_id"])
+    # stats may sit on the metadata instead of the events
+    md_op = [str(v[1].get("hlo_op", "")) for v in vals]
+    if any(md_op):
+        op = _fill(op, has_op, md_op, inv)
+        mod = _fill(mod, has_mod, [str(v[1].get("hlo_module", "")) for v in vals], inv)
+        md_pid = np.array([int(v[1].get("program_id", 0) or 0) for v in vals], np.int64)[inv]
+        pid = np.where(has_pid, pid, md_pid)
+    is_memcpy = np.array([str(k).startswith(("Memcpy", "Memset")) for k in kernel.categories], bool)
+    is_memcpy = (is_memcpy[kernel.codes] if len(kernel.codes) else np.zeros(0, bool)) | ("Memcpy" in line.name)
+    op_named = np.array([bool(c) for c in op.categories], bool)[op.codes] if len(op.codes) else np.zeros(0, bool)
+    src = np.where(is_memcpy, 1, 0)
+    if ids["hlo_op"] >= 0 or any(md_op):  # an XLA trace: a kernel with no hlo_op is the runtime's
+        src = np.where(~op_named, 2, src)
+    source = Cat(src.astype(np.int32), ["gpu_kernel", "gpu_memcpy", "gpu_runtime"])
+    opcode = Cat(op.codes, [opcode_from_name(c) if c else "" for c in op.categories])
+    acc["ops"].add(host=host, device=device, line=line.name, source=source, op=op, opcode=opcode, module=mod,
+                   program_id=pid.astype(np.uint64), kernel=kernel, start_ps=_start(line),
+                   duration_ps=line.event_duration_ps, is_async=np.zeros(line.n_events, bool))
 
 
-def _compile_events(plane, line, host, compile_ids, hev):
-    mids, start, dur = line_arrays(line)
-    m = np.isin(mids, compile_ids)
-    if m.any():
-        names = np.array([plane.event_metadata[int(i)].name for i in mids[m]], dtype=object)
-        hev.add(host=host, line=line.name, name=names, start_ps=start[m], duration_ps=dur[m])
+def _fill(cat: Cat, has: np.ndarray, md_vals: list, inv: np.ndarray) -> Cat:
+    md = intern(md_vals, inv)
+    table = {c: i for i, c in enumerate(cat.categories)}
+    remap = np.array([table.setdefault(c, len(table)) for c in md.categories], np.int32)
+    codes = np.where(has, cat.codes, remap[md.codes] if len(remap) else cat.codes)
+    return Cat(codes.astype(np.int32), list(table))
 
 
-def _host_line(plane, line, names, host, ops, host_steps, want_ops: bool):
-    ids = stat_ids(plane, "hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal", "step_num")
-    if all(v < 0 for v in ids.values()):
+def _host_line(line, names, host, acc, want_ops: bool):
+    ids = _ids(names, "hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal", "step_num")
+    if all(v < 0 for v in ids.values()) or not len(line.stat_id):
         return
-    mids, start, dur, ev = line_arrays_with_stats(line, ids, names)
-    sn = ev["step_num"]
-    m = np.array([v is not None for v in sn], bool)
-    if m.any():
-        host_steps.add(host=host, device="", step=np.array([int(v) for v in sn if v is not None], np.int64),
-                       start_ps=start[m], duration_ps=dur[m], step_source="step_annotation")
+    start = _start(line)
+    has_s, step = stat_ints(line, ids["step_num"])
+    if has_s.any():
+        acc["host_steps"].add(host=host, device="", step=step[has_s], start_ps=start[has_s],
+                              duration_ps=line.event_duration_ps[has_s], step_source="step_annotation")
     if not want_ops:
         return
-    m = np.array([a is not None and b is not None for a, b in zip(ev["hlo_op"], ev["device_ordinal"])], bool)
+    has_op, op = stat_strings(line, ids["hlo_op"], names)
+    has_dev, ordinal = stat_ints(line, ids["device_ordinal"])
+    m = has_op & has_dev
     if not m.any():
         return
     idx = np.nonzero(m)[0]
-    op = np.array([str(ev["hlo_op"][i]) for i in idx], dtype=object)
-    ops.add(host=host, device=np.array([f"CPU:{int(ev['device_ordinal'][i])}" for i in idx], dtype=object),
-            device_kind="cpu", line=line.name, source="cpu_thunk", op=op,
-            opcode=np.array([opcode_from_name(o) for o in op], dtype=object),
-            module=np.array([str(ev["hlo_module"][i] or "") for i in idx], dtype=object),
-            program_id=np.array([int(ev["program_id"][i] or 0) for i in idx], dtype=np.uint64),
-            run_id=np.array([int(ev["run_id"][i]) if ev["run_id"][i] is not None else -1 for i in idx], np.int64),
-            start_ps=start[idx], duration_ps=dur[idx], is_async=False)
+    _, mod = stat_strings(line, ids["hlo_module"], names)
+    _, pid = stat_ints(line, ids["program_id"])
+    has_run, run = stat_ints(line, ids["run_id"])
+    du, dinv = np.unique(ordinal[idx], return_inverse=True)
+    opc = Cat(op.codes[idx], [opcode_from_name(c) for c in op.categories])
+    acc["ops"].add(host=host, device=intern([f"CPU:{int(d)}" for d in du], dinv), device_kind="cpu",
+                   line=line.name, source="cpu_thunk", op=Cat(op.codes[idx], op.categories), opcode=opc,
+                   module=Cat(mod.codes[idx], mod.categories), program_id=pid[idx].astype(np.uint64),
+                   run_id=np.where(has_run[idx], run[idx], -1), start_ps=start[idx],
+                   duration_ps=line.event_duration_ps[idx], is_async=np.zeros(len(idx), bool))

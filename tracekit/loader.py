@@ -13,7 +13,6 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tracekit.errors import TraceError
-from tracekit.proto import xplane_pb2
 
 SUFFIX = ".xplane.pb"
 #: Default refusal limits; both can be lifted (``max_bytes=None``) by the caller / ``--max-size``.
@@ -46,7 +45,71 @@ def _runs(profile_dir: Path) -> list[Path]:
 
 def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
     """The trace files ``path`` names: itself (a file), every ``*.xplane.pb`` in a run folder, or the newest run
-    (or ``run``) under ``<logdir>/plugins/profile``."""
+    (or ``run``) under ``<logdir>/plugins/profile``. A URL with a protocol (``gs://``, ``s3://``, ``memory://``…)
+    is listed through fsspec the same way; its HostFile paths are then URL strings (read by :func:`read_bytes`)."""
+    url = os.fspath(path)
+    if "://" in url:
+        from pathlib import PurePosixPath
+        try:
+            import fsspec.core
+        except ImportError:
+            raise TraceError("cannot read a URL: fsspec is not installed", url,
+                             "pip install fsspec (or tracekit[remote])") from None
+        proto = url.split("://", 1)[0]
+        try:
+            fs, root = fsspec.core.url_to_fs(url)
+        except ImportError as e:
+            from fsspec.registry import known_implementations
+            pkg = known_implementations.get(proto, {}).get("class", "").split(".")[0]
+            raise TraceError(f"cannot reach {proto}://, install {pkg if pkg not in ('', 'fsspec') else 'its driver'}",
+                             url, str(e)) from None
+        except ValueError as e:
+            raise TraceError(f"cannot reach {proto}:// ({e})", url,
+                             "use gs://, s3://, memory://, … or a local path") from None
+        root = root.rstrip("/") or root
+
+        def traces(d):  # trace files directly in folder d, sorted
+            return sorted(e["name"] for e in fs.ls(d, detail=True) if e.get("type") == "file"
+                          and e["name"].rsplit("/", 1)[-1].endswith((SUFFIX, SUFFIX + ".gz")))
+
+        def hostfile(name):  # keep the URL the user typed as the prefix
+            name = name.rstrip("/")
+            u = url.rstrip("/") + name[len(root):] if name.startswith(root) else fs.unstrip_protocol(name)
+            return HostFile(host_name(PurePosixPath(name)), u)
+
+        try:
+            if not fs.exists(root):
+                raise TraceError("no such file or folder", url, "give a .xplane.pb file, a run folder or a logdir")
+            if fs.isfile(root):
+                if run:
+                    raise TraceError("--run applies to a logdir, not a file", url)
+                return [hostfile(root)]
+            files = traces(root)
+            if files and not run:
+                return [hostfile(f) for f in files]
+            for pdir in (f"{root}/plugins/profile", f"{root}/profile", root):
+                if not fs.isdir(pdir):
+                    continue
+                runs = sorted((e["name"].rstrip("/") for e in fs.ls(pdir, detail=True) if e.get("type") == "directory"),
+                              key=lambda d: d.rsplit("/", 1)[-1])
+                runs = [d for d in runs if traces(d)]
+                if not runs:
+                    continue
+                if run:
+                    chosen = [d for d in runs if d.rsplit("/", 1)[-1] == run]
+                    if not chosen:
+                        names = ", ".join(d.rsplit("/", 1)[-1] for d in runs[-5:])
+                        raise TraceError(f"no run named {run!r}", hostfile(pdir).path, f"runs here include: {names}")
+                    return [hostfile(f) for f in traces(chosen[0])]
+                return [hostfile(f) for f in traces(runs[-1])]
+        except TraceError:
+            raise
+        except Exception as e:  # noqa: BLE001 — any storage failure (network, credentials) is one line
+            first = (str(e).splitlines() or [""])[0]
+            raise TraceError(f"cannot reach {proto}:// ({type(e).__name__}: {first})", url,
+                             "check the URL and your credentials") from None
+        raise TraceError("no *.xplane.pb trace found", url,
+                         "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
     p = Path(path)
     if not p.exists():
         raise TraceError("no such file or folder", str(p), "give a .xplane.pb file, a run folder or a logdir")
@@ -79,50 +142,79 @@ def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
 
 
 def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
+    """The file's bytes (a ``.gz`` decompressed, bounded). ``path`` may be a URL string (``gs://…``), read
+    through fsspec with the same size limit and messages."""
+    where = os.fspath(path)
+    remote = "://" in where
     try:
-        size = path.stat().st_size
+        if remote:
+            proto = where.split("://", 1)[0]
+            try:
+                import fsspec.core
+                fs, rp = fsspec.core.url_to_fs(where)
+            except ImportError as e:  # fsspec itself, or the protocol's package (gcsfs, s3fs, …)
+                try:
+                    from fsspec.registry import known_implementations as known
+                    pkg = known.get(proto, {}).get("class", "").split(".")[0]
+                    pkg = pkg if pkg not in ("", "fsspec") else "its driver"
+                except ImportError:
+                    pkg = "fsspec"
+                raise TraceError(f"cannot reach {proto}://, install {pkg}", where, str(e)) from None
+            if fs.isdir(rp):
+                raise IsADirectoryError(where)
+            size = fs.size(rp)
+        else:
+            size = Path(path).stat().st_size
         if max_bytes is not None and size > max_bytes:
             raise TraceError(f"file is {size / 2**30:.1f} GiB, over the {max_bytes / 2**30:.1f} GiB limit",
-                             str(path), "raise the limit with --max-size (or max_bytes=None)")
-        with open(path, "rb") as f:
+                             where, "raise the limit with --max-size (or max_bytes=None)")
+        with (fs.open(rp, "rb") if remote else open(path, "rb")) as f:
             data = f.read()
+    except TraceError:
+        raise
     except PermissionError:
-        raise TraceError("file is not readable", str(path), "check its permissions") from None
+        raise TraceError("file is not readable", where, "check its permissions") from None
     except IsADirectoryError:
-        raise TraceError("is a folder, not a trace file", str(path)) from None
+        raise TraceError("is a folder, not a trace file", where) from None
     except OSError as e:
-        raise TraceError(f"cannot read file ({e.strerror})", str(path)) from None
-    if path.name.endswith(".gz"):
+        raise TraceError(f"cannot read file ({e.strerror or type(e).__name__})", where) from None
+    except Exception as e:  # noqa: BLE001 — remote storage (network, credentials): one line
+        if not remote:
+            raise
+        raise TraceError(f"cannot reach {proto}:// ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})", where,
+                         "check the URL and your credentials") from None
+    if where.endswith(".gz"):
         limit = None if max_bytes is None else max(max_bytes, len(data) * GZ_MAX_RATIO)
         try:
             with gzip.GzipFile(fileobj=__import__("io").BytesIO(data)) as g:
                 data = g.read(limit + 1 if limit is not None else -1)
         except (OSError, EOFError) as e:
-            raise TraceError(f"not a valid gzip file ({e})", str(path)) from None
+            raise TraceError(f"not a valid gzip file ({e})", where) from None
         if limit is not None and len(data) > limit:
-            raise TraceError("decompressed trace is over the size limit", str(path),
+            raise TraceError("decompressed trace is over the size limit", where,
                              "raise the limit with --max-size (or max_bytes=None)")
     return data
 
 
-def decode(data: bytes, where: str) -> xplane_pb2.XSpace:
-    """Parse serialized ``XSpace`` bytes, or raise TraceError saying why they are not a trace."""
+def decode(data: bytes, where: str):
+    """Decode serialized ``XSpace`` bytes into columnar planes (:mod:`tracekit.wire`), or raise TraceError saying
+    why they are not a trace. Returns (planes, hostnames)."""
+    from tracekit import wire
     if not data:
         raise TraceError("file is empty", where, "re-capture the profile; the writer may have been interrupted")
-    space = xplane_pb2.XSpace()
     try:
-        space.ParseFromString(data)
-    except DecodeError as e:
+        planes, hostnames = wire.read_space(data)
+    except (ValueError, DecodeError) as e:
         detail = str(e).split("\n")[0] or "bad protobuf wire data"
         raise TraceError(f"not a valid XSpace trace ({detail}); the file is truncated, corrupt, or not an "
                          "xplane.pb", where, "re-capture or re-copy it in binary mode") from None
-    except (ValueError, RecursionError, MemoryError) as e:
+    except (RecursionError, MemoryError, OverflowError) as e:
         raise TraceError(f"not a valid XSpace trace ({type(e).__name__})", where) from None
-    if not space.planes:
+    if not planes:
         raise TraceError("file holds no profiler planes (not an xplane.pb, or an empty capture)", where,
                          "check that the profiled code ran on a device while tracing")
-    return space
+    return planes, hostnames
 
 
-def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES) -> xplane_pb2.XSpace:
+def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES):
     return decode(read_bytes(hf.path, max_bytes), str(hf.path))

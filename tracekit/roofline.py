@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import chips, hlo, schema
+from tracekit.columns import unique_rows
 from tracekit.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
@@ -78,111 +79,136 @@ def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray:
     return share
 
 
+BOUNDS = ["compute", "memory", "network", "host_link", "unknown"]
+_IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
+
+
 def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
-    """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added."""
-    ops = tr.ops.copy()
-    n = len(ops)
+    """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added. Costs, peaks and reasons are worked
+    out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
+    per execution (trace-reported costs, the split of an op over its GPU kernels, the measured time) is per row."""
+    n = len(tr.ops)
     if not n:
-        return schema.conform(ops, {**schema.OPS, **schema.ROOFLINE})
+        return schema.conform(tr.ops.copy(), {**schema.OPS, **schema.ROOFLINE})
+    ops = tr.ops
+    new: dict = {}
+    inv, rows = unique_rows(ops, _IDENT)
+    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip)
+    g = {k: (v[inv] if isinstance(v, np.ndarray) else v) for k, v in u.items()}
+    flops, nbytes, net, src = g["flops"].copy(), g["nbytes"].copy(), g["net"].copy(), g["src"].copy()
+    reason = g["reason"].copy()
+    # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
+    tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
+    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~g["done"] & ~g["start_marker"]
+    flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], 1, 0
+    net[has_t & np.isnan(net)] = 0.0
+    share = _per_kernel_split(ops)
+    flops, nbytes, net = flops * share, nbytes * share, net * share
+    host_x, gsize, fam, netw = g["host_x"], g["gsize"], g["fam_tpu"], g["netw"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = flops / g["peak_f"] * 1e12
+        memory = nbytes / g["bw"] * 1e12
+        network = np.where(net > 0, net / netw * 1e12, np.where(np.isnan(net), np.nan, 0.0))
+        gs = np.maximum(gsize, 2)
+        # all-to-all on a bidirectional ring: V/(4W) with V the full array (net_bytes = V(N-1)/N)
+        network = np.where(g["a2a"], net * gs / (gs - 1) / 4 / netw * 1e12, network)
+        floor = np.where((net > 0) & fam, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2, 0.0)
+        network = np.where(net > 0, np.maximum(network, floor), network)
+        hostlink = np.where(host_x, g["xfer"] * share / g["hostw"] * 1e12, 0.0)
+    host_x = host_x & ~np.isnan(hostlink)
+    net = np.where(host_x, g["xfer"] * share, net)
+    parts = np.vstack([np.nan_to_num(compute, nan=-1), np.nan_to_num(memory, nan=-1),
+                       np.nan_to_num(network, nan=-1), np.nan_to_num(hostlink, nan=-1)])
+    best = parts.argmax(axis=0)
+    roof = parts.max(axis=0)
+    unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
+    best[unknown] = 4
+    roof = np.where(unknown, np.nan, roof)
+    reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
+    network = np.where(host_x, hostlink, network)
+    dur = ops["duration_ps"].to_numpy().astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eff = np.where(dur > 0, roof / dur, np.nan)
+        new["intensity_flops_per_byte"] = np.where(nbytes > 0, flops / nbytes, np.nan)
+    new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, net, gsize
+    new["dtype"] = pd.Categorical.from_codes(u["dtype_codes"][inv], categories=u["dtypes"])
+    new["cost_source"] = pd.Categorical.from_codes(src.astype(np.int8), categories=["hlo", "trace", "unknown"])
+    new["unknown_reason"] = pd.Categorical.from_codes(reason.astype(np.int32),
+                                                      categories=u["reasons"] + ["no work (zero flops and bytes)"])
+    new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = compute, memory, network, roof
+    new["bound_by"] = pd.Categorical.from_codes(best.astype(np.int8), categories=BOUNDS)
+    new["efficiency"] = eff
+    new["headroom_ps"] = np.where(np.isnan(roof), np.nan, np.maximum(dur - np.nan_to_num(roof), 0))
+    new["collective"] = pd.Categorical.from_codes(u["coll_codes"][inv], categories=u["colls"])
+    new["is_host_transfer"] = host_x
+    for col in ("dot_m", "dot_n", "dot_k"):
+        new[col] = g[col]
+    out = pd.concat([ops.drop(columns=[c for c in new if c in ops.columns]), pd.DataFrame(new, index=ops.index)],
+                    axis=1)
+    return schema.conform(out, {**schema.OPS, **schema.ROOFLINE})
+
+
+def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
+    """Everything that depends only on which op ran where: cost per execution, reasons, peaks."""
+    n = len(u)
     c = costs(tr) if tr.has_hlo else pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
-    opname = ops["op"].astype(str).to_numpy(dtype=object)
-    opc = ops["opcode"].astype(str).to_numpy(dtype=object)
-    is_async = ops["is_async"].to_numpy()
+    opname = u["op"].fillna("").astype(str).to_numpy(dtype=object)
+    opc = u["opcode"].fillna("").astype(str).to_numpy(dtype=object)
+    is_async = u["is_async"].astype(bool).to_numpy()
     # a -done op is costed as the async op it completes (its duration is the exposed wait for it); the tiny
     # -start marker on the op line carries nothing (the window row carries the -start's cost)
+    done = np.array([o.endswith("-done") for o in opc], bool) & ~is_async
+    start_marker = np.array([o.endswith("-start") for o in opc], bool) & ~is_async
     key_op = opname.copy()
-    done = np.char.endswith(opc.astype(str), "-done") & ~is_async
     if done.any() and tr.has_hlo:
         d2s = hlo.done_to_start(tr.hlo)
-        pids = ops["program_id"].to_numpy()
-        key_op[done] = [d2s.get((int(p), o), o) for p, o in zip(pids[done], opname[done])]
-    start_marker = np.char.endswith(opc.astype(str), "-start") & ~is_async
-    key = pd.DataFrame({"program_id": ops["program_id"].to_numpy(), "op": key_op.astype(str)})
+        key_op[done] = [d2s.get((int(p), o), o) for p, o in zip(u["program_id"].to_numpy()[done], opname[done])]
+    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": key_op.astype(str)})
     j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else key.reindex(columns=list(key) + _COST_COLS)
     hx = _hlo_extras(tr, key)
     known = j["cost_known"].fillna(False).astype(bool).to_numpy()
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
     nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
-    src = np.where(known, "hlo", "unknown").astype(object)
+    src = np.where(known, 0, 2)
     reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
     miss = ~known & (reason == "")
-    reason[miss] = np.where(ops["in_hlo"].to_numpy()[miss], "no cost for this instruction",
+    reason[miss] = np.where(u["in_hlo"].astype(bool).to_numpy()[miss], "no cost for this instruction",
                             "op not found in the trace's HLO")
-    # the trace's own cost stats win where present (TPU), except on -done ops (costed as their async op)
-    tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~done
-    flops[has_t], nbytes[has_t], src[has_t] = tf[has_t], tb[has_t], "trace"
-    net[has_t & np.isnan(net)] = 0.0
-    reason[has_t] = ""
     flops[start_marker], nbytes[start_marker], net[start_marker] = 0.0, 0.0, 0.0
+    src[start_marker] = 0
     reason[start_marker] = "async -start marker: the cost is on its window"
-    # host offload copies move their bytes over the host link (PCIe), not HBM
     host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
         ~start_marker
-    xfer = hx["transfer_bytes"].to_numpy(float)
-    share = _per_kernel_split(ops)
-    flops, nbytes, net = flops * share, nbytes * share, net * share
     gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
-    coll = j["collective"].fillna("").astype(str).to_numpy()
+    coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
     dtype = j["dtype"].fillna("").astype(str).to_numpy(dtype=object)
-    # peaks per device
     dchips = device_chips(tr, chip)
-    peak_f = np.full(n, np.nan)
-    bw = np.full(n, np.nan)
-    netw = np.full(n, np.nan)
-    hostw = np.full(n, np.nan)
-    fam = np.empty(n, dtype=object)
-    dev_key = ops["host"].astype(str) + "|" + ops["device"].astype(str)
+    peak_f, bw, netw, hostw = (np.full(n, np.nan) for _ in range(4))
+    fam_tpu = np.zeros(n, bool)
+    hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
     for (h, d), ch in dchips.items():
-        m = (dev_key == f"{h}|{d}").to_numpy()
+        m = (hosts == h) & (devs == d)
         if not m.any():
             continue
-        fam[m] = ch.family
+        fam_tpu[m] = ch.family == "tpu"
         bw[m] = ch.hbm_bw_bytes_per_s
-        for dt in set(dtype[m]):
-            mm = m & (dtype == dt)
-            peak_f[mm] = chips.peak_flops(ch, dt or "bf16")[0]
-        netw[m] = _network_bw(ch, gsize[m], coll[m])
         hostw[m] = ch.host_link_bw_bytes_per_s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        compute = flops / peak_f * 1e12
-        memory = nbytes / bw * 1e12
-        network = np.where(net > 0, net / netw * 1e12, np.where(np.isnan(net), np.nan, 0.0))
-        a2a = np.char.startswith(coll.astype(str), "all-to-all") | np.char.startswith(coll.astype(str), "ragged-all-to-all")
-        # all-to-all on a bidirectional ring: V/(4W) with V the full array (net_bytes = V(N-1)/N)
-        gs = np.maximum(gsize, 2)
-        network = np.where(a2a, net * gs / (gs - 1) / 4 / netw * 1e12, network)
-        floor = np.where((net > 0) & (fam == "tpu"), HOP_LATENCY_PS * np.maximum(gsize, 1) / 2, 0.0)
-        network = np.where(net > 0, np.maximum(network, floor), network)
-        hostlink = np.where(host_x, xfer * share / hostw * 1e12, 0.0)
-    host_x = host_x & ~np.isnan(hostlink)
-    net[host_x] = xfer[host_x] * share[host_x]
-    parts = np.vstack([np.nan_to_num(compute, nan=-1), np.nan_to_num(memory, nan=-1),
-                       np.nan_to_num(network, nan=-1), np.nan_to_num(hostlink, nan=-1)])
-    best = parts.argmax(axis=0)
-    roof = parts.max(axis=0)
-    unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
-    bound = np.array(["compute", "memory", "network", "host_link"], dtype=object)[best]
-    bound[unknown] = "unknown"
-    roof = np.where(unknown, np.nan, roof)
-    reason[unknown & (reason == "")] = "no work (zero flops and bytes)"
-    network = np.where(host_x, hostlink, network)
-    dur = ops["duration_ps"].to_numpy().astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eff = np.where(dur > 0, roof / dur, np.nan)
-    ops["flops"], ops["bytes_accessed"], ops["net_bytes"] = flops, nbytes, net
-    ops["group_size"], ops["dtype"], ops["cost_source"], ops["unknown_reason"] = gsize, dtype, src, reason
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ops["intensity_flops_per_byte"] = np.where(nbytes > 0, flops / nbytes, np.nan)
-    ops["compute_ps"], ops["memory_ps"], ops["network_ps"], ops["roofline_ps"] = compute, memory, network, roof
-    ops["bound_by"], ops["efficiency"] = bound, eff
-    ops["headroom_ps"] = np.where(np.isnan(roof), np.nan, np.maximum(dur - np.nan_to_num(roof), 0))
-    ops["collective"] = coll
-    ops["is_host_transfer"] = host_x
-    for col in ("dot_m", "dot_n", "dot_k"):
-        ops[col] = hx[col].to_numpy()
-    return schema.conform(ops, {**schema.OPS, **schema.ROOFLINE})
+        for dt in set(dtype[m]):
+            peak_f[m & (dtype == dt)] = chips.peak_flops(ch, dt or "bf16")[0]
+        netw[m] = _network_bw(ch, gsize[m], coll[m])
+    reasons = [""] + sorted(set(reason) - {""})
+    rcode = {r: i for i, r in enumerate(reasons)}
+    dtypes = sorted(set(dtype))
+    colls = sorted(set(coll))
+    return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
+            "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
+            "host_x": host_x, "xfer": hx["transfer_bytes"].to_numpy(float), "gsize": gsize,
+            "a2a": np.array([str(x).startswith(("all-to-all", "ragged-all-to-all")) for x in coll], bool),
+            "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
+            "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
+            "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
+            **{col: hx[col].to_numpy() for col in ("dot_m", "dot_n", "dot_k")}}
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
@@ -199,7 +225,7 @@ def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
 
 
 def _network_bw(ch: chips.Chip, gsize: np.ndarray, coll: np.ndarray) -> np.ndarray:
-    """Effective per-device bandwidth for each collective row (NaN where the chip gives none)."""
+    """Effective per-device bandwidth for each collective (NaN where the chip gives none)."""
     out = np.full(len(gsize), np.nan)
     if ch.family == "tpu":
         link = ch.link_bw_bytes_per_s

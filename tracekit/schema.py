@@ -115,7 +115,8 @@ ROOFLINE = {
     "group_size": ("int64", "collective participants, -1 when not a collective"),
     "dtype": (CAT, "element type the op computes in (dot/conv: the operand type)"),
     "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
-    "unknown_reason": ("object", "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
+    "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
+    "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
     "compute_ps": ("float64", "flops / peak FLOP/s of the op's dtype"),
     "memory_ps": ("float64", "bytes_accessed / peak memory bandwidth"),
@@ -136,6 +137,14 @@ def columns(schema: dict) -> list[str]:
     return list(schema)
 
 
+def _dtype_ok(s: pd.Series, d: str) -> bool:
+    if d == CAT:
+        return isinstance(s.dtype, pd.CategoricalDtype)
+    if d == "object":
+        return s.dtype == object
+    return str(s.dtype) == d
+
+
 def empty(schema: dict) -> pd.DataFrame:
     """An empty frame with the schema's columns and dtypes."""
     return pd.DataFrame({c: pd.Series([], dtype=d if d != "object" else object) for c, (d, _) in schema.items()})
@@ -144,6 +153,9 @@ def empty(schema: dict) -> pd.DataFrame:
 def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:
     """Coerce ``df`` to ``schema``: missing columns are filled with the unknown value, dtypes are cast, and the
     schema's columns come first in order. Columns not in the schema are kept at the end when ``extra``."""
+    if all(c in df.columns and _dtype_ok(df[c], d) for c, (d, _) in schema.items()) and \
+            list(df.columns[:len(schema)]) == list(schema) and (extra or len(df.columns) == len(schema)):
+        return df  # already conforming: no copy
     out = {}
     n = len(df)
     for c, (d, _) in schema.items():

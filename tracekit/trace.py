@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frames, hlo, loader as _load, schema
+from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, unique_rows
 from tracekit.errors import TraceError
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
@@ -48,31 +49,32 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     parts = []
     warnings: list[str] = []
     for hf in files:
-        space = _load.load_space(hf, max_bytes)
+        planes, hostnames = _load.load_space(hf, max_bytes)
         if max_events is not None:
-            n = sum(len(l.events) for p in space.planes for l in p.lines)
+            n = sum(line.n_events for p in planes for line in p.lines)
             if n > max_events:
                 raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
                                  "raise it with --max-events")
-        host = space.hostnames[0] if len(files) == 1 and space.hostnames else hf.host
-        parts.append(_host(space, host, warnings))
-        del space
+        host = hostnames[0] if len(files) == 1 and hostnames else hf.host
+        parts.append(_host(planes, host, warnings))
+        del planes
     tr = _combine(parts, warnings)
     tr.paths = [str(f.path) for f in files]
     return tr
 
 
-def _host(space, host: str, warnings: list[str]) -> dict:
-    ex = frames.extract(space, host, warnings)
-    meta = [p for p in space.planes if p.name == "/host:metadata"]
-    mods = hlo.modules_from_plane(meta[0], warnings) if meta else []
+def _host(planes, host: str, warnings: list[str]) -> dict:
+    ex = frames.extract(planes, host, warnings)
+    meta = [p for p in planes if p.name == "/host:metadata"]
+    mods = hlo.modules_from_plane(meta[0].head, warnings) if meta else []
     h = hlo.hlo_frame(mods)
     ops = ex["ops"]
     devs = pd.DataFrame([{k: d[k] for k in ("host", "device", "device_kind", "plane")} for d in ex["devices"]],
                         columns=["host", "device", "device_kind", "plane"])
     dstats = {(d["host"], d["device"]): d["stats"] for d in ex["devices"]}
-    if len(ops) and (ops["device"].astype(str).str.startswith("CPU").any()):
-        cpu = sorted(set(ops["device"].astype(str)) - set(devs["device"]), key=_dev_key)
+    op_devices = set(ops["device"].cat.categories) if len(ops) else set()
+    if any(str(d).startswith("CPU") for d in op_devices):
+        cpu = sorted({str(d) for d in op_devices} - set(devs["device"]), key=_dev_key)
         devs = pd.concat([devs, pd.DataFrame({"host": host, "device": cpu, "device_kind": "cpu", "plane": "/host:CPU"})])
         for d in cpu:
             dstats[(host, d)] = {}
@@ -85,9 +87,10 @@ def _host(space, host: str, warnings: list[str]) -> dict:
     asyncs = _fill_modules(ex["async"], names)
     ops = _join_hlo(ops, h)
     asyncs = _join_hlo(asyncs, h)
-    ops = pd.concat([ops, _async_windows(ops, asyncs, h)], ignore_index=True) if len(ops) else ops
+    ops = concat_frames([ops, _async_windows(ops, asyncs, h)]) if len(ops) else ops
     kinds = dict(zip(devs["device"], devs["device_kind"]))
-    ops["device_kind"] = ops["device"].astype(str).map(kinds).fillna("").astype("category")
+    dinv, drows = unique_rows(ops, ["device"])
+    ops["device_kind"] = cat_from([kinds.get(d, "") for (d,) in drows], dinv)
     if not len(mx):
         mx = _module_runs(ops, host)
     ops = _assign_runs(ops, mx)
@@ -104,55 +107,37 @@ def _dev_key(d: str):
 
 
 def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """Rows without a module name get it from their program id (one lookup per distinct pair)."""
     if not len(ops):
         return ops
-    mod = ops["module"].astype(str)
-    missing = mod == ""
-    if missing.any():
-        mod = mod.where(~missing, ops["program_id"].map(lambda p: names.get(int(p), "")))
+    inv, rows = unique_rows(ops, ["module", "program_id"])
     ops = ops.copy()
-    ops["module"] = mod.astype("category")
+    ops["module"] = cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)
     return ops
 
 
 def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
-    if not len(ops) or not len(h):
-        if len(ops):
-            ops = ops.copy()
-            cat = ops["category"].astype(str)
-            ops["category"] = cat.where(cat != "", ops["opcode"].astype(str)).astype("category")
-            ops = _fallback_category(ops)
+    """opcode and category from the HLO instruction each op ran (joined on program id and instruction name, once
+    per distinct pair); ``in_hlo`` says which rows joined."""
+    if not len(ops):
         return ops
-    top = h[~h["is_fusion_computation"]][["program_id", "name", "opcode", "category"]]
-    top = top.drop_duplicates(["program_id", "name"]).rename(columns={"name": "op", "opcode": "_opc", "category": "_cat"})
-    top["op"] = top["op"].astype(str)
-    key = ops[["program_id", "op"]].astype({"op": str})
-    j = key.merge(top, on=["program_id", "op"], how="left")
+    table = {}
+    if len(h):
+        top = h[~h["is_fusion_computation"]]
+        table = {(int(p), n): (o, c) for p, n, o, c in zip(top["program_id"], top["name"], top["opcode"].astype(str),
+                                                           top["category"].astype(str))}
+    inv, rows = unique_rows(ops, ["program_id", "op", "opcode", "category", "source"])
+    out = []
+    for pid, op, opc, cat, src in rows:
+        hit = table.get((int(pid), op or ""))
+        if hit:
+            opc, cat = hit[0], (cat or hit[1])
+        cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
+        out.append((bool(hit), opc or "", cat))
     ops = ops.copy()
-    found = j["_opc"].notna().to_numpy()
-    ops["in_hlo"] = found
-    opc = ops["opcode"].astype(str).to_numpy(dtype=object)
-    opc[found] = j["_opc"].to_numpy(dtype=object)[found]
-    ops["opcode"] = pd.Categorical(opc)
-    cat = ops["category"].astype(str).to_numpy(dtype=object)
-    hcat = j["_cat"].astype(object).to_numpy()
-    fill = (cat == "") & found
-    cat[fill] = hcat[fill]
-    cat[cat == ""] = opc[cat == ""]
-    ops["category"] = pd.Categorical(cat)
-    return _fallback_category(ops)
-
-
-def _fallback_category(ops: pd.DataFrame) -> pd.DataFrame:
-    """Rows with no HLO opcode (runtime copies, non-XLA kernels) are named after what they are."""
-    cat = ops["category"].astype(str).to_numpy(dtype=object)
-    src = ops["source"].astype(str).to_numpy(dtype=object)
-    empty = cat == ""
-    if empty.any():
-        cat[empty & (src == "gpu_runtime")] = "runtime copy"
-        cat[empty & (src == "gpu_memcpy")] = "memcpy"
-        cat[empty & (src == "gpu_kernel")] = "kernel"
-        ops["category"] = pd.Categorical(cat)
+    ops["in_hlo"] = np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool)
+    ops["opcode"] = cat_from([o[1] for o in out], inv)
+    ops["category"] = cat_from([o[2] for o in out], inv)
     return ops
 
 
@@ -160,15 +145,16 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
     paired with the first matching ``*-done`` after it on the same device."""
     have = set(asyncs["device"].astype(str)) if len(asyncs) else set()
-    tpu = ops[(ops["source"] == "xla_ops") & ~ops["device"].astype(str).isin(have)]
-    opc = tpu["opcode"].astype(str)
-    starts = tpu[opc.str.endswith("-start")]
-    dones = tpu[opc.str.endswith("-done")]
+    tpu = ops[(cat_apply(ops["source"], lambda v: v == "xla_ops") & ~cat_apply(ops["device"], lambda v: v in have))
+              .astype(bool)]
+    starts = tpu[cat_apply(tpu["opcode"], lambda v: str(v).endswith("-start")).astype(bool)]
+    dones = tpu[cat_apply(tpu["opcode"], lambda v: str(v).endswith("-done")).astype(bool)]
     if not len(starts) or not len(dones):
         return asyncs
     done_to_start = hlo.done_to_start(h) if len(h) else {}
-    dkey = [done_to_start.get((int(p), o), o.replace("-done", "-start", 1)) for p, o in
-            zip(dones["program_id"], dones["op"].astype(str))]
+    dinv, drows = unique_rows(dones, ["program_id", "op"])
+    dkey = np.array([done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1)) for p, o in drows],
+                    dtype=object)[dinv]
     left = pd.DataFrame({"device": starts["device"].astype(str).to_numpy(), "key": starts["op"].astype(str).to_numpy(),
                          "program_id": starts["program_id"].to_numpy(), "t": starts["start_ps"].to_numpy(),
                          "row": np.arange(len(starts))})
@@ -200,18 +186,26 @@ def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
 
 
 def _contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "device") -> np.ndarray:
-    """For each op, ``value`` of the window (same ``by``) that contains the op's start, else -1."""
+    """For each op, ``value`` of the window (same ``by``) that contains the op's start, else -1. One sorted search
+    per device."""
     res = np.full(len(ops), -1, dtype=np.int64)
     if not len(ops) or not len(windows):
         return res
-    left = pd.DataFrame({by: ops[by].astype(str).to_numpy(), "t": ops["start_ps"].to_numpy(),
-                         "row": np.arange(len(ops))}).sort_values("t")
-    right = pd.DataFrame({by: windows[by].astype(str).to_numpy(), "t": windows["start_ps"].to_numpy(),
-                          "end": (windows["start_ps"] + windows["duration_ps"]).to_numpy(),
-                          "v": windows[value].to_numpy()}).sort_values("t")
-    m = pd.merge_asof(left, right, on="t", by=by, direction="backward")
-    ok = m["end"].notna() & (m["t"] < m["end"].fillna(0)) & m["v"].notna()
-    res[m.loc[ok, "row"].to_numpy()] = m.loc[ok, "v"].to_numpy().astype(np.int64)
+    codes, cats = codes_of(ops[by])
+    t = ops["start_ps"].to_numpy()
+    wdev = windows[by].astype(str).to_numpy()
+    for i, d in enumerate(cats):
+        w = windows[wdev == str(d)]
+        if not len(w):
+            continue
+        order = np.argsort(w["start_ps"].to_numpy(), kind="stable")
+        ws = w["start_ps"].to_numpy()[order]
+        we = ws + w["duration_ps"].to_numpy()[order]
+        wv = w[value].to_numpy()[order].astype(np.int64)
+        rows = np.nonzero(codes == i)[0]
+        k = np.searchsorted(ws, t[rows], side="right") - 1
+        ok = (k >= 0) & (t[rows] < we[np.maximum(k, 0)])
+        res[rows[ok]] = wv[k[ok]]
     return res
 
 
@@ -229,7 +223,7 @@ def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
 def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
     if len(dev_steps):
         return dev_steps
-    devices = sorted(set(ops["device"].astype(str)), key=_dev_key) if len(ops) else []
+    devices = sorted({str(d) for d in ops["device"].unique()}, key=_dev_key) if len(ops) else []
     if len(host_steps) and devices:
         rep = pd.concat([host_steps.assign(device=d) for d in devices], ignore_index=True)
         return schema.conform(rep.sort_values(["device", "start_ps"]), schema.STEPS)
@@ -256,7 +250,7 @@ def _combine(parts: list[dict], warnings: list[str]) -> Trace:
         frames_ = [p[key] for p in parts if len(p[key])]
         if not frames_:
             return schema.empty(sch)
-        return schema.conform(pd.concat(frames_, ignore_index=True), sch)
+        return schema.conform(concat_frames(frames_), sch)
 
     seen, mods = set(), []
     for p in parts:

@@ -1,0 +1,99 @@
+"""Many hosts in parallel (tracekit.hosts): a process pool and a Dask cluster give the single-process report,
+byte for byte, and the straggler host is found."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import cpu_fixture
+from tracekit import hosts, pipeline
+from tracekit.cli import main
+from tracekit.proto import xplane_pb2
+
+N_HOSTS = 16
+SLOW = "host11"
+
+
+def _stretch(space: xplane_pb2.XSpace, f: float) -> None:
+    """Scale every host-thread event's time (XLA:CPU ops live there) by ``f``."""
+    for p in space.planes:
+        if p.name.startswith("/host:CPU"):
+            for line in p.lines:
+                for e in line.events:
+                    e.offset_ps, e.duration_ps = int(e.offset_ps * f), int(e.duration_ps * f)
+
+
+@pytest.fixture(scope="module")
+def run16(tmp_path_factory):
+    """16 copies of a CPU trace, each a little slower than the last (0.5 %), and one host twice as slow."""
+    src = (cpu_fixture("train_step") / "plugins" / "profile" / "run1" / "cpu.xplane.pb").read_bytes()
+    d = tmp_path_factory.mktemp("run16")
+    for i in range(N_HOSTS):
+        sp = xplane_pb2.XSpace.FromString(src)
+        name = f"host{i:02d}"
+        _stretch(sp, 2.0 if name == SLOW else 1 + 0.005 * i)
+        (d / f"{name}.xplane.pb").write_bytes(sp.SerializeToString())
+    return d
+
+
+@pytest.fixture(scope="module")
+def single(run16):
+    return pipeline.analyze(run16)
+
+
+def test_single_process_sees_all_hosts(single):
+    assert single.data["summary"]["hosts"] == N_HOSTS
+    assert [i["host"] for i in single.data["inputs"]] == [f"host{i:02d}" for i in range(N_HOSTS)]
+
+
+def test_process_pool_equals_single_process(run16, single):
+    rep = hosts.analyze(run16, jobs=2)
+    assert rep.to_json() == single.to_json()
+
+
+def test_load_equals_single_process_trace(run16):
+    from tracekit import load
+    a, b = load(run16), hosts.load(run16, jobs=2)
+    for name in ("ops", "hlo", "modules", "steps", "lines", "devices", "host_events"):
+        assert getattr(a, name).equals(getattr(b, name)), name
+    assert a.hosts == b.hosts and a.paths == b.paths and a.warnings == b.warnings
+    assert [(m.name, m.program_id) for m in a.hlo_modules] == [(m.name, m.program_id) for m in b.hlo_modules]
+
+
+def test_dask_cluster_equals_single_process(run16, single):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster:
+        rep = hosts.analyze(run16, dask=cluster.scheduler_address)
+        with distributed.Client(cluster) as client:  # a Client object works as well as an address
+            rep2 = hosts.analyze(run16, dask=client)
+    assert rep.to_json() == single.to_json()
+    assert rep2.to_json() == single.to_json()
+
+
+def test_straggler_host_flagged(single):
+    s = hosts.host_summary(single)
+    assert len(s) == N_HOSTS and (s["devices"] == 1).all() and (s["steps"] == 5).all()
+    assert hosts.stragglers(single) == [SLOW]
+    row = s.set_index("host").loc[SLOW]
+    assert row["busy_ps_z"] > 3.5 and row["step_ps_mean_z"] > 3.5
+    tk9 = [f for f in single.findings if f["rule_id"] == "TK009"]
+    assert tk9 and [e["host"] for e in tk9[0]["evidence"]] == [SLOW]
+
+
+def test_cli_jobs(run16, single, tmp_path):
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, ["analyze", str(run16), "--jobs", "2", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    a, b = json.loads(out.read_text()), json.loads(single.to_json())
+    assert a == b
+
+
+def test_worker_errors_are_one_line(tmp_path):
+    for i in range(2):
+        (tmp_path / f"h{i}.xplane.pb").write_bytes(b"\x0a\x05junk")
+    res = CliRunner().invoke(main, ["analyze", str(tmp_path), "--jobs", "2"])
+    assert res.exit_code == 2, res.output
+    assert "not a valid XSpace trace" in res.output

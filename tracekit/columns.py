@@ -1,0 +1,206 @@
+"""Columnar building blocks for the frames stage: categorical chunks (:class:`Cat`) built from values given
+once per distinct key, a chunk accumulator, and per-event stat columns pulled out of a line's flattened stats
+(:class:`tracekit.wire.LineData`) with NumPy — no Python object per event."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from tracekit import schema
+from tracekit.wire import KIND_BYTES, KIND_DOUBLE, KIND_REF, KIND_STR, LineData
+
+
+class Cat(NamedTuple):
+    """A categorical column chunk: int codes into ``categories`` (-1 = missing)."""
+    codes: np.ndarray
+    categories: list
+
+
+def intern(per_unique: list, inv: np.ndarray) -> Cat:
+    """Values given once per unique key (``per_unique``) and the inverse index -> a Cat (duplicates merged)."""
+    table: dict = {}
+    codes_u = np.fromiter((table.setdefault(v, len(table)) for v in per_unique), dtype=np.int32,
+                          count=len(per_unique))
+    return Cat(codes_u[inv] if len(inv) else np.empty(0, np.int32), list(table))
+
+
+def const(value, n: int) -> Cat:
+    return Cat(np.zeros(n, np.int32), [value])
+
+
+class _Acc:
+    """Column accumulator of NumPy chunks and Cat chunks, concatenated once."""
+
+    def __init__(self):
+        self.chunks: list[dict] = []
+
+    def add(self, **cols):
+        n = len(cols["start_ps"])
+        if n:
+            self.chunks.append(cols)
+
+    def frame(self, sch: dict) -> pd.DataFrame:
+        if not self.chunks:
+            return schema.empty(sch)
+        n = sum(len(c["start_ps"]) for c in self.chunks)
+        data = {}
+        for k in self.chunks[0]:
+            parts = [c[k] if k in c else None for c in self.chunks]
+            if any(isinstance(p, Cat) or isinstance(p, str) for p in parts):
+                data[k] = _concat_cat(parts, [len(c["start_ps"]) for c in self.chunks])
+            elif all(isinstance(p, np.ndarray) for p in parts):
+                data[k] = np.concatenate(parts)
+            else:
+                data[k] = np.concatenate([np.full(len(c["start_ps"]), p) if not isinstance(p, np.ndarray) else p
+                                          for p, c in zip(parts, self.chunks)])
+        assert all(len(v) == n for v in data.values())
+        return schema.conform(pd.DataFrame(data), sch)
+
+
+def _concat_cat(parts, lens) -> pd.Categorical:
+    table: dict = {}
+    out = []
+    for p, n in zip(parts, lens):
+        if not isinstance(p, Cat):
+            p = const("" if p is None else p, n)
+        remap = np.fromiter((table.setdefault(c, len(table)) for c in p.categories), np.int32, len(p.categories))
+        codes = np.where(p.codes >= 0, remap[np.maximum(p.codes, 0)] if len(remap) else -1, -1)
+        out.append(codes.astype(np.int32))
+    cats = [str(c) for c in table]
+    # keys are str already in practice; guard against duplicates after str()
+    if len(set(cats)) != len(cats):
+        return pd.Categorical(np.array(cats, dtype=object)[np.concatenate(out)])
+    return pd.Categorical.from_codes(np.concatenate(out), categories=cats)
+
+
+# ----------------------------------------------------------------------------------------- event stat columns
+def stat_ints(line: LineData, sid: int) -> tuple[np.ndarray, np.ndarray]:
+    """(has, value) per event for an integer-valued stat (int64/uint64 bits/ref id); value 0 where absent."""
+    n = line.n_events
+    has = np.zeros(n, bool)
+    val = np.zeros(n, np.int64)
+    if sid >= 0 and len(line.stat_id):
+        m = line.stat_id == sid
+        if m.any():
+            ev = line.stat_event[m]
+            has[ev] = True
+            kind = line.stat_kind[m]
+            iv = line.stat_int[m].copy()
+            dbl = kind == KIND_DOUBLE
+            if dbl.any():
+                iv[dbl] = line.stat_double[m][dbl].astype(np.int64)
+            val[ev] = iv
+    return has, val
+
+
+def stat_floats(line: LineData, sid: int) -> np.ndarray:
+    """Per event float value of a numeric stat; NaN where absent."""
+    out = np.full(line.n_events, np.nan)
+    if sid >= 0 and len(line.stat_id):
+        m = line.stat_id == sid
+        if m.any():
+            kind = line.stat_kind[m]
+            v = np.where(kind == KIND_DOUBLE, line.stat_double[m], line.stat_int[m].astype(np.float64))
+            u = kind == 3  # uint64 bits
+            if u.any():
+                v[u] = line.stat_int[m][u].astype(np.uint64).astype(np.float64)
+            out[line.stat_event[m]] = v
+    return out
+
+
+def stat_strings(line: LineData, sid: int, names: dict) -> tuple[np.ndarray, Cat]:
+    """(has, Cat) per event for a string stat stored as ref_value (into stat metadata names) or str_value."""
+    n = line.n_events
+    has = np.zeros(n, bool)
+    keys = np.full(n, -1, np.int64)
+    if sid >= 0 and len(line.stat_id):
+        m = line.stat_id == sid
+        if m.any():
+            ev = line.stat_event[m]
+            kind = line.stat_kind[m]
+            iv = line.stat_int[m]
+            has[ev] = True
+            # encode: ref ids as themselves (>= 0), inline strings as -(index+2)
+            keys[ev] = np.where(kind == KIND_REF, iv, np.where((kind == KIND_STR) | (kind == KIND_BYTES), -(iv + 2), -1))
+    uniq, inv = np.unique(keys, return_inverse=True)
+
+    def name(k):
+        if k >= 0:
+            return names.get(int(k), "")
+        if k == -1:
+            return ""
+        v = line.stat_str[int(-k - 2)]
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    return has, intern([name(k) for k in uniq], inv)
+
+
+def _md_values(head, mids: np.ndarray, per_md) -> tuple[list, np.ndarray]:
+    """``per_md(metadata or None)`` once per distinct metadata id, and the inverse index to spread it."""
+    uniq, inv = np.unique(mids, return_inverse=True)
+    md = head.event_metadata
+    return [per_md(md[int(u)] if int(u) in md else None) for u in uniq], inv
+
+
+def _ids(names: dict, *wanted: str) -> dict:
+    out = {w: -1 for w in wanted}
+    for k, v in names.items():
+        if v in out:
+            out[v] = k
+    return out
+
+
+# --------------------------------------------------------------------------- work per distinct value, not per row
+def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
+    """(int codes, distinct values) of a column: categorical codes as they are, anything else factorized."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return s.cat.codes.to_numpy(np.int64), list(s.cat.categories)
+    codes, uniq = pd.factorize(s, use_na_sentinel=True)
+    return codes.astype(np.int64), list(uniq)
+
+
+def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:
+    """(inverse index, distinct value tuples) of ``df[cols]``: callers compute once per distinct tuple and spread
+    the result back with the inverse index."""
+    key = np.zeros(len(df), np.int64)
+    parts = []
+    for c in cols:
+        codes, uniq = codes_of(df[c])
+        parts.append((codes, uniq))
+        key = key * (len(uniq) + 1) + (codes + 1)
+    ku, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    tuples = [tuple((u[codes[i]] if codes[i] >= 0 else None) for codes, u in parts) for i in first]
+    return inv.reshape(-1), tuples
+
+
+def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:
+    """A categorical column from values given once per distinct key."""
+    c = intern([("" if v is None else str(v)) for v in per_unique], inv)
+    return pd.Categorical.from_codes(c.codes, categories=c.categories) if len(set(c.categories)) == len(c.categories) \
+        else pd.Categorical(np.array(c.categories, dtype=object)[c.codes])
+
+
+def cat_apply(s: pd.Series, fn) -> np.ndarray:
+    """``fn(value)`` evaluated once per distinct value of ``s`` and spread to every row (NumPy array)."""
+    codes, uniq = codes_of(s)
+    vals = np.array([fn(u) for u in uniq] + [fn("")])  # the last entry serves missing values
+    return vals[np.where(codes >= 0, codes, len(uniq))]
+
+
+def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate frames keeping categorical columns categorical (categories unioned first)."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    if len(frames) == 1:
+        return frames[0].reset_index(drop=True)
+    frames = [f.copy() for f in frames]
+    for c in frames[0].columns:
+        if isinstance(frames[0][c].dtype, pd.CategoricalDtype):
+            cats = pd.api.types.union_categoricals([f[c] for f in frames if c in f], ignore_order=True).categories
+            for f in frames:
+                if c in f:
+                    f[c] = f[c].cat.set_categories(cats) if isinstance(f[c].dtype, pd.CategoricalDtype) \
+                        else pd.Categorical(f[c].astype(str), categories=cats)
+    return pd.concat(frames, ignore_index=True)
