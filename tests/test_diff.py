@@ -144,3 +144,9 @@ def test_diff_refuses_formats_it_cannot_write(captures, tmp_path):
     res = CliRunner().invoke(main, ["diff", str(captures["small"]), str(captures["small"]), "-o",
                                     str(tmp_path / "d.sarif")])
     assert res.exit_code == 2 and not (tmp_path / "d.sarif").exists()
+
+
+@pytest.mark.parametrize("base,new,status", [(side([]), NEW, "added"), (BASE, side([]), "removed")])
+def test_one_empty_side(base, new, status):
+    m = diff.classify(diff.match_ops(base, new), 0.1, 1_000_000)
+    assert len(m) == 4 and set(m["status"]) == {status}

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import timeline as tl
+from tracekit.columns import cat_from, unique_rows
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
 _ROOF_SUMS = ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
@@ -33,18 +34,18 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
     chip_f32_slower, dot_m, dot_n, dot_k. Sorted by total_ps, largest first."""
     sync = ops[~ops["is_async"].to_numpy(bool)]
-    label = sync["op"].astype(str)
-    label = label.where(label != "", sync["kernel"].astype(str))
-    d = pd.DataFrame({"module": sync["module"].astype(str), "program_id": sync["program_id"], "op": label,
-                      "total_ps": sync["duration_ps"].astype("int64"),
-                      "dev": sync["host"].astype(str) + "/" + sync["device"].astype(str),
+    linv, lrows = unique_rows(sync, ["op", "kernel"])
+    label = cat_from([o if o else (k or "") for o, k in lrows], linv)
+    dev, _ = unique_rows(sync, ["host", "device"])
+    d = pd.DataFrame({"module": sync["module"].array, "program_id": sync["program_id"].to_numpy(), "op": label,
+                      "total_ps": sync["duration_ps"].to_numpy(np.int64), "dev": dev,
                       "is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
                       "is_data_shuffle": tl.is_data_shuffle(sync),
                       "is_host_transfer": sync["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in sync
                       else False})
     firsts = ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]
     for c in firsts:
-        d[c] = sync[c].to_numpy() if c in sync.columns else (-1 if c in DOT_DIMS else "")
+        d[c] = sync[c].array if c in sync.columns else (-1 if c in DOT_DIMS else "")
     for c in _ROOF_SUMS:
         d[c] = sync[c].astype("float64").to_numpy() if c in sync.columns else np.nan
     d["headroom_ps"] = sync["headroom_ps"].astype("float64").clip(lower=0).to_numpy() if "headroom_ps" in sync \

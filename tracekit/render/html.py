@@ -198,7 +198,7 @@ def _cell(v, kind: str) -> str:
 OP_COLUMNS = (("op", "op", "text"), ("module", "module", "text"), ("category", "category", "text"),
               ("n", "occurrences", "int"), ("total", "total_ps", "time"), ("mean", "mean_ps", "time"),
               ("busy share", "busy_share", "pct"), ("FLOPs", "flops", "num"), ("bytes", "bytes_accessed", "bytes"),
-              ("FLOP/byte", "intensity_flops_per_byte", "float"), ("bound by", "bound_by", "text"),
+              ("FLOP/byte", "intensity_flops_per_byte", "num"), ("bound by", "bound_by", "text"),
               ("efficiency", "efficiency", "pct"), ("headroom", "headroom_ps", "time"),
               ("cost from", "cost_source", "text"), ("source", "source", "text"))
 

@@ -181,7 +181,7 @@ def top_ops_table(ops: list[dict]) -> list[str]:
             elif kind == "int":
                 cells.append("—" if v is None else f"{int(v):,}")
             elif kind == "float":
-                cells.append("—" if v is None else f"{float(v):.3g}")
+                cells.append("—" if v is None else fmt_num(v))
             else:
                 cells.append(_scaled(v, div))
         rows.append(cells)
