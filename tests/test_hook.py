@@ -152,6 +152,22 @@ def test_bad_options_are_warnings(tmp_path, monkeypatch, caplog):
     with tracekit.profile(logdir=tmp_path, fail_on="sometimes", outputs=("json", "pdf")):
         work()
     assert len(warnings_of(caplog)) == 2  # and fail_on is off: nothing raised
+    caplog.clear()
+    with tracekit.profile(logdir=tmp_path, outputs=5, timeout_s="soon"):  # nonsense arguments: warnings too
+        work()
+    assert warnings_of(caplog)
+
+
+def test_recursive_decorated_function(tmp_path, monkeypatch, caplog):
+    calls = fake_analysis(monkeypatch, {"fails": False})
+
+    @tracekit.profile(logdir=tmp_path)
+    def rec(n):
+        work(1)
+        return rec(n - 1) if n else "done"
+
+    assert rec(2) == "done"
+    assert len(calls) == 1 and not warnings_of(caplog)
 
 
 # -- fail_on, results, process index --------------------------------------------------------------------------

@@ -207,7 +207,10 @@ class _Finder(importlib.abc.MetaPathFinder):
                 _warn("cannot hook jax (%s: %s); no trace" % (type(e).__name__, e))
         spec.loader.exec_module = exec_module
         return spec
-sys.meta_path.insert(0, _Finder())
+if "jax" in sys.modules:  # imported already (by a sitecustomize, say)
+    _jax_loaded()
+else:
+    sys.meta_path.insert(0, _Finder())
 try:
     if _argv[0] == "-m":
         sys.argv = [_argv[1]] + _argv[2:]

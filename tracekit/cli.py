@@ -260,63 +260,6 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         sys.exit(EXIT_FINDINGS)
 
 
-@main.command("chips")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--sources", is_flag=True, help="Show where every number comes from.")
-@guarded
-def chips_cmd(fmt, sources):
-    """The chip table: peak FLOP/s per dtype, HBM, interconnect — every number with its source."""
-    from tracekit import chips
-    df = chips.chips_frame()
-    if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-        return
-    if fmt == "json" or sources:
-        recs = []
-        for c in chips.table() + [chips.get("cpu")]:
-            recs.append({"name": c.name, "vendor": c.vendor, "family": c.family,
-                         "peak_flops_per_s": c.peak_flops_per_s, "hbm_bytes": c.hbm_bytes,
-                         "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
-                         "links": c.links, "topology": c.topology, "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s,
-                         "estimated": c.estimated, "sources": c.sources})
-        if fmt == "json":
-            click.echo(json.dumps(recs, indent=1, default=str))
-            return
-        for r in recs:
-            click.echo(f"{r['name']}:")
-            for k, v in sorted(r["sources"].items()):
-                click.echo(f"  {k:<28} {v}")
-        return
-    from tracekit.units import fmt_num
-    out = df[["name", "vendor"]].copy()
-    for c in ("peak_bf16_flops_per_s", "peak_f32_flops_per_s", "peak_int8_flops_per_s"):
-        if c in df:
-            out[c.replace("peak_", "").replace("_flops_per_s", " FLOP/s")] = df[c].map(fmt_num)
-    out["HBM"] = df["hbm_bytes"].map(lambda b: fmt_num(b, "B"))
-    out["HBM B/s"] = df["hbm_bw_bytes_per_s"].map(fmt_num)
-    out["link B/s (one-way)"] = df["link_bw_bytes_per_s"].map(fmt_num)
-    out["topology"] = df["topology"].astype(str)
-    click.echo(_table(out))
-    click.echo("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace has them")
-
-
-@main.command()
-@click.option("--seconds", type=click.FloatRange(1, 120), default=5.0, show_default=True,
-              help="Time budget for the measurements.")
-@click.option("--path", type=click.Path(dir_okay=False), default=None,
-              help="Where to store the result (default: $TRACEKIT_HOME or ~/.config/tracekit/cpu_chip.json).")
-@guarded
-def calibrate(seconds, path):
-    """Measure this machine's matmul FLOP/s (f32, bf16) and memory bandwidth for CPU traces."""
-    from tracekit import calibrate as cal
-    from tracekit.units import fmt_num
-    chip = cal.calibrate(seconds=seconds, path=path)
-    for k, v in sorted(chip.peak_flops_per_s.items()):
-        click.echo(f"{k:>5} matmul: {fmt_num(v, 'FLOP/s')}")
-    click.echo(f"memory bandwidth: {fmt_num(chip.hbm_bw_bytes_per_s, 'B/s')}")
-    click.echo(f"stored in {cal.calibration_path(path)}; CPU traces now use these peaks")
-
-
 @main.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
@@ -347,6 +290,8 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top):
     if d.failed:
         sys.exit(EXIT_FINDINGS)
 
+
+from tracekit import cli_reference  # noqa: E402,F401  (registers chips, calibrate, rules)
 
 if __name__ == "__main__":
     main()

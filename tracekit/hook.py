@@ -64,12 +64,19 @@ class Profile:
     def __init__(self, logdir=None, *, outputs=("json", "html"), fail_on=None, timeout_s=120, all_processes=False,
                  log=_LOG, start_step=None, num_steps=None):
         self.log = log if log is not None else _LOG
-        self.logdir = str(logdir) if logdir is not None else DEFAULT_LOGDIR
-        self.timeout_s = timeout_s
+        self.logdir, self.timeout_s, self.all_processes = DEFAULT_LOGDIR, 120.0, False
+        self.window, self.start_step, self.num_steps = False, 0, 5
+        self.outputs, self.fail_on, self._depth = ["json"], None, 0
+        self._reset()
+        self._safe(self._configure, logdir, outputs, fail_on, timeout_s, all_processes, start_step, num_steps)
+
+    def _configure(self, logdir, outputs, fail_on, timeout_s, all_processes, start_step, num_steps):
+        self.logdir = os.fspath(logdir) if logdir is not None else DEFAULT_LOGDIR
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
         self.all_processes = bool(all_processes)
         self.window = start_step is not None or num_steps is not None
-        self.start_step = start_step if start_step is not None else 0
-        self.num_steps = num_steps if num_steps is not None else 5
+        self.start_step = int(start_step) if start_step is not None else 0
+        self.num_steps = max(1, int(num_steps)) if num_steps is not None else 5
         if isinstance(outputs, str):
             outputs = (outputs,)
         self.outputs = []
@@ -82,17 +89,22 @@ class Profile:
         if fail_on not in (None, "never") + SEVERITIES:
             self._warn(f"fail_on={fail_on!r} is not one of {SEVERITIES}; the findings gate is off")
             self.fail_on = None
-        self._reset()
 
     # -- public entry points: each one catches everything tracekit can raise ---------------------------------------
 
     def __enter__(self):
+        self._depth += 1
+        if self._depth > 1:  # re-entered (a decorated function calling itself): the outer use owns the trace
+            return self
         self._safe(self._reset)
         if not self.window:
             self._safe(self._start)
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self._depth = max(0, self._depth - 1)
+        if self._depth:
+            return False
         if exc_type is None:
             self.close()
         elif not issubclass(exc_type, KeyboardInterrupt):

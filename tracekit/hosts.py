@@ -107,12 +107,12 @@ def load_parts(files: list, *, jobs: int | None = None, dask: str | object | Non
 
 
 def _mp_context():
-    """fork where it is safe (Linux, no other threads: workers start with tracekit already imported), else the
-    platform default."""
+    """fork where it is safe (Linux, no other threads: workers start with tracekit already imported), forkserver
+    when this process has threads, else the platform default."""
     import multiprocessing as mp
     import threading
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
-        return mp.get_context("fork")
+    if sys.platform.startswith("linux"):
+        return mp.get_context("fork" if threading.active_count() == 1 else "forkserver")
     return mp.get_context()
 
 
@@ -151,8 +151,9 @@ def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = Non
     processes or the Dask cluster ``dask``; the other keywords are ``pipeline.analyze``'s. Same Report, byte for
     byte. A single file, or ``jobs == 1`` without ``dask``, takes the single-process path."""
     from tracekit import pipeline
+    from tracekit.trace import Trace
     mb = max_bytes if max_bytes is not None else _load.DEFAULT_MAX_BYTES
-    if dask is None and _jobs(jobs) == 1:
+    if isinstance(source, Trace) or (dask is None and _jobs(jobs) == 1):
         return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, **kw)
     tr = load(source, run=run, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events)
     return pipeline.analyze(tr, **kw)

@@ -19,7 +19,10 @@ def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
 def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
     from tracekit import chips as chips_mod, roofline
     groups: dict[str, dict] = {}
+    active = set(zip(tr.ops["host"].astype(str), tr.ops["device"].astype(str))) if len(tr.ops) else set()
     for (host, dev), c in roofline.device_chips(tr, chip).items():
+        if active and (host, dev) not in active:
+            continue  # a device plane with no ops (e.g. an idle GPU) is not part of the analysis
         g = groups.setdefault(c.name, {
             "name": c.name, "family": c.family, "vendor": c.vendor, "estimated": c.estimated, "devices": [],
             "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},

@@ -16,6 +16,8 @@ EVIDENCE_ROWS = 10
 _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|~"})
 _TIME_UNITS = (("s", 1e12), ("ms", 1e9), ("µs", 1e6), ("ns", 1e3), ("ps", 1.0))
 _SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0))
+OPS_NOTE = ("Efficiency is roofline time / measured time (100% = at the roofline); headroom is the time a perfect "
+            "op would save; intensity is FLOPs per byte accessed.")
 _SEVERITY_MARK = {"error": "🔴 error", "warning": "🟠 warning", "info": "🔵 info"}
 
 
@@ -208,7 +210,7 @@ def render(report, *, top: int = 12, **_) -> str:
     ops = (d.get("top_ops") or [])[:top]
     if ops:
         out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
-                *top_op_note(d), *top_ops_table(ops), ""]
+                OPS_NOTE, "", *top_ops_table(ops), ""]
     for w in d.get("warnings") or []:
         out.append(f"> **warning:** {esc(w, None)}")
     g = d.get("gate") or {}
@@ -217,11 +219,6 @@ def render(report, *, top: int = 12, **_) -> str:
     out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · report schema {esc(d['schema'], None)} · "
             "times summed over devices</sub>"]
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-def top_op_note(d: dict) -> list[str]:
-    return ["Efficiency is roofline time / measured time (1 = at the roofline); headroom is the time a perfect op "
-            "would save; intensity is FLOPs per byte accessed.", ""]
 
 
 def render_diff(d: dict, *, top: int = 20) -> str:

@@ -1,0 +1,535 @@
+"""tracekit against xprof on large traces, in one command.
+
+    python benchmarks/run.py                 # 1.5 M and 15 M device events (several minutes)
+    python benchmarks/run.py --quick         # small sizes, a smoke test
+    python benchmarks/run.py --out DIR       # keep the tiled traces, results.json and table.txt in DIR
+
+What it does:
+
+1. tiles ``../shared/traces/tpu/v6e-4_jax_inference.xplane.pb`` (``benchmarks/tile.py``) to each size, in a child
+   process, into a temporary folder (or ``--out``), after checking free disk and memory;
+2. measures, on each file, ``tracekit analyze FILE -o report.json`` (every rule; ``python -m tracekit.cli`` in a
+   fresh child: wall time and that child's peak RSS from ``os.wait4``) and ``xprof get_hlo_stats FILE`` and
+   ``xprof analyze_async_overlap FILE`` (``tracekit.xprof.measure``: a fresh run folder per call, cold caches),
+   best of N (3 below 5 M events, 1 above; ``--repeat``);
+3. prints the machine, the table (events, tool, wall s, peak RSS MB, tracekit/xprof ratios), a linearity line
+   (per-event time and memory of tracekit from the smallest to the largest size), and where tracekit's time goes
+   (stage timings measured in a child around the pipeline's own stage functions; ``--profile`` adds cProfile's
+   top entries).
+
+Memory: every measured process runs under a budget (``--mem-budget-gb``; default 85 % of the memory available at
+start): one that goes over it is killed and its row says so. An xprof measurement predicted (linearly from the
+previous size) to need more than 1.25x the budget is skipped without running (``--force`` runs it anyway).
+Children get ``oom_score_adj`` 1000, so under memory pressure the kernel stops them, not other work.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SRC = ROOT.parent / "shared" / "traces" / "tpu" / "v6e-4_jax_inference.xplane.pb"
+SIZES = (1_500_000, 15_000_000)
+QUICK_SIZES = (20_000, 100_000)
+XPROF_TOOLS = ("get_hlo_stats", "analyze_async_overlap")
+TRACEKIT = "tracekit analyze"
+MB = 1e6
+#: tiling holds the whole tiled XSpace in upb objects: about this many bytes of RAM per device event (measured)
+TILE_BYTES_PER_EVENT = 400
+
+
+# ------------------------------------------------------------------------------------------------- machine
+def _meminfo() -> dict:
+    out = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            k, v = line.split(":", 1)
+            out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def mem_available() -> int:
+    m = _meminfo()
+    return m.get("MemAvailable", m.get("MemTotal", 8 << 30))
+
+
+def machine() -> dict:
+    """CPU model, cores, RAM, OS, Python and the versions that matter."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    from importlib import metadata
+    versions = {}
+    for dist in ("tracekit", "xprof", "protobuf", "pandas", "numpy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "absent"
+    try:
+        from tracekit import wire
+        versions["wire decoder"] = "C" if getattr(wire, "_wire", None) is not None else "python"
+    except Exception:  # noqa: BLE001
+        versions["wire decoder"] = "?"
+    m = _meminfo()
+    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gb": round(m.get("MemTotal", 0) / 2**30, 1),
+            "ram_available_gb": round(m.get("MemAvailable", 0) / 2**30, 1),
+            "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "versions": versions}
+
+
+def machine_text(m: dict) -> str:
+    v = ", ".join(f"{k} {x}" for k, x in m["versions"].items())
+    return (f"machine: {m['cpu']}, {m['cores']} cores, {m['ram_gb']} GB RAM ({m['ram_available_gb']} GB available), "
+            f"{m['os']}, Python {m['python']}\n  {v}\n  load average at start: {m['load_avg']}")
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+def _rss_of(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _child_setup():
+    try:
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
+class MemGuard(threading.Thread):
+    """Kills any descendant of this process whose RSS goes over ``budget`` bytes (polls /proc); ``kills`` counts."""
+
+    def __init__(self, budget: int):
+        super().__init__(daemon=True)
+        self.budget, self.kills, self._stop_ev = budget, 0, threading.Event()
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(d))
+        out, todo = [], [os.getpid()]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                out.append(c)
+                todo.append(c)
+        return out
+
+    def run(self):
+        if not Path("/proc/self/status").exists():
+            return
+        while not self._stop_ev.wait(0.25):
+            for pid in self._descendants():
+                if _rss_of(pid) > self.budget:
+                    try:
+                        os.kill(pid, 9)
+                        self.kills += 1
+                    except OSError:
+                        pass
+
+    def stop(self):
+        self._stop_ev.set()
+
+
+GUARD: MemGuard | None = None
+
+
+def run_measured(cmd: list[str], *, cwd: str | None = None, env: dict | None = None) -> dict:
+    """Run ``cmd`` in a child; ``{wall_s, peak_rss_bytes, returncode, killed, stderr_tail}``. Peak RSS is the
+    child's own ``ru_maxrss`` from ``os.wait4``."""
+    kills = GUARD.kills if GUARD else 0
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                preexec_fn=_child_setup if sys.platform.startswith("linux") else None)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read()[-1500:].decode("utf-8", "replace")
+    rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return {"wall_s": wall, "peak_rss_bytes": int(rss), "returncode": proc.returncode,
+            "killed": bool(GUARD and GUARD.kills > kills), "stderr_tail": tail}
+
+
+def measure_tracekit(trace: Path) -> dict:
+    with tempfile.TemporaryDirectory(prefix="tracekit_bench_") as tmp:
+        return run_measured([sys.executable, "-m", "tracekit.cli", "analyze", str(trace), "-o",
+                             os.path.join(tmp, "report.json")], cwd=tmp)
+
+
+def measure_xprof(tool: str, trace: Path) -> dict:
+    from tracekit import xprof
+    _child_setup()  # xprof.measure's child inherits oom_score_adj from us
+    kills = GUARD.kills if GUARD else 0
+    r = xprof.measure([tool, str(trace)], check=False)
+    return {**r, "killed": bool(GUARD and GUARD.kills > kills), "stderr_tail": ""}
+
+
+def best_of(fn, n: int) -> dict:
+    """Best (least wall time) of ``n`` runs; peak RSS is the least too (both are noise upwards). Stops at the
+    first failed run."""
+    runs = []
+    for _ in range(max(1, n)):
+        r = fn()
+        runs.append(r)
+        if r["returncode"] != 0:
+            return {**r, "runs": len(runs), "all_wall_s": [x["wall_s"] for x in runs]}
+    ok = [r for r in runs if r["returncode"] == 0]
+    return {"wall_s": min(r["wall_s"] for r in ok), "peak_rss_bytes": min(r["peak_rss_bytes"] for r in ok),
+            "returncode": 0, "killed": False, "runs": len(runs), "all_wall_s": [round(r["wall_s"], 3) for r in runs]}
+
+
+# ------------------------------------------------------------------------------------------------- tiling
+def _tile_child(src: str, out: str, events: int) -> None:
+    """(child) Tile ``src`` to about ``events`` device events into ``out``; print {bytes, events} as JSON."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from tile import tile  # benchmarks/tile.py
+    from tracekit.proto import xplane_pb2
+    from tracekit.xspace import device_of
+    data = tile(Path(src).read_bytes(), events)
+    Path(out).write_bytes(data)
+    space = xplane_pb2.XSpace.FromString(data)
+    n = sum(len(line.events) for p in space.planes if device_of(p.name) for line in p.lines)
+    print(json.dumps({"bytes": len(data), "events": n}))
+
+
+def build_trace(src: Path, folder: Path, events: int) -> dict:
+    """The tiled trace for ``events`` (reused when ``folder`` already has it from the same source)."""
+    out = folder / f"v6e_tiled_{events}.xplane.pb"
+    meta = out.with_suffix(".json")
+    key = {"src": str(src), "src_bytes": src.stat().st_size, "src_mtime": src.stat().st_mtime, "target": events}
+    if out.exists() and meta.exists():
+        m = json.loads(meta.read_text())
+        if m.get("key") == key and out.stat().st_size == m.get("bytes"):
+            return {**m, "path": str(out), "reused": True}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, __file__, "--_tile", str(src), str(out), str(events)], capture_output=True,
+                       text=True, preexec_fn=_child_setup if sys.platform.startswith("linux") else None)
+    if r.returncode != 0:
+        raise SystemExit(f"tiling to {events:,} events failed: {r.stderr.strip().splitlines()[-1:]}")
+    m = {**json.loads(r.stdout.strip().splitlines()[-1]), "key": key, "tile_s": time.perf_counter() - t0}
+    meta.write_text(json.dumps(m))
+    return {**m, "path": str(out), "reused": False}
+
+
+def check_resources(src: Path, folder: Path, sizes: list[int], src_events: int) -> None:
+    """Refuse to start when the tiled files cannot fit on disk or tiling cannot fit in memory."""
+    per_event = src.stat().st_size / max(src_events, 1)
+    need = sum(int(per_event * n * 1.1) for n in sizes)
+    free = shutil.disk_usage(folder).free
+    if need > free * 0.9:
+        raise SystemExit(f"not enough disk in {folder}: the tiled traces need ~{need / 2**30:.1f} GiB, "
+                         f"{free / 2**30:.1f} GiB free (use --out on a larger disk, or --sizes)")
+    tile_mem = max(sizes) * TILE_BYTES_PER_EVENT
+    if tile_mem > mem_available() * 0.9:
+        raise SystemExit(f"tiling {max(sizes):,} events needs ~{tile_mem / 2**30:.1f} GiB of RAM, "
+                         f"{mem_available() / 2**30:.1f} GiB available (use --sizes)")
+
+
+def source_events(src: Path) -> int:
+    from tracekit.proto import xplane_pb2
+    from tracekit.xspace import device_of
+    space = xplane_pb2.XSpace.FromString(src.read_bytes())
+    return sum(len(line.events) for p in space.planes if device_of(p.name) for line in p.lines)
+
+
+# ------------------------------------------------------------------------------------------ stage timings
+STAGES = [  # (label, module, attribute): the pipeline's own functions, timed where they are looked up
+    ("read", "tracekit.loader", "read_bytes"),
+    ("decode", "tracekit.loader", "decode"),
+    ("frames (per host)", "tracekit.trace", "_host"),
+    ("combine hosts", "tracekit.trace", "_combine"),
+    ("roofline", "tracekit.pipeline", "with_roofline"),
+    ("load rules", "tracekit.rules", "load_rules"),
+    ("timeline (rule frames)", "tracekit.rule_checks", "frames_for_rules"),
+    ("rules", "tracekit.rules", "run_rules"),
+    ("step stats", "tracekit.timeline", "step_stats"),
+    ("chips", "tracekit.pipeline", "chips_used"),
+    ("report", "tracekit.report", "build"),
+]
+
+
+def _stages_child(trace: str, profile: bool) -> None:
+    """(child) Run ``pipeline.analyze`` + the JSON render with every stage function wrapped by a timer; print
+    {stages: {label: s}, total_s, import_s, peak_rss_bytes, profile} as JSON."""
+    import importlib
+    import resource
+    t_imp = time.perf_counter()
+    from tracekit import pipeline, render
+    import_s = time.perf_counter() - t_imp
+    times: dict = {}
+
+    def wrap(label, fn):
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                times[label] = times.get(label, 0.0) + time.perf_counter() - t
+        return timed
+
+    missing = []
+    for label, mod, attr in STAGES:
+        m = importlib.import_module(mod)
+        if hasattr(m, attr):
+            setattr(m, attr, wrap(label, getattr(m, attr)))
+        else:
+            missing.append(f"{mod}.{attr}")
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    rep = pipeline.analyze(trace)
+    t1 = time.perf_counter()
+    text = render.render(rep, "json")
+    t2 = time.perf_counter()
+    times["render json"] = t2 - t1
+    top = ""
+    if prof is not None:
+        import io
+        import pstats
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+        buf.write("\n")
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(15)
+        top = buf.getvalue()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    print(json.dumps({"stages": times, "total_s": t2 - t0, "import_s": import_s, "peak_rss_bytes": rss,
+                      "report_bytes": len(text), "missing": missing, "profile": top}))
+
+
+def stage_timings(trace: Path, profile: bool) -> dict:
+    kills = GUARD.kills if GUARD else 0
+    r = subprocess.run([sys.executable, __file__, "--_stages", str(trace)] + (["--profile"] if profile else []),
+                       capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                       preexec_fn=_child_setup if sys.platform.startswith("linux") else None)
+    if r.returncode != 0:
+        over = GUARD and GUARD.kills > kills
+        return {"error": "over the memory budget" if over else (r.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def stages_text(st: dict, events: int) -> str:
+    if "error" in st:
+        return f"  stage timings unavailable: {st['error']}"
+    total = st["total_s"]
+    lines = [f"  {'stage':<24} {'s':>8} {'share':>7} {'ns/event':>9}"]
+    acc = 0.0
+    for label, _, _ in STAGES + [("render json", "", "")]:
+        if label in st["stages"]:
+            s = st["stages"][label]
+            acc += s if label != "render json" else 0
+            lines.append(f"  {label:<24} {s:8.2f} {s / total:7.1%} {s / events * 1e9:9.0f}")
+    other = total - acc - st["stages"].get("render json", 0)
+    lines.append(f"  {'other (glue)':<24} {other:8.2f} {other / total:7.1%} {other / events * 1e9:9.0f}")
+    lines.append(f"  {'total in-process':<24} {total:8.2f}  (+{st['import_s']:.2f} s imports; peak RSS "
+                 f"{st['peak_rss_bytes'] / MB:,.0f} MB; report {st['report_bytes'] / MB:.1f} MB)")
+    if st.get("missing"):
+        lines.append(f"  (not timed, not found: {', '.join(st['missing'])})")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------- table
+def table_text(rows: list[dict]) -> str:
+    """events | tool | wall s | peak RSS MB | tracekit/xprof wall | tracekit/xprof RSS | runs."""
+    head = ["events", "tool", "wall s", "peak RSS MB", "tracekit/xprof wall", "tracekit/xprof RSS", "runs"]
+    body = []
+    by = {(r["events"], r["tool"]): r for r in rows}
+    for r in rows:
+        tk = by.get((r["events"], TRACEKIT))
+        ok = r.get("status") == "ok"
+        ratio_t = ratio_m = ""
+        if r["tool"] != TRACEKIT and ok and tk and tk.get("status") == "ok":
+            ratio_t = f"{tk['wall_s'] / r['wall_s']:.2f}x"
+            ratio_m = f"{tk['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}x"
+        body.append([f"{r['events']:,}", r["tool"], f"{r['wall_s']:.2f}" if ok else r.get("status", "?"),
+                     f"{r['peak_rss_bytes'] / MB:,.0f}" if ok else "", ratio_t, ratio_m,
+                     str(r.get("runs", "")) if ok else ""])
+    w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.rjust(w[i]) if i != 1 else c.ljust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * x for x in w])] + [fmt(b) for b in body])
+
+
+def linearity_text(rows: list[dict], tool: str) -> str | None:
+    ok = sorted((r for r in rows if r["tool"] == tool and r.get("status") == "ok"), key=lambda r: r["events"])
+    if len(ok) < 2:
+        return None
+    a, b = ok[0], ok[-1]
+    ta, tb = a["wall_s"] / a["events"] * 1e6, b["wall_s"] / b["events"] * 1e6
+    ma, mb = a["peak_rss_bytes"] / a["events"], b["peak_rss_bytes"] / b["events"]
+    dt = (b["wall_s"] - a["wall_s"]) / (b["events"] - a["events"]) * 1e6
+    dm = (b["peak_rss_bytes"] - a["peak_rss_bytes"]) / (b["events"] - a["events"])
+    return (f"linearity {tool}: {a['events']:,} -> {b['events']:,} events ({b['events'] / a['events']:.1f}x): "
+            f"time {ta:.2f} -> {tb:.2f} us/event ({tb / ta:.2f}x per event; marginal {dt:.2f} us/event), "
+            f"memory {ma:,.0f} -> {mb:,.0f} B/event ({mb / ma:.2f}x; marginal {dm:,.0f} B/event); 1.00x = linear")
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def _predicted(rows: list[dict], tool: str, events: int) -> int | None:
+    prev = [r for r in rows if r["tool"] == tool and r.get("status") == "ok" and r["events"] < events]
+    if not prev:
+        return None
+    p = max(prev, key=lambda r: r["events"])
+    base = 150 * 2**20  # interpreter + imports, not proportional to the trace
+    return int(base + max(p["peak_rss_bytes"] - base, 0) * events / p["events"])
+
+
+def run(args) -> dict:
+    sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    src = Path(args.src)
+    if not src.exists():
+        raise SystemExit(f"source trace not found: {src} (give --src)")
+    tmp = None
+    if args.out:
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.mkdtemp(prefix="tracekit_bench_")
+        folder = Path(tmp)
+    budget = int(args.mem_budget_gb * 2**30) if args.mem_budget_gb else int(mem_available() * 0.85)
+    mach = machine()
+    print(machine_text(mach))
+    print(f"memory budget per measured process: {budget / 2**30:.1f} GiB; traces in {folder}", flush=True)
+    use_xprof = not args.no_xprof
+    if use_xprof:
+        from tracekit import xprof
+        if not xprof.available():
+            print("xprof is not installed: measuring tracekit only")
+            use_xprof = False
+    results = {"machine": mach, "rows": [], "stages": {}, "traces": {}, "budget_bytes": budget}
+    global GUARD
+    GUARD = MemGuard(budget)
+    GUARD.start()
+    try:
+        src_ev = source_events(src)
+        check_resources(src, folder, list(sizes), src_ev)
+        rows = results["rows"]
+        for n in sizes:
+            t = build_trace(src, folder, n)
+            ev = t["events"]
+            results["traces"][str(n)] = t
+            print(f"\ntrace: {ev:,} device events, {t['bytes'] / MB:.1f} MB"
+                  + (" (reused)" if t["reused"] else f" (tiled in {t['tile_s']:.1f} s)"), flush=True)
+            reps = args.repeat or (3 if ev < 5_000_000 else 1)
+            tools = [(TRACEKIT, lambda: measure_tracekit(Path(t["path"])))]
+            if use_xprof:
+                tools += [(f"xprof {x}", (lambda x=x: measure_xprof(x, Path(t["path"])))) for x in XPROF_TOOLS]
+            for name, fn in tools:
+                pred = _predicted(rows, name, ev)
+                if name != TRACEKIT and pred is not None and pred > budget * 1.25 and not args.force:
+                    row = {"events": ev, "tool": name, "wall_s": 0.0, "peak_rss_bytes": 0,
+                           "status": f"skipped (~{pred / 2**30:.0f} GiB predicted)"}
+                else:
+                    r = best_of(fn, reps)
+                    status = "ok" if r["returncode"] == 0 else (
+                        "over memory budget" if r.get("killed") else f"failed (exit {r['returncode']})")
+                    row = {"events": ev, "tool": name, **{k: v for k, v in r.items() if k != "stderr_tail"},
+                           "status": status}
+                    if status.startswith("failed"):
+                        row["stderr_tail"] = r.get("stderr_tail", "")[-300:]
+                rows.append(row)
+                print(f"  {name:<32} " + (f"{row['wall_s']:8.2f} s  {row['peak_rss_bytes'] / MB:8,.0f} MB  "
+                                           f"(runs: {row.get('all_wall_s')})" if row["status"] == "ok"
+                                           else row["status"] + (": " + row.get("stderr_tail", "").strip()
+                                                                 .splitlines()[-1] if row.get("stderr_tail") else
+                                                                 "")), flush=True)
+            if not args.no_stages:
+                st = stage_timings(Path(t["path"]), args.profile)
+                results["stages"][str(ev)] = st
+                print(f"  where tracekit's time goes ({ev:,} events):")
+                print(stages_text(st, ev), flush=True)
+                if args.profile and st.get("profile"):
+                    print(st["profile"])
+        results["machine"]["load_avg_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(
+            os, "getloadavg") else None
+        text = report_text(results)
+        print("\n" + text)
+        if args.out:
+            (folder / "results.json").write_text(json.dumps(results, indent=1, default=str))
+            (folder / "table.txt").write_text(machine_text(mach) + "\n\n" + text + "\n")
+    finally:
+        GUARD.stop()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def report_text(results: dict) -> str:
+    rows = results["rows"]
+    out = ["results (best of the runs; RSS = peak resident memory of the measured process):", table_text(rows)]
+    for tool in [TRACEKIT] + [f"xprof {x}" for x in XPROF_TOOLS]:
+        line = linearity_text(rows, tool)
+        if line:
+            out.append(line)
+    la = results["machine"].get("load_avg_end")
+    out.append(f"load average at start {results['machine'].get('load_avg')}, at end {la} "
+               f"(other work on the machine slows every tool alike)")
+    return "\n".join(out)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"small sizes {QUICK_SIZES} and one run each")
+    ap.add_argument("--out", default=None, help="keep traces, results.json and table.txt here (default: a temp dir)")
+    ap.add_argument("--src", default=str(SRC), help="trace to tile")
+    ap.add_argument("--sizes", type=lambda s: tuple(int(float(x)) for x in s.split(",")), default=None,
+                    help="comma-separated device event counts, e.g. 1.5e6,15e6")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per measurement (best of N)")
+    ap.add_argument("--no-xprof", action="store_true", help="measure tracekit only")
+    ap.add_argument("--no-stages", action="store_true", help="skip the stage timings")
+    ap.add_argument("--profile", action="store_true", help="add cProfile's top entries to the stage timings")
+    ap.add_argument("--mem-budget-gb", type=float, default=None, help="max RSS of one measured process")
+    ap.add_argument("--force", action="store_true", help="run measurements predicted to exceed the budget")
+    ap.add_argument("--_tile", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--_stages", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.quick and a.repeat is None:
+        a.repeat = 1
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a._tile:
+        _tile_child(a._tile[0], a._tile[1], int(a._tile[2]))
+        return
+    if a._stages:
+        _stages_child(a._stages, a.profile)
+        return
+    run(a)
+
+
+if __name__ == "__main__":
+    main()
