@@ -7,6 +7,7 @@ import os
 import pandas as pd
 
 from tracekit import report as report_mod
+from tracekit.columns import unique_rows
 from tracekit.trace import Trace, load
 
 
@@ -19,7 +20,7 @@ def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
 def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
     from tracekit import chips as chips_mod, roofline
     groups: dict[str, dict] = {}
-    active = set(zip(tr.ops["host"].astype(str), tr.ops["device"].astype(str))) if len(tr.ops) else set()
+    active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
     for (host, dev), c in roofline.device_chips(tr, chip).items():
         if active and (host, dev) not in active:
             continue  # a device plane with no ops (e.g. an idle GPU) is not part of the analysis
