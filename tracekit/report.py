@@ -85,13 +85,13 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     op_time = int(sync["duration_ps"].sum()) if len(sync) else 0
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
-    known = sync[sync["bound_by"].astype(str) != "unknown"] if "bound_by" in sync else sync.iloc[:0]
+    known = sync[(sync["bound_by"] != "unknown").to_numpy()] if "bound_by" in sync else sync.iloc[:0]
     coverage = float(known["duration_ps"].sum() / op_time) if op_time else 0.0
     top = op_stats.head(TOP_OPS).copy()
     if len(hlo) and len(top):
         src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
         top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
-    by_bound = (sync.groupby(sync["bound_by"].astype(str))["duration_ps"].sum().sort_index()
+    by_bound = (sync.groupby("bound_by", observed=True)["duration_ps"].sum().rename(index=str).sort_index()
                 if "bound_by" in sync and len(sync) else pd.Series(dtype="int64"))
     coll = collectives
     pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \

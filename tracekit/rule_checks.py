@@ -101,8 +101,9 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     (``launch_gap_ps``; longer gaps are host waits). Devices with at least ``min_kernels`` tiny kernels, a tiny
     fraction of at least ``min_tiny_fraction`` and launch gaps of at least ``min_gap_share`` of their span."""
     ops = frames["ops"]
-    gpu = (ops["kernel"].astype(str).str.len() > 0) if "kernel" in ops.columns else pd.Series(False, index=ops.index)
-    gpu = gpu.to_numpy(bool) | ops["device"].astype(str).str.upper().str.startswith("GPU").to_numpy(bool)
+    gpu = tl._cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
+        np.zeros(len(ops), bool)
+    gpu = gpu | tl._cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
     k = ops[gpu & ~ops["is_async"].to_numpy(bool)]
     st, en = k["start_ps"].to_numpy(np.int64), tl._ends(k)
     rows = []

@@ -180,7 +180,9 @@ def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
             old = spans.get(key, (lo, hi))
             spans[key] = (min(lo, old[0]), max(hi, old[1]))
     if len(ops):
-        hosts = pd.Series(ops["start_ps"].to_numpy(np.int64)).groupby(ops["host"].astype(str).to_numpy()).min()
+        hosts = pd.Series(ops["start_ps"].to_numpy(np.int64)).groupby(ops["host"].to_numpy() if ops["host"].dtype != "category" else ops["host"].cat.codes.to_numpy()).min()
+        if ops["host"].dtype == "category":
+            hosts.index = [str(ops["host"].cat.categories[i]) for i in hosts.index]
         spans = {k: (min(v[0], int(hosts.get(k[0], v[0]))), v[1]) for k, v in spans.items()}
     return dict(sorted(spans.items()))
 
@@ -196,7 +198,7 @@ def device_summary(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.D
     op_count (sync ops), async_count (async windows), utilization (busy / span)."""
     sync = _sync(ops)
     st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
-    kinds = ops["device_kind"].astype(str).to_numpy() if "device_kind" in ops.columns else np.full(len(ops), "")
+    kinds = ops["device_kind"].array if "device_kind" in ops.columns else np.full(len(ops), "")
     groups = _groups(ops)
     rows = []
     for (h, d), (ws, we) in windows(ops, steps).items():
