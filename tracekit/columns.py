@@ -169,9 +169,11 @@ def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:
         codes, uniq = codes_of(df[c])
         parts.append((codes, uniq))
         key = key * (len(uniq) + 1) + (codes + 1)
-    ku, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    inv, ku = pd.factorize(key)  # hash-based, first-seen order
+    first = np.zeros(len(ku), np.int64)
+    first[inv[::-1]] = np.arange(len(key))[::-1]  # the first row of each distinct key
     tuples = [tuple((u[codes[i]] if codes[i] >= 0 else None) for codes, u in parts) for i in first]
-    return inv.reshape(-1), tuples
+    return inv.astype(np.int64), tuples
 
 
 def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from tracekit import schema
 from tracekit.columns import Cat, _Acc, const, intern, stat_floats, stat_ints, stat_strings
@@ -54,7 +55,7 @@ def opcode_from_name(name: str) -> str:
 
 def _md_values(head, mids: np.ndarray, per_md) -> tuple[list, np.ndarray]:
     """``per_md(metadata or None)`` once per distinct metadata id, and the inverse index to spread it."""
-    uniq, inv = np.unique(mids, return_inverse=True)
+    inv, uniq = pd.factorize(mids)  # hash-based: no sort of the events
     md = head.event_metadata
     return [per_md(md[int(u)] if int(u) in md else None) for u in uniq], inv
 

@@ -167,11 +167,11 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
                 s = s.astype(object)
             elif str(s.dtype) != d:
                 s = s.astype(d)
+        elif d == CAT:
+            s = pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[""]), index=df.index)
         else:
             fill = _FILL[d]
-            s = pd.Series(np.full(n, fill, dtype=object if d in (CAT, "object") else d), index=df.index)
-            if d == CAT:
-                s = s.astype(CAT)
+            s = pd.Series(np.full(n, fill, dtype=object if d == "object" else d), index=df.index)
         out[c] = s
     res = pd.DataFrame(out, index=df.index)
     if extra:

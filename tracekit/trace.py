@@ -143,32 +143,49 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
 
 def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
     """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
-    paired with the first matching ``*-done`` after it on the same device."""
+    paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
+    device. A tie in time pairs the start with the done (a zero-length copy)."""
     have = set(asyncs["device"].astype(str)) if len(asyncs) else set()
-    tpu = ops[(cat_apply(ops["source"], lambda v: v == "xla_ops") & ~cat_apply(ops["device"], lambda v: v in have))
-              .astype(bool)]
-    starts = tpu[cat_apply(tpu["opcode"], lambda v: str(v).endswith("-start")).astype(bool)]
-    dones = tpu[cat_apply(tpu["opcode"], lambda v: str(v).endswith("-done")).astype(bool)]
-    if not len(starts) or not len(dones):
+    base = cat_apply(ops["source"], lambda v: v == "xla_ops").astype(bool) & \
+        ~cat_apply(ops["device"], lambda v: v in have).astype(bool)
+    s_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-start")).astype(bool))[0]
+    d_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-done")).astype(bool))[0]
+    if not len(s_idx) or not len(d_idx):
         return asyncs
     done_to_start = hlo.done_to_start(h) if len(h) else {}
-    dinv, drows = unique_rows(dones, ["program_id", "op"])
-    dkey = np.array([done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1)) for p, o in drows],
-                    dtype=object)[dinv]
-    left = pd.DataFrame({"device": starts["device"].astype(str).to_numpy(), "key": starts["op"].astype(str).to_numpy(),
-                         "program_id": starts["program_id"].to_numpy(), "t": starts["start_ps"].to_numpy(),
-                         "row": np.arange(len(starts))})
-    right = pd.DataFrame({"device": dones["device"].astype(str).to_numpy(), "key": dkey,
-                          "program_id": dones["program_id"].to_numpy(), "t": dones["start_ps"].to_numpy(),
-                          "end": (dones["start_ps"] + dones["duration_ps"]).to_numpy()})
-    m = pd.merge_asof(left.sort_values("t"), right.sort_values("t"), on="t", by=["device", "key", "program_id"],
-                      direction="forward").dropna(subset=["end"]).sort_values("row")
-    win = starts.iloc[m["row"].to_numpy()].copy()
-    win["duration_ps"] = m["end"].to_numpy().astype(np.int64) - win["start_ps"].to_numpy()
+    names: dict = {}
+    sinv, srows = unique_rows(ops.iloc[s_idx], ["device", "program_id", "op"])
+    skey = np.array([names.setdefault((d, int(p), o), len(names)) for d, p, o in srows], np.int64)[sinv]
+    dinv, drows = unique_rows(ops.iloc[d_idx], ["device", "program_id", "op"])
+    dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
+                     for d, p, o in drows], np.int64)[dinv]
+    t = ops["start_ps"].to_numpy()
+    end = t + ops["duration_ps"].to_numpy()
+    st, dt, de = t[s_idx], t[d_idx], end[d_idx]
+    keep_s, keep_end = [], []
+    dorder = np.lexsort((dt, dkey))
+    dk_sorted = dkey[dorder]
+    for k in np.unique(skey):
+        rows = np.nonzero(skey == k)[0]
+        lo, hi = np.searchsorted(dk_sorted, k, "left"), np.searchsorted(dk_sorted, k, "right")
+        if lo == hi:
+            continue
+        grp = dorder[lo:hi]
+        pos = np.searchsorted(dt[grp], st[rows], "left")
+        ok = pos < len(grp)
+        keep_s.append(rows[ok])
+        keep_end.append(de[grp[pos[ok]]])
+    if not keep_s:
+        return asyncs
+    rows = np.concatenate(keep_s)
+    order = np.argsort(rows, kind="stable")
+    rows, ends = rows[order], np.concatenate(keep_end)[order]
+    win = ops.iloc[s_idx[rows]].copy()
+    win["duration_ps"] = ends - win["start_ps"].to_numpy()
     win["is_async"] = True
-    win["source"] = "async_pair"
-    win["line"] = "XLA Ops"
-    out = pd.concat([asyncs, win], ignore_index=True) if len(asyncs) else win
+    win["source"] = pd.Categorical(["async_pair"] * len(win))
+    win["line"] = pd.Categorical(["XLA Ops"] * len(win))
+    out = concat_frames([asyncs, win]) if len(asyncs) else win
     return schema.conform(out, schema.OPS)
 
 
