@@ -89,6 +89,14 @@ def machine() -> dict:
     except Exception:  # noqa: BLE001
         versions["wire decoder"] = "?"
     m = _meminfo()
+    try:  # which code was measured (read-only git queries)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        versions["code"] = f"{head}{' + local changes' if dirty else ''}" if head else "?"
+    except (OSError, subprocess.SubprocessError):
+        versions["code"] = "?"
     return {"cpu": cpu, "cores": os.cpu_count(), "ram_gb": round(m.get("MemTotal", 0) / 2**30, 1),
             "ram_available_gb": round(m.get("MemAvailable", 0) / 2**30, 1),
             "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
@@ -454,7 +462,8 @@ def run(args) -> dict:
                 else:
                     r = best_of(fn, reps)
                     status = "ok" if r["returncode"] == 0 else (
-                        "over memory budget" if r.get("killed") else f"failed (exit {r['returncode']})")
+                        f"killed over {budget / 2**30:.1f} GiB after {r['wall_s']:.0f} s" if r.get("killed")
+                        else f"failed (exit {r['returncode']})")
                     row = {"events": ev, "tool": name, **{k: v for k, v in r.items() if k != "stderr_tail"},
                            "status": status}
                     if status.startswith("failed"):

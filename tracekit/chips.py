@@ -127,7 +127,7 @@ def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[tuple[Chip, ...], dict]:
     try:
-        doc = yaml.safe_load(TABLE_PATH.read_text(encoding="utf-8"))
+        doc = yaml.load(TABLE_PATH.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as e:
         raise TraceError(f"cannot read the chip table: {e}", str(TABLE_PATH))
     cites = doc.get("sources") or {}

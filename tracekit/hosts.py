@@ -166,12 +166,14 @@ def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:
     from tracekit import timeline as tl
     data = getattr(report, "data", report)
     dev = pd.DataFrame(data.get("devices") or [], columns=["host", "device", "busy_ps", "span_ps"])
-    st = pd.DataFrame(data.get("steps") or [], columns=["host", "device", "step", "step_ps"])
+    st = pd.DataFrame(data.get("device_steps") or [],
+                      columns=["host", "device", "steps", "step_ps_sum", "step_ps_median", "step_ps_max"])
     per = dev.groupby("host").agg(devices=("device", "nunique"), busy_ps=("busy_ps", "mean"),
                                   span_ps=("span_ps", "mean"))
     if len(st):
-        s = st.groupby("host")["step_ps"].agg(steps="size", step_ps_mean="mean", step_ps_median="median",
-                                              step_ps_max="max")
+        g = st.groupby("host")
+        s = pd.DataFrame({"steps": g["steps"].sum(), "step_ps_mean": g["step_ps_sum"].sum() / g["steps"].sum(),
+                          "step_ps_median": g["step_ps_median"].median(), "step_ps_max": g["step_ps_max"].max()})
         per = per.join(s, how="outer")
     else:
         per = per.assign(steps=0, step_ps_mean=np.nan, step_ps_median=np.nan, step_ps_max=np.nan)

@@ -17,6 +17,7 @@ SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
 TOP_OPS = 25
 ROOFLINE_POINTS = 200
+STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggregates all of them
 
 
 def _clean(v):
@@ -114,6 +115,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "hosts": int(ops["host"].nunique()) if len(ops) else 0,
             "devices": int(len(devices)),
             "steps": int(steps["step"].nunique()) if len(steps) else 0,
+            "step_rows": int(len(steps)), "step_rows_in_report": int(min(len(steps), STEP_ROWS)),
             "step_source": step_source,
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
             "op_executions": int(len(sync)),
@@ -127,7 +129,9 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         }),
         "devices": records(devices),
         "step_stats": records(step_stats),
-        "steps": records(steps),
+        "device_steps": records(_device_steps(steps)),
+        "steps": records(steps.sort_values(["step", "host", "device"], kind="stable").head(STEP_ROWS))
+        if len(steps) else [],
         "top_ops": records(top, OP_COLUMNS),
         "roofline": {"points": _clean(points), "roofs": chips},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
@@ -147,6 +151,19 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     rep = Report(data)
     data["gate"]["failed"] = rep.fails(fail_on)
     return rep
+
+
+def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per device, every step summed: steps, step time mean/median/max, and the breakdown totals."""
+    cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "idle_ps"]
+    if not len(steps):
+        return pd.DataFrame(columns=["host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
+                                     "step_ps_sum", *cols])
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
+        ["host", "device"], sort=True)
+    out = g["step_ps"].agg(steps="size", step_ps_mean="mean", step_ps_median="median", step_ps_max="max",
+                           step_ps_sum="sum")
+    return out.join(g[[c for c in cols if c in steps.columns]].sum()).reset_index()
 
 
 def _version() -> str:

@@ -212,7 +212,7 @@ def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
             raise TraceError("rules directory not found", str(d))
         for p in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
             try:
-                doc = yaml.safe_load(p.read_text())
+                doc = yaml.load(p.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             except yaml.YAMLError as e:
                 raise TraceError(f"not valid YAML ({str(e).splitlines()[0]})", str(p)) from None
             r = parse_rule(doc, str(p))

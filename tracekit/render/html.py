@@ -133,7 +133,7 @@ def roofline_svg(d: dict) -> str:
 def device_parts(d: dict) -> tuple[str, list[tuple[str, dict]]]:
     """Per device, the parts of its time: from steps when there are some, else busy/idle from devices."""
     devs = {(x.get("host"), x.get("device")): x for x in d.get("devices") or []}
-    steps = d.get("steps") or []
+    steps = d.get("device_steps") or []
     out: dict = {}
     if steps:
         for r in steps:
@@ -180,7 +180,7 @@ def device_svg(d: dict) -> str:
     names = list(shown[0][1])
     legend = "".join(f'<span><i style="background:{BAR_COLORS[k]}"></i>{e(k)}</span>' for k in names)
     more = f"<span>(first {MAX_DEVICES} of {len(rows)} devices)</span>" if len(rows) > MAX_DEVICES else ""
-    src = "summed over the steps (from <code>steps</code>)" if kind == "steps" else "busy and idle (no steps)"
+    src = "summed over the steps (from <code>device_steps</code>)" if kind == "steps" else "busy and idle (no steps)"
     return "".join(s) + f'<p class="legend">{legend}{more}<span>{src}</span></p>'
 
 

@@ -40,10 +40,11 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
         out += _table(["device", "steps", "mean", "median", "p90", "max"],
                       [[r["device"], str(r["steps"]), fmt_time(r["mean_ps"]), fmt_time(r["median_ps"]),
                         fmt_time(r["p90_ps"]), fmt_time(r["max_ps"])] for r in st[:16]], right={1, 2, 3, 4, 5})
-        steps = d.get("steps") or []
+        steps = d.get("device_steps") or []
         if steps:
-            tot = {k: sum(r.get(k) or 0 for r in steps) for k in ("step_ps", "compute_ps", "collective_exposed_ps",
+            tot = {k: sum(r.get(k) or 0 for r in steps) for k in ("step_ps_sum", "compute_ps", "collective_exposed_ps",
                                                                   "collective_hidden_ps", "idle_ps")}
+            tot["step_ps"] = tot.pop("step_ps_sum")
             if tot["step_ps"]:
                 out.append("step breakdown (all devices): " + ", ".join(
                     f"{name} {fmt_pct(tot[k] / tot['step_ps'])}" for name, k in
