@@ -59,7 +59,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},
-        warnings=tr.warnings, step_source=sorted(set(tr.steps["step_source"].astype(str))) if len(tr.steps) else [],
+        warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
         fail_on=fail_on)
 
 

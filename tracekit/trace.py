@@ -81,8 +81,8 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     # module names by program id (HLO metadata and XLA Modules lines)
     names = {m.program_id: m.name for m in mods}
     mx = ex["modules"]
-    for pid, name in zip(mx["program_id"], mx["module"].astype(str)):
-        names.setdefault(int(pid), name)
+    for name, pid in unique_rows(mx, ["module", "program_id"])[1] if len(mx) else []:
+        names.setdefault(int(pid), str(name))
     ops = _fill_modules(ops, names)
     asyncs = _fill_modules(ex["async"], names)
     ops = _join_hlo(ops, h)
@@ -145,7 +145,7 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
     paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
     device. A tie in time pairs the start with the done (a zero-length copy)."""
-    have = set(asyncs["device"].astype(str)) if len(asyncs) else set()
+    have = {str(d) for d in asyncs["device"].unique()} if len(asyncs) else set()
     base = cat_apply(ops["source"], lambda v: v == "xla_ops").astype(bool) & \
         ~cat_apply(ops["device"], lambda v: v in have).astype(bool)
     s_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-start")).astype(bool))[0]
