@@ -199,13 +199,15 @@ def chips_frame(include_cpu: bool = True) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------------------------- detection
 
-def _stat(stats: dict, name: str) -> float | None:
+def _stat(stats: dict, name: str, allow_zero: bool = False) -> float | None:
+    """A positive (or, with ``allow_zero``, non-negative) finite number from the plane stats, else None: a
+    value of another type (a name, bytes) is ignored."""
     v = stats.get(name)
     try:
         v = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return v if v > 0 and math.isfinite(v) else None
+    return v if (v > 0 or (allow_zero and v == 0)) and math.isfinite(v) and v < 2**53 else None
 
 
 def _vendor(stats: dict, kind: str) -> str:
@@ -286,7 +288,8 @@ def _detect_tpu(kind: str, stats: dict) -> Chip:
 
 def _detect_gpu(kind: str, stats: dict) -> Chip:
     vendor = _vendor(stats, kind)
-    major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
+    major = _stat(stats, "compute_cap_major", allow_zero=True)
+    minor = _stat(stats, "compute_cap_minor", allow_zero=True)
     cores, mem, clock_khz = _stat(stats, "core_count"), _stat(stats, "memory_size"), _stat(stats, "clock_rate")
     chips, keys = _load()
     base = None

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.wire import KIND_BYTES, KIND_DOUBLE, KIND_REF, KIND_STR, LineData
+from tracekit.wire import KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, LineData
 
 
 class Cat(NamedTuple):
@@ -76,8 +76,23 @@ def _concat_cat(parts, lens) -> pd.Categorical:
 
 
 # ----------------------------------------------------------------------------------------- event stat columns
-def stat_ints(line: LineData, sid: int) -> tuple[np.ndarray, np.ndarray]:
-    """(has, value) per event for an integer-valued stat (int64/uint64 bits/ref id); value 0 where absent."""
+_INT_KINDS = (KIND_UINT64, KIND_INT64)
+_NUM_KINDS = (KIND_DOUBLE, KIND_UINT64, KIND_INT64)
+_STR_KINDS = (KIND_STR, KIND_BYTES, KIND_REF)
+
+
+def _odd(odd, label: str, kind: np.ndarray, allowed: tuple) -> None:
+    """Count, in ``odd[label]``, the values of a stat stored with a type it should not have."""
+    if odd is not None:
+        k = int(np.count_nonzero(~np.isin(kind, allowed)))
+        if k:
+            odd[label] = odd.get(label, 0) + k
+
+
+def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """(has, value) per event for an integer-valued stat (int64/uint64 bits/ref id); value 0 where absent. A
+    value stored with another type counts when it is a number (a finite double, a numeric string); otherwise
+    the event does not have the stat."""
     n = line.n_events
     has = np.zeros(n, bool)
     val = np.zeros(n, np.int64)
@@ -85,32 +100,70 @@ def stat_ints(line: LineData, sid: int) -> tuple[np.ndarray, np.ndarray]:
         m = line.stat_id == sid
         if m.any():
             ev = line.stat_event[m]
-            has[ev] = True
             kind = line.stat_kind[m]
+            _odd(odd, label, kind, _INT_KINDS)
             iv = line.stat_int[m].copy()
+            ok = np.ones(len(iv), bool)
             dbl = kind == KIND_DOUBLE
             if dbl.any():
-                iv[dbl] = line.stat_double[m][dbl].astype(np.int64)
-            val[ev] = iv
+                d = line.stat_double[m][dbl]
+                fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
+                iv[dbl] = np.where(fin, d, 0).astype(np.int64)
+                ok[dbl] = fin
+            txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
+            if len(txt):
+                parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
+                iv[txt] = [0 if p is None else p for p in parsed]
+                ok[txt] = [p is not None for p in parsed]
+            has[ev[ok]] = True
+            val[ev[ok]] = iv[ok]
     return has, val
 
 
-def stat_floats(line: LineData, sid: int) -> np.ndarray:
+def _float_or_nan(v) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        return np.nan
+
+
+def _int_or_none(v):
+    """A numeric str/bytes stat value as an int64, else None."""
+    try:
+        f = int(v)
+    except ValueError:
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+        if not np.isfinite(f):
+            return None
+    f = int(f)
+    return f if -(2**63) <= f < 2**63 else None
+
+
+def stat_floats(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> np.ndarray:
     """Per event float value of a numeric stat; NaN where absent."""
     out = np.full(line.n_events, np.nan)
     if sid >= 0 and len(line.stat_id):
         m = line.stat_id == sid
         if m.any():
             kind = line.stat_kind[m]
+            _odd(odd, label, kind, _NUM_KINDS)
             v = np.where(kind == KIND_DOUBLE, line.stat_double[m], line.stat_int[m].astype(np.float64))
             u = kind == 3  # uint64 bits
             if u.any():
                 v[u] = line.stat_int[m][u].astype(np.uint64).astype(np.float64)
+            v[kind == KIND_REF] = np.nan  # a name is not a number
+            txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
+            if len(txt):  # a number stored as text counts; any other text does not
+                v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in line.stat_int[m][txt]]
             out[line.stat_event[m]] = v
     return out
 
 
-def stat_strings(line: LineData, sid: int, names: dict) -> tuple[np.ndarray, Cat]:
+def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
+                 label: str = "") -> tuple[np.ndarray, Cat]:
     """(has, Cat) per event for a string stat stored as ref_value (into stat metadata names) or str_value."""
     n = line.n_events
     has = np.zeros(n, bool)
@@ -120,8 +173,9 @@ def stat_strings(line: LineData, sid: int, names: dict) -> tuple[np.ndarray, Cat
         if m.any():
             ev = line.stat_event[m]
             kind = line.stat_kind[m]
+            _odd(odd, label, kind, _STR_KINDS)
             iv = line.stat_int[m]
-            has[ev] = True
+            has[ev] = (kind == KIND_REF) | (kind == KIND_STR) | (kind == KIND_BYTES)  # a number is not a name
             # encode: ref ids as themselves (>= 0), inline strings as -(index+2)
             keys[ev] = np.where(kind == KIND_REF, iv, np.where((kind == KIND_STR) | (kind == KIND_BYTES), -(iv + 2), -1))
     uniq, inv = np.unique(keys, return_inverse=True)

@@ -81,6 +81,7 @@ class _Model:
         self._applied: dict[int, tuple[float, float]] = {}
         self._rows: dict[int, list[tuple[object, Cost]]] = {}
         self._busy: set[int] = set()
+        self._fused_cache: dict[int, tuple] = {}
 
     # -- lookup -----------------------------------------------------------------------------------------
     def operands(self, cid: int, inst) -> list:
@@ -176,19 +177,36 @@ class _Model:
                 c.known, c.reason = False, c.reason or f"{self.comps[k].name}: {b.reason}"
         return c
 
+    def _fused(self, fid: int) -> tuple[Cost, dict]:
+        """(flops/transcendentals of the fused computation, its users of each instruction id), once per
+        computation: nested fusions that share a computation are not re-walked, and a fused computation that
+        (directly or not) fuses itself is an error instead of an endless recursion."""
+        if fid not in self._fused_cache:
+            comp = self.comps[fid]
+            if fid in self._busy:
+                raise ValueError(f"fused computation {comp.name} fuses itself")
+            self._busy.add(fid)
+            try:
+                c = Cost()
+                users: dict[int, list] = {}
+                for fi in comp.instructions:
+                    ic = self.inst_cost(fid, fi)
+                    for m in ("flops", "transcendentals"):
+                        setattr(c, m, getattr(c, m) + getattr(ic, m))
+                    if not ic.known and ic.reason:
+                        c.known, c.reason = False, c.reason or f"{comp.name}: {ic.reason}"
+                    for k, oid in enumerate(fi.operand_ids):
+                        users.setdefault(oid, []).append((fi, k))
+            finally:
+                self._busy.discard(fid)
+            self._fused_cache[fid] = (c, users)
+        return self._fused_cache[fid]
+
     def fusion_cost(self, cid: int, inst) -> Cost:
         fid = inst.called_computation_ids[0]
         comp = self.comps[fid]
-        c = Cost()
-        users: dict[int, list] = {}
-        for fi in comp.instructions:
-            ic = self.inst_cost(fid, fi)
-            for m in ("flops", "transcendentals"):
-                setattr(c, m, getattr(c, m) + getattr(ic, m))
-            if not ic.known and ic.reason:
-                c.known, c.reason = False, c.reason or f"{comp.name}: {ic.reason}"
-            for k, oid in enumerate(fi.operand_ids):
-                users.setdefault(oid, []).append((fi, k))
+        inner, users = self._fused(fid)
+        c = Cost(flops=inner.flops, transcendentals=inner.transcendentals, known=inner.known, reason=inner.reason)
         operands = self.operands(cid, inst)
         for fi in comp.instructions:
             if fi.opcode == "parameter" and fi.parameter_number < len(operands):

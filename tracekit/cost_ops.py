@@ -89,11 +89,17 @@ def dot_flops(lhs, rhs, lhs_contract, lhs_batch, rhs_contract, rhs_batch, comple
     return 2.0 * b * m * n * k * (4 if complex_ else 1)
 
 
+#: largest (window taps x output positions) of one spatial dimension whose valid taps are counted (~1 s)
+MAX_TAP_PAIRS = 1 << 27
+
+
 def _valid_taps(in_size: int, out_size: int, w) -> int:
     """Number of (output position, window tap) pairs of one spatial dimension that land on a real input
     element (not on padding, not between base-dilated elements)."""
     size, stride = w.size or 1, w.stride or 1
     wdil, bdil = w.window_dilation or 1, w.base_dilation or 1
+    if size * max(out_size, 1) > MAX_TAP_PAIRS:  # counted pair by pair below: refuse rather than run for hours
+        raise ValueError(f"convolution window too large to count ({size} taps x {out_size} outputs)")
     o = np.arange(out_size, dtype=np.int64) * stride - w.padding_low
     last = (in_size - 1) * bdil
     total = 0

@@ -73,12 +73,12 @@ def _source(module: hlo_pb2.HloModuleProto, md: hlo_pb2.OpMetadata) -> tuple[str
     if md.source_file:
         return md.source_file, md.source_line
     sfi = module.stack_frame_index
-    fid = md.stack_frame_id
-    if fid and fid <= len(sfi.stack_frames):
+    fid = md.stack_frame_id  # 1-based ids; anything out of range (negative included) means unknown
+    if 0 < fid <= len(sfi.stack_frames):
         loc_id = sfi.stack_frames[fid - 1].file_location_id
-        if loc_id and loc_id <= len(sfi.file_locations):
+        if 0 < loc_id <= len(sfi.file_locations):
             loc = sfi.file_locations[loc_id - 1]
-            if loc.file_name_id and loc.file_name_id <= len(sfi.file_names):
+            if 0 < loc.file_name_id <= len(sfi.file_names):
                 return sfi.file_names[loc.file_name_id - 1], loc.line
     return "", 0
 
@@ -182,6 +182,14 @@ def _extras(m: hlo_pb2.HloModuleProto) -> dict[int, tuple]:
     return out
 
 
+_I64 = (1 << 63) - 1
+
+
+def _i64(v: int) -> int:
+    """Clamp to int64 (absurd shapes in a corrupt HLO give sizes no int64 column holds)."""
+    return max(-_I64 - 1, min(_I64, v))
+
+
 def done_to_start(h: pd.DataFrame) -> dict:
     """(program_id, '-done' instruction) -> the '-start' instruction it completes (its first operand)."""
     d = h[h["opcode"].astype(str).str.endswith("-done")]
@@ -209,7 +217,7 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
                 cols["opcode"].append(ins.opcode)
                 cols["shape"].append(hloshape.text(ins.shape))
                 cols["dtype"].append(hloshape.first_dtype(ins.shape))
-                cols["result_bytes"].append(hloshape.nbytes(ins.shape))
+                cols["result_bytes"].append(_i64(hloshape.nbytes(ins.shape)))
                 cols["operands"].append(",".join(by_id.get(o, str(o)) for o in ins.operand_ids))
                 cols["fusion_kind"].append(ins.fusion_kind)
                 cols["called_computations"].append(",".join(comp_names.get(c, str(c)) for c in ins.called_computation_ids))
@@ -225,8 +233,8 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
                 cols["category"].append(cats.get(ins.id, ins.opcode))
                 hm, tb, dm, dn, dk = extras[ins.id]
                 cols["host_memory"].append(hm)
-                cols["transfer_bytes"].append(tb)
-                cols["dot_m"].append(dm)
-                cols["dot_n"].append(dn)
-                cols["dot_k"].append(dk)
+                cols["transfer_bytes"].append(_i64(tb))
+                cols["dot_m"].append(_i64(dm))
+                cols["dot_n"].append(_i64(dn))
+                cols["dot_k"].append(_i64(dk))
     return schema.conform(pd.DataFrame(cols), schema.HLO)

@@ -41,11 +41,16 @@ def leaves(shape: hlo_pb2.ShapeProto):
         yield shape
 
 
+def _count(dims) -> int:
+    """Product of the dimensions; a negative one (corrupt HLO: no shape has one) counts as 0."""
+    return prod(max(int(d), 0) for d in dims)
+
+
 def elements(shape: hlo_pb2.ShapeProto) -> int:
     """Number of elements of an array shape (0 for tuples, tokens)."""
     if shape.element_type in (PT.TUPLE, PT.TOKEN, PT.OPAQUE_TYPE):
         return 0
-    return prod(shape.dimensions)
+    return _count(shape.dimensions)
 
 
 def nbytes(shape: hlo_pb2.ShapeProto) -> int:
@@ -53,9 +58,9 @@ def nbytes(shape: hlo_pb2.ShapeProto) -> int:
     total = 0
     for s in leaves(shape):
         bits = DTYPES.get(s.element_type, ("?", 0))[1]
-        if s.HasField("layout") and s.layout.element_size_in_bits:
+        if s.HasField("layout") and s.layout.element_size_in_bits > 0:
             bits = s.layout.element_size_in_bits
-        total += (prod(s.dimensions) * bits + 7) // 8
+        total += (_count(s.dimensions) * bits + 7) // 8
     return total
 
 

@@ -1,15 +1,19 @@
-"""Many hosts in parallel: a run folder with one ``*.xplane.pb`` per host, each host loaded by its own worker.
+"""Many hosts in parallel: a run folder with one ``*.xplane.pb`` per host, each host handled by its own worker.
 
     rep = tracekit.hosts.analyze("logs/plugins/profile/run1", jobs=8)            # local processes
     rep = tracekit.hosts.analyze("gs://bucket/logs", dask="tcp://10.0.0.2:8786")  # a Dask cluster
 
-Each worker reads and decodes one host's file (local path, or a URL through fsspec) and extracts that host's
-frames: the part :func:`tracekit.trace.load` builds per host, which is the bulk of the work (bytes -> columnar
-events -> ops/steps/devices/host events/HLO frames). It sends back only those frames, pickled (categorical columns
-keep them small; the HLO modules travel as serialized protos and the parent decodes one copy of each module). The
-parent combines the parts exactly as :func:`tracekit.trace.load` does and runs the rest of the pipeline
-(roofline, timeline, rules, report) once on the combined frames, so the report is byte-identical to
-``tracekit.pipeline.analyze(run_folder)``: same cluster-wide top ops, findings, devices and steps.
+Each worker reads and decodes one host's file (a local path, or a URL through fsspec), extracts that host's frames
+(what :func:`tracekit.trace.load` builds per host) and joins the roofline to its ops (what
+:func:`tracekit.pipeline.with_roofline` computes per row). It sends back only frames, pickled: categorical columns
+keep them small, and the HLO modules travel as serialized protos that the parent decodes once per distinct module.
+
+The parent combines the parts exactly as :func:`tracekit.trace.load` does and runs the rest of the pipeline
+(timeline, rules, report) once on the combined frames, so the report is byte-identical to
+``tracekit.pipeline.analyze(run_folder)``: the same cluster-wide top ops, findings, devices and steps. The per-host
+roofline equals the cluster-wide one when every host has the same device names and the same HLO modules and no
+host has multi-kernel GPU ops (:func:`_roofline_per_host_ok`); otherwise the parent recomputes it on the combined
+ops (still equal, only slower).
 
 :func:`host_summary` turns a report into one row per host: step times, busy time, and straggler hosts by the
 modified z-score ``0.6745·(x − median)/MAD`` (|z| > 3.5, as xprof).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +32,7 @@ from tracekit import loader as _load
 from tracekit.errors import TraceError
 
 STRAGGLER_Z = 3.5
+_PATCH = threading.Lock()
 
 
 @dataclass
@@ -38,28 +44,30 @@ class _Module:
 
 
 def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
-              max_events: int | None = None) -> dict:
-    """One host's frames (what :func:`tracekit.trace.load` builds per host), ready to pickle. Runs in a worker."""
-    from tracekit import trace
+              max_events: int | None = None, roofline: bool = True, chip: str | None = None) -> dict:
+    """One host's frames (what :func:`tracekit.trace.load` builds per host), with ``ops`` roofline-joined
+    (``roofline``; ``ops_columns`` then names the columns of the plain ops frame), ready to pickle. Runs in a
+    worker."""
+    from tracekit import pipeline, trace
     hf = _load.HostFile(host, path)
     warnings: list[str] = []
-    decoded = _load.load_space(hf, max_bytes)  # (planes, hostnames); an XSpace before the columnar decoder
-    planes = decoded[0] if isinstance(decoded, tuple) else decoded
+    planes, _ = _load.load_space(hf, max_bytes)
     if max_events is not None:
-        n = sum(_events(line) for p in getattr(planes, "planes", planes) for line in p.lines)
+        n = sum(line.n_events for p in planes for line in p.lines)
         if n > max_events:
             raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(path),
                              "raise it with --max-events")
     part = trace._host(planes, host, warnings)
-    del planes, decoded
+    del planes
+    if roofline:
+        one = trace._combine([part], [])  # this host alone, as the cluster-wide path sees it
+        part["ops_columns"] = list(one.ops.columns)
+        part["ops"] = pipeline.with_roofline(one, chip)
+        part["devices_seen"] = sorted(set(one.devices["device"].astype(str)))
+        del one
     part["hlo_modules"] = [_Module(m.name, m.program_id, m.proto.SerializeToString()) for m in part["hlo_modules"]]
     part["warnings"] = warnings
     return part
-
-
-def _events(line) -> int:
-    n = getattr(line, "n_events", None)
-    return n if n is not None else len(line.events)
 
 
 def _revive(parts: list[dict]) -> None:
@@ -77,33 +85,86 @@ def _revive(parts: list[dict]) -> None:
         p["hlo_modules"] = mods
 
 
+def _roofline_per_host_ok(parts: list[dict]) -> bool:
+    """(After :func:`_revive`.) True when each host's own roofline join equals the cluster-wide one: the join reads the number of distinct
+    device names (collectives with empty replica groups), the HLO modules (costs by program id and op, first
+    module wins) and, for GPU ops made of several kernels, consecutive kernels per device name."""
+    if not all("ops_columns" in p for p in parts):
+        return False
+    first = parts[0]
+    devs = set().union(*(p["devices_seen"] for p in parts))
+    if any(len(p["devices_seen"]) != len(devs) for p in parts):
+        return False
+    mods = [sorted(map(id, p["hlo_modules"])) for p in parts]  # _revive made identical modules one object
+    if any(m != mods[0] for m in mods[1:]) or any(len(p["hlo"]) != len(first["hlo"]) for p in parts):
+        return False
+    gpu = [bool(len(p["ops"])) and (p["ops"]["source"].astype(str) == "gpu_kernel").any() for p in parts]
+    if sum(gpu) > 1:
+        return False
+    # categorical columns the join adds must carry the same categories on every host: then their union (how
+    # hosts are combined) is in the order the cluster-wide join would give, whatever order that is
+    for c in first["ops"].columns:
+        if c not in first["ops_columns"] and isinstance(first["ops"][c].dtype, pd.CategoricalDtype):
+            cats = first["ops"][c].cat.categories
+            if any(not p["ops"][c].cat.categories.equals(cats) for p in parts[1:]):
+                return False
+    return True
+
+
 def _jobs(jobs: int | None) -> int:
     return max(1, os.cpu_count() or 1) if not jobs else max(1, int(jobs))
 
 
 def load_parts(files: list, *, jobs: int | None = None, dask: str | object | None = None,
-               max_bytes: int | None = _load.DEFAULT_MAX_BYTES, max_events: int | None = None) -> list[dict]:
-    """Per-host parts of ``files`` (:class:`tracekit.loader.HostFile`), in order, loaded by a process pool of
-    ``jobs`` workers (0/None: one per core) or by the Dask cluster ``dask`` (an address or a ``Client``)."""
-    paths = [os.fspath(f.path) for f in files]
-    hosts = [f.host for f in files]
+               max_bytes: int | None = _load.DEFAULT_MAX_BYTES, max_events: int | None = None,
+               roofline: bool = True, chip: str | None = None) -> list[dict]:
+    """Per-host parts of ``files`` (:class:`tracekit.loader.HostFile`), in order (see :func:`load_part`), made by a
+    process pool of ``jobs`` workers (0/None: one per core) or by the Dask cluster ``dask`` (an address or a
+    ``Client``)."""
     n = len(files)
+    args = ([os.fspath(f.path) for f in files], [f.host for f in files], [max_bytes] * n, [max_events] * n,
+            [roofline] * n, [chip] * n)
     if dask is not None:
         client, own = _client(dask)
         try:
-            futs = client.map(load_part, paths, hosts, [max_bytes] * n, [max_events] * n, pure=False)
-            parts = client.gather(futs)
+            parts = client.gather(client.map(load_part, *args, pure=False))
         finally:
             if own:
                 client.close()
     elif _jobs(jobs) == 1 or n == 1:
-        parts = [load_part(p, h, max_bytes, max_events) for p, h in zip(paths, hosts)]
+        parts = list(map(load_part, *args))
     else:
+        # Parts come back through files in a private folder (in memory under /dev/shm where there is one):
+        # several times faster than multiprocessing's pipe for hundreds of MB per host.
+        import shutil
+        import tempfile
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=min(_jobs(jobs), n), mp_context=_mp_context()) as ex:
-            parts = list(ex.map(load_part, paths, hosts, [max_bytes] * n, [max_events] * n))
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        folder = tempfile.mkdtemp(prefix="tracekit-hosts-", dir=shm)
+        try:
+            with ProcessPoolExecutor(max_workers=min(_jobs(jobs), n), mp_context=_mp_context()) as ex:
+                parts = [_read_part(f) for f in ex.map(_part_to_file, [folder] * n, range(n), *args)]
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     _revive(parts)
     return parts
+
+
+def _part_to_file(folder: str, i: int, *args) -> str:
+    """(worker) :func:`load_part`, pickled into ``folder``; returns the file's path."""
+    import pickle
+    path = os.path.join(folder, f"part{i}.pkl")
+    with open(path, "wb") as f:
+        pickle.dump(load_part(*args), f, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def _read_part(path: str) -> dict:
+    import pickle
+    with open(path, "rb") as f:
+        part = pickle.load(f)
+    os.unlink(path)
+    return part
 
 
 def _mp_context():
@@ -131,6 +192,27 @@ def _client(dask):
                          "give the scheduler address, e.g. tcp://HOST:8786") from None
 
 
+def _combine(parts: list[dict], files: list):
+    """(Trace, roofline-joined ops or None) from the parts, as :func:`tracekit.trace.load` combines hosts."""
+    from tracekit import schema, trace
+    per_host = _roofline_per_host_ok(parts)
+    for p in parts:
+        cols = p.pop("ops_columns", None)
+        p.pop("devices_seen", None)
+        if cols is not None and not per_host:
+            p["ops"] = p["ops"][cols]
+    warnings = [w for p in parts for w in p.pop("warnings")]
+    tr = trace._combine(parts, warnings)
+    for p in parts:
+        p.pop("ops")  # the combined frame holds them now
+    tr.paths = [str(f.path) for f in files]
+    ops = None
+    if per_host:
+        ops = schema.conform(tr.ops, {**schema.OPS, **schema.ROOFLINE})
+        tr.ops = ops  # one copy: the plain columns come first, as in the ops frame
+    return tr, ops
+
+
 def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
          max_bytes: int | None = _load.DEFAULT_MAX_BYTES, max_events: int | None = None):
     """:func:`tracekit.load` with the hosts loaded in parallel: the same :class:`tracekit.trace.Trace`."""
@@ -138,25 +220,40 @@ def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
     files = _load.resolve(path, run)
     if len(files) == 1:
         return trace.load(path, run=run, max_bytes=max_bytes, max_events=max_events)
-    parts = load_parts(files, jobs=jobs, dask=dask, max_bytes=max_bytes, max_events=max_events)
-    warnings = [w for p in parts for w in p.pop("warnings")]
-    tr = trace._combine(parts, warnings)
-    tr.paths = [str(f.path) for f in files]
-    return tr
+    parts = load_parts(files, jobs=jobs, dask=dask, max_bytes=max_bytes, max_events=max_events, roofline=False)
+    return _combine(parts, files)[0]
 
 
 def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = None, max_bytes=None, max_events=None,
-            **kw):
-    """:func:`tracekit.pipeline.analyze` of a run folder (or logdir) with its hosts loaded in parallel by ``jobs``
-    processes or the Dask cluster ``dask``; the other keywords are ``pipeline.analyze``'s. Same Report, byte for
-    byte. A single file, or ``jobs == 1`` without ``dask``, takes the single-process path."""
+            chip: str | None = None, **kw):
+    """:func:`tracekit.pipeline.analyze` of a run folder (or logdir) with its hosts loaded and roofline-joined in
+    parallel by ``jobs`` processes or the Dask cluster ``dask``; the other keywords are ``pipeline.analyze``'s.
+    Same Report, byte for byte. A single file, or ``jobs == 1`` without ``dask``, takes the single-process path."""
     from tracekit import pipeline
     from tracekit.trace import Trace
-    mb = max_bytes if max_bytes is not None else _load.DEFAULT_MAX_BYTES
     if isinstance(source, Trace) or (dask is None and _jobs(jobs) == 1):
-        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, **kw)
-    tr = load(source, run=run, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events)
-    return pipeline.analyze(tr, **kw)
+        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip, **kw)
+    files = _load.resolve(source, run)
+    if len(files) == 1:
+        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip, **kw)
+    mb = max_bytes if max_bytes is not None else _load.DEFAULT_MAX_BYTES
+    tr, ops = _combine(load_parts(files, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events, chip=chip),
+                       files)
+    if ops is None:
+        return pipeline.analyze(tr, chip=chip, **kw)
+    # pipeline.analyze(tr) joins the roofline itself; hand it the per-host join instead (for this trace only).
+    # TODO(lead): an ``ops=`` argument of pipeline.analyze would replace this.
+    orig = pipeline.with_roofline
+
+    def joined(t, c=None):
+        return ops if t is tr and c == chip else orig(t, c)
+
+    with _PATCH:
+        pipeline.with_roofline = joined
+        try:
+            return pipeline.analyze(tr, chip=chip, **kw)
+        finally:
+            pipeline.with_roofline = orig
 
 
 def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:

@@ -17,7 +17,11 @@ from tracekit.errors import TraceError
 SUFFIX = ".xplane.pb"
 #: Default refusal limits; both can be lifted (``max_bytes=None``) by the caller / ``--max-size``.
 DEFAULT_MAX_BYTES = 8 << 30
-GZ_MAX_RATIO = 50  # a .gz may expand at most this many times its size (bounded decompression)
+#: A ``.gz`` that expands more than this many times its size (past ``GZ_BOMB_FLOOR`` bytes) is refused as a
+#: decompression bomb while it is being decompressed (real traces compress 2-10x). ``max_bytes=None`` lifts it.
+GZ_MAX_RATIO = 100
+GZ_BOMB_FLOOR = 64 << 20
+_GZ_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -184,16 +188,36 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
         raise TraceError(f"cannot reach {proto}:// ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})", where,
                          "check the URL and your credentials") from None
     if where.endswith(".gz"):
-        limit = None if max_bytes is None else max(max_bytes, len(data) * GZ_MAX_RATIO)
-        try:
-            with gzip.GzipFile(fileobj=__import__("io").BytesIO(data)) as g:
-                data = g.read(limit + 1 if limit is not None else -1)
-        except (OSError, EOFError) as e:
-            raise TraceError(f"not a valid gzip file ({e})", where) from None
-        if limit is not None and len(data) > limit:
-            raise TraceError("decompressed trace is over the size limit", where,
-                             "raise the limit with --max-size (or max_bytes=None)")
+        data = _gunzip(data, where, max_bytes)
     return data
+
+
+def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
+    """Decompress in chunks, never holding more than the limit: the decompressed size must stay within
+    ``max_bytes`` and within ``GZ_MAX_RATIO`` times the compressed size (a gzip bomb); ``max_bytes=None`` lifts
+    both. A corrupt or truncated gzip stream is a TraceError."""
+    import io
+    import zlib
+    bomb = None if max_bytes is None else max(len(data) * GZ_MAX_RATIO, GZ_BOMB_FLOOR)
+    out, total = [], 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as g:
+            while True:
+                chunk = g.read(_GZ_CHUNK)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if max_bytes is not None and total > max_bytes:
+                    raise TraceError(f"decompressed trace is over the {max_bytes / 2**30:.1f} GiB limit", where,
+                                     "raise the limit with --max-size (or max_bytes=None)")
+                if bomb is not None and total > bomb:
+                    raise TraceError(f"gzip file expands more than {GZ_MAX_RATIO}x its size (a decompression bomb?)",
+                                     where, "if it is a real trace, gunzip it first, or load it with max_bytes=None")
+                out.append(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceError(f"not a valid gzip file ({e})", where, "re-copy it, or gunzip it and check the result") \
+            from None
+    return b"".join(out)
 
 
 def decode(data: bytes, where: str):

@@ -94,57 +94,83 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     new: dict = {}
     inv, rows = unique_rows(ops, _IDENT)
     u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip)
-    g = {k: (v[inv] if isinstance(v, np.ndarray) else v) for k, v in u.items()}
-    flops, nbytes, net, src = g["flops"].copy(), g["nbytes"].copy(), g["net"].copy(), g["src"].copy()
-    reason = g["reason"].copy()
+
+    def b(key):  # spread a per-identity array to the rows
+        return u[key][inv]
+    flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~g["done"] & ~g["start_marker"]
+    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(u["done"] | u["start_marker"])[inv]
     flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], 1, 0
     net[has_t & np.isnan(net)] = 0.0
+    del tf, tb, has_t
     share = _per_kernel_split(ops)
-    flops, nbytes, net = flops * share, nbytes * share, net * share
-    host_x, gsize, fam, netw = g["host_x"], g["gsize"], g["fam_tpu"], g["netw"]
+    flops *= share
+    nbytes *= share
+    net *= share
+    gsize = b("gsize")
     with np.errstate(divide="ignore", invalid="ignore"):
-        compute = flops / g["peak_f"] * 1e12
-        memory = nbytes / g["bw"] * 1e12
+        compute = flops / b("peak_f") * 1e12
+        memory = nbytes / b("bw") * 1e12
+        netw = b("netw")
         network = np.where(net > 0, net / netw * 1e12, np.where(np.isnan(net), np.nan, 0.0))
-        gs = np.maximum(gsize, 2)
-        # all-to-all on a bidirectional ring: V/(4W) with V the full array (net_bytes = V(N-1)/N)
-        network = np.where(g["a2a"], net * gs / (gs - 1) / 4 / netw * 1e12, network)
-        floor = np.where((net > 0) & fam, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2, 0.0)
-        network = np.where(net > 0, np.maximum(network, floor), network)
-        hostlink = np.where(host_x, g["xfer"] * share / g["hostw"] * 1e12, 0.0)
-    host_x = host_x & ~np.isnan(hostlink)
-    net = np.where(host_x, g["xfer"] * share, net)
-    parts = np.vstack([np.nan_to_num(compute, nan=-1), np.nan_to_num(memory, nan=-1),
-                       np.nan_to_num(network, nan=-1), np.nan_to_num(hostlink, nan=-1)])
-    best = parts.argmax(axis=0)
-    roof = parts.max(axis=0)
+        a2a = b("a2a")
+        if a2a.any():  # all-to-all on a bidirectional ring: V/(4W) with V the full array (net_bytes = V(N-1)/N)
+            gs = np.maximum(gsize, 2)
+            network = np.where(a2a, net * gs / (gs - 1) / 4 / netw * 1e12, network)
+        del netw, a2a
+        tpu_coll = (net > 0) & b("fam_tpu")
+        if tpu_coll.any():  # ~1 µs per hop floor on TPU ICI
+            network = np.where(tpu_coll, np.maximum(network, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2), network)
+        host_x = b("host_x")
+        if host_x.any():
+            xfer = b("xfer") * share
+            hostlink = np.where(host_x, xfer / b("hostw") * 1e12, 0.0)
+            host_x &= ~np.isnan(hostlink)
+            net = np.where(host_x, xfer, net)
+            del xfer
+        else:
+            hostlink = None
+    del share
+    # bound-by: the largest term (ties: compute, then memory, then network, then host link)
+    roof = np.nan_to_num(compute, nan=-1.0)
+    best = np.zeros(n, np.int8)
+    for code, term in ((1, memory), (2, network), (3, hostlink)):
+        if term is None:
+            continue
+        t = np.nan_to_num(term, nan=-1.0)
+        better = t > roof
+        best[better] = code
+        np.maximum(roof, t, out=roof)
+        del t, better
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
     best[unknown] = 4
-    roof = np.where(unknown, np.nan, roof)
+    roof[unknown] = np.nan
     reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
-    network = np.where(host_x, hostlink, network)
+    if hostlink is not None:
+        network = np.where(host_x, hostlink, network)
+        del hostlink
     dur = ops["duration_ps"].to_numpy().astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        eff = np.where(dur > 0, roof / dur, np.nan)
+        new["efficiency"] = np.where(dur > 0, roof / dur, np.nan)
         new["intensity_flops_per_byte"] = np.where(nbytes > 0, flops / nbytes, np.nan)
+    new["headroom_ps"] = np.where(np.isnan(roof), np.nan, np.maximum(dur - np.nan_to_num(roof), 0))
+    del dur
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, net, gsize
-    new["dtype"] = pd.Categorical.from_codes(u["dtype_codes"][inv], categories=u["dtypes"])
-    new["cost_source"] = pd.Categorical.from_codes(src.astype(np.int8), categories=["hlo", "trace", "unknown"])
+    new["dtype"] = pd.Categorical.from_codes(b("dtype_codes"), categories=u["dtypes"])
+    new["cost_source"] = pd.Categorical.from_codes(src, categories=["hlo", "trace", "unknown"])
     new["unknown_reason"] = pd.Categorical.from_codes(reason.astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = compute, memory, network, roof
-    new["bound_by"] = pd.Categorical.from_codes(best.astype(np.int8), categories=BOUNDS)
-    new["efficiency"] = eff
-    new["headroom_ps"] = np.where(np.isnan(roof), np.nan, np.maximum(dur - np.nan_to_num(roof), 0))
-    new["collective"] = pd.Categorical.from_codes(u["coll_codes"][inv], categories=u["colls"])
+    new["bound_by"] = pd.Categorical.from_codes(best, categories=BOUNDS)
+    new["collective"] = pd.Categorical.from_codes(b("coll_codes"), categories=u["colls"])
     new["is_host_transfer"] = host_x
     for col in ("dot_m", "dot_n", "dot_k"):
-        new[col] = g[col]
-    out = pd.concat([ops.drop(columns=[c for c in new if c in ops.columns]), pd.DataFrame(new, index=ops.index)],
-                    axis=1)
+        new[col] = b(col)
+    out = ops.copy(deep=False)  # shares the loader's columns; only the new ones are allocated
+    order = [c for c in schema.ROOFLINE if c in new] + [c for c in new if c not in schema.ROOFLINE]
+    for k in order:  # in schema order, so conform() below has nothing to copy
+        out[k] = new.pop(k)
     return schema.conform(out, {**schema.OPS, **schema.ROOFLINE})
 
 
@@ -164,7 +190,8 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
         d2s = hlo.done_to_start(tr.hlo)
         key_op[done] = [d2s.get((int(p), o), o) for p, o in zip(u["program_id"].to_numpy()[done], opname[done])]
     key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": key_op.astype(str)})
-    j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else key.reindex(columns=list(key) + _COST_COLS)
+    j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else \
+        key.reindex(columns=list(key) + _COST_COLS).astype({k: object for k in _COST_COLS})  # fillna-able
     hx = _hlo_extras(tr, key)
     known = j["cost_known"].fillna(False).astype(bool).to_numpy()
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
@@ -208,7 +235,7 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
             "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
-            **{col: hx[col].to_numpy() for col in ("dot_m", "dot_n", "dot_k")}}
+            **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:

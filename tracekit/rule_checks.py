@@ -69,9 +69,11 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
         lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
-    xops = ops.assign(is_collective=tl.is_collective(ops), is_matmul=tl.is_matmul(ops),
-                      is_data_shuffle=tl.is_data_shuffle(ops), is_host_transfer=tl.is_host_transfer(ops),
-                      in_step=in_steps(ops, steps))
+    xops = ops.copy(deep=False)  # share columns: only the flags are new
+    for k, v in (("is_collective", tl.is_collective(ops)), ("is_matmul", tl.is_matmul(ops)),
+                 ("is_data_shuffle", tl.is_data_shuffle(ops)), ("is_host_transfer", tl.is_host_transfer(ops)),
+                 ("in_step", in_steps(ops, steps))):
+        xops[k] = v
     frames = {"ops": xops, "op_stats": op_stats(ops, profiled),
               "collectives": tl.collective_overlap(ops, hidden, exposed),
               "steps": tl.step_breakdown(ops, steps), "devices": devices,

@@ -65,8 +65,9 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
 
 def _host(planes, host: str, warnings: list[str]) -> dict:
     ex = frames.extract(planes, host, warnings)
-    meta = [p for p in planes if p.name == "/host:metadata"]
-    mods = hlo.modules_from_plane(meta[0].head, warnings) if meta else []
+    mods = _hlo_modules(planes, warnings)
+    for p in planes:  # the decoded event columns are in the frames now: free them before the joins
+        p.lines = []
     h = hlo.hlo_frame(mods)
     ops = ex["ops"]
     devs = pd.DataFrame([{k: d[k] for k in ("host", "device", "device_kind", "plane")} for d in ex["devices"]],
@@ -96,9 +97,71 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     ops = _assign_runs(ops, mx)
     steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
     ops = _assign_steps(ops, steps)
+    _consistency_warnings(ops, h, host, warnings)
     return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
             "host_events": ex["host_events"],
             "hlo_modules": mods, "device_stats": dstats, "host": host}
+
+
+def _hlo_modules(planes, warnings: list[str]) -> list:
+    """The HLO modules of every ``/host:metadata`` plane (a file may hold the plane twice), each once."""
+    mods, seen = [], set()
+    for p in planes:
+        if p.name == "/host:metadata":
+            for m in hlo.modules_from_plane(p.head, warnings):
+                if (m.name, m.program_id) not in seen:
+                    seen.add((m.name, m.program_id))
+                    mods.append(m)
+    return mods
+
+
+#: Devices of one host whose ops lie further apart than this from all the others' suggest a clock offset.
+CLOCK_GAP_PS = 1_000_000_000_000  # 1 s
+#: Share of op time that did not join to the HLO (when the trace has HLO) worth a warning.
+UNJOINED_SHARE = 0.001
+_HLO_SOURCES = ("xla_ops", "gpu_kernel", "cpu_thunk")
+
+
+def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warnings: list[str]) -> None:
+    """Warn about what makes the analysis less trustworthy: devices whose time ranges lie apart (clock offset),
+    ops that did not join to the trace's HLO, device ops without any HLO."""
+    if not len(ops):
+        return
+    sync = ~ops["is_async"].to_numpy(bool)
+    codes, devs = codes_of(ops["device"])
+    start = ops["start_ps"].to_numpy()
+    dur = ops["duration_ps"].to_numpy()
+    if len(devs) > 1:
+        g = pd.DataFrame({"d": codes[sync], "s": start[sync], "e": start[sync] + dur[sync]}).groupby("d")
+        lo, hi = g["s"].min(), g["e"].max()
+        far = []
+        for d in lo.index:
+            others_lo, others_hi = lo.drop(d), hi.drop(d)
+            if not len(others_lo):
+                continue
+            gap = max(int(lo[d]) - int(others_hi.max()), int(others_lo.min()) - int(hi[d]), 0)
+            if gap > CLOCK_GAP_PS:
+                far.append((str(devs[d]), gap))
+        if far:
+            worst = max(g for _, g in far)
+            warnings.append(f"{host}: the ops of {', '.join(d for d, _ in far)} lie up to {worst / 1e12:.3g} s apart "
+                            "from the other devices' (a clock offset between devices?): cross-device comparisons "
+                            "(collectives, overlap, steps) may be off")
+    src_codes, srcs = codes_of(ops["source"])
+    real = sync & np.isin(src_codes, [i for i, v in enumerate(srcs) if v in _HLO_SOURCES])
+    total = int(dur[real].sum())
+    if not real.any() or total <= 0:
+        return
+    if len(h):
+        missed = real & ~ops["in_hlo"].to_numpy(bool)
+        share = int(dur[missed].sum()) / total
+        if share > UNJOINED_SHARE:
+            warnings.append(f"{host}: {share:.1%} of op time ({int(missed.sum()):,} op executions) did not match an "
+                            "instruction of the trace's HLO (ops not in their module's HLO, or HLO of another "
+                            "program): those ops have no HLO category or cost")
+    elif not np.isfinite(ops["trace_flops"].to_numpy(float)[real]).all():
+        warnings.append(f"{host}: the trace holds no HLO (no 'Hlo Proto' in a /host:metadata plane): ops without "
+                        "cost stats of their own have no FLOPs/bytes, so no roofline")
 
 
 def _dev_key(d: str):
@@ -111,7 +174,7 @@ def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
     if not len(ops):
         return ops
     inv, rows = unique_rows(ops, ["module", "program_id"])
-    ops = ops.copy()
+    ops = ops.copy(deep=False)
     ops["module"] = cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)
     return ops
 
@@ -134,7 +197,7 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
             opc, cat = hit[0], (cat or hit[1])
         cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
         out.append((bool(hit), opc or "", cat))
-    ops = ops.copy()
+    ops = ops.copy(deep=False)
     ops["in_hlo"] = np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool)
     ops["opcode"] = cat_from([o[1] for o in out], inv)
     ops["category"] = cat_from([o[2] for o in out], inv)

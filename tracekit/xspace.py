@@ -2,6 +2,7 @@
 NumPy arrays. Nothing here keeps a Python object per event."""
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -32,6 +33,31 @@ def stat_value(st: xplane_pb2.XStat, names: dict[int, str]):
     if kind == "ref_value":
         return names.get(v, "")
     return v
+
+
+def as_int(v, default: int = 0) -> int:
+    """A stat value as an integer whatever type the trace stored it with (int, finite float, numeric str or
+    bytes); ``default`` when it is not a number."""
+    if isinstance(v, (bool, int)):
+        return int(v)
+    if isinstance(v, (str, bytes)):
+        try:
+            return int(v)
+        except ValueError:
+            pass
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return int(f) if math.isfinite(f) else default
+
+
+def as_float(v) -> float:
+    """A stat value as a float (NaN when it is not a number)."""
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
 
 
 def stats_dict(stats, names: dict[int, str]) -> dict:
