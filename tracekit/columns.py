@@ -214,6 +214,18 @@ def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
     return codes.astype(np.int64), list(uniq)
 
 
+def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
+    """(inverse index, first row of each group) of ``df[cols]``, groups in first-seen order."""
+    key = np.zeros(len(df), np.int64)
+    for c in cols:
+        codes, uniq = codes_of(df[c])
+        key = key * (len(uniq) + 1) + (codes + 1)
+    inv, ku = pd.factorize(key)
+    first = np.zeros(len(ku), np.int64)
+    first[inv[::-1]] = np.arange(len(key))[::-1]
+    return inv.astype(np.int64), first
+
+
 def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:
     """(inverse index, distinct value tuples) of ``df[cols]``: callers compute once per distinct tuple and spread
     the result back with the inverse index."""

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import timeline as tl
-from tracekit.columns import cat_from, unique_rows
+from tracekit.columns import cat_from, group_index, unique_rows
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
 _ROOF_SUMS = ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
@@ -36,29 +36,37 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     sync = ops[~ops["is_async"].to_numpy(bool)]
     linv, lrows = unique_rows(sync, ["op", "kernel"])
     label = cat_from([o if o else (k or "") for o, k in lrows], linv)
-    dev, _ = unique_rows(sync, ["host", "device"])
-    d = pd.DataFrame({"module": sync["module"].array, "program_id": sync["program_id"].to_numpy(), "op": label,
-                      "total_ps": sync["duration_ps"].to_numpy(np.int64), "dev": dev,
-                      "is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
-                      "is_data_shuffle": tl.is_data_shuffle(sync),
-                      "is_host_transfer": sync["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in sync
-                      else False})
-    firsts = ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]
-    for c in firsts:
-        d[c] = sync[c].array if c in sync.columns else (-1 if c in DOT_DIMS else "")
-    for c in _ROOF_SUMS:
-        d[c] = sync[c].astype("float64").to_numpy() if c in sync.columns else np.nan
-    d["headroom_ps"] = sync["headroom_ps"].astype("float64").clip(lower=0).to_numpy() if "headroom_ps" in sync \
-        else np.nan
-    g = d.groupby(["module", "program_id", "op"], observed=True, sort=False)
-    out = g.agg(**{c: (c, "first") for c in firsts + ["is_matmul", "is_collective", "is_data_shuffle"]},
-                is_host_transfer=("is_host_transfer", "any"), occurrences=("total_ps", "size"),
-                devices=("dev", "nunique"), total_ps=("total_ps", "sum"))
-    sums = g[[*_ROOF_SUMS, "headroom_ps"]].sum(min_count=1)
-    out = out.join(sums).reset_index()
+    keyed = pd.DataFrame({"module": sync["module"].array, "program_id": sync["program_id"].to_numpy(), "op": label})
+    gi, first = group_index(keyed, ["module", "program_id", "op"])  # one pass of NumPy per aggregate below
+    ng = len(first)
+    dur = sync["duration_ps"].to_numpy(np.int64)
+    out = keyed.iloc[first].reset_index(drop=True)
+    for c in ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]:
+        out[c] = sync[c].array[first] if c in sync.columns else (-1 if c in DOT_DIMS else "")
+    flags = {"is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
+             "is_data_shuffle": tl.is_data_shuffle(sync)}
+    for c, v in flags.items():
+        out[c] = v[first]
+    hx = sync["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in sync else np.zeros(len(sync), bool)
+    out["is_host_transfer"] = np.bincount(gi, weights=hx, minlength=ng) > 0
+    out["occurrences"] = np.bincount(gi, minlength=ng).astype(np.int64)
+    dev, _ = group_index(sync, ["host", "device"])
+    pair = np.unique(gi * (int(dev.max(initial=0)) + 1) + dev)
+    out["devices"] = np.bincount(pair // (int(dev.max(initial=0)) + 1), minlength=ng).astype(np.int64)
+    out["total_ps"] = np.bincount(gi, weights=dur, minlength=ng).round().astype(np.int64)
+    for c in (*_ROOF_SUMS, "headroom_ps"):
+        if c not in sync.columns:
+            out[c] = np.nan
+            continue
+        v = sync[c].to_numpy(np.float64)
+        if c == "headroom_ps":
+            v = np.clip(v, 0, None)
+        ok = ~np.isnan(v)
+        tot = np.bincount(gi, weights=np.where(ok, v, 0.0), minlength=ng)
+        out[c] = np.where(np.bincount(gi, weights=ok, minlength=ng) > 0, tot, np.nan)  # sum with min_count=1
     out["mean_ps"] = out["total_ps"] / out["occurrences"]
     out["share"] = out["total_ps"] / profiled_ps
-    out["busy_share"] = out["total_ps"] / max(int(d["total_ps"].sum()), 1)
+    out["busy_share"] = out["total_ps"] / max(int(dur.sum()), 1)
     out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
     out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
     parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()

@@ -22,8 +22,12 @@ steps of one device are assumed not to overlap each other.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
+
+from tracekit.columns import group_index
 
 KEYS = ["host", "device"]
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
@@ -121,11 +125,28 @@ def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     return np.maximum(upto(np.maximum(a, b)) - upto(a), 0)
 
 
+_GROUPS_CACHE: dict = {}
+
+
 def _groups(df: pd.DataFrame) -> dict:
-    """(host, device) -> row positions; keys are plain strings whatever the dtype of the columns."""
+    """(host, device) -> row positions (sorted by key); keys are plain strings whatever the dtype of the columns.
+    The same frame is grouped by several stages: the result is cached while that frame is alive."""
     if df.empty:
         return {}
-    return {(str(h), str(d)): i for (h, d), i in df.groupby(KEYS, observed=True, sort=True).indices.items()}
+    hit = _GROUPS_CACHE.get(id(df))
+    if hit is not None and hit[0]() is df and hit[1] == len(df):
+        return hit[2]
+    inv, first = group_index(df, KEYS)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.cumsum(np.bincount(inv, minlength=len(first)))
+    keys = [(str(df[KEYS[0]].iat[i]), str(df[KEYS[1]].iat[i])) for i in first]
+    out = {}
+    for g in sorted(range(len(first)), key=lambda g: keys[g]):
+        out[keys[g]] = order[(bounds[g - 1] if g else 0):bounds[g]]
+    if len(_GROUPS_CACHE) > 16:
+        _GROUPS_CACHE.clear()
+    _GROUPS_CACHE[id(df)] = (weakref.ref(df), len(df), out)
+    return out
 
 
 def _ends(df: pd.DataFrame) -> np.ndarray:
