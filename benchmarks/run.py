@@ -386,7 +386,10 @@ def table_text(rows: list[dict]) -> str:
                      f"{r['peak_rss_bytes'] / MB:,.0f}" if ok else "", ratio_t, ratio_m,
                      str(r.get("runs", "")) if ok else ""])
     w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.rjust(w[i]) if i != 1 else c.ljust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+
+    def fmt(cells):
+        return "  ".join(c.rjust(w[i]) if i != 1 else c.ljust(w[i]) for i, c in enumerate(cells))
+
     return "\n".join([fmt(head), fmt(["-" * x for x in w])] + [fmt(b) for b in body])
 
 
@@ -469,11 +472,7 @@ def run(args) -> dict:
                     if status.startswith("failed"):
                         row["stderr_tail"] = r.get("stderr_tail", "")[-300:]
                 rows.append(row)
-                print(f"  {name:<32} " + (f"{row['wall_s']:8.2f} s  {row['peak_rss_bytes'] / MB:8,.0f} MB  "
-                                           f"(runs: {row.get('all_wall_s')})" if row["status"] == "ok"
-                                           else row["status"] + (": " + row.get("stderr_tail", "").strip()
-                                                                 .splitlines()[-1] if row.get("stderr_tail") else
-                                                                 "")), flush=True)
+                print(f"  {name:<32} {_row_text(row)}", flush=True)
             if not args.no_stages:
                 st = stage_timings(Path(t["path"]), args.profile)
                 results["stages"][str(ev)] = st
@@ -493,6 +492,13 @@ def run(args) -> dict:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return results
+
+
+def _row_text(row: dict) -> str:
+    if row["status"] == "ok":
+        return f"{row['wall_s']:8.2f} s  {row['peak_rss_bytes'] / MB:8,.0f} MB  (runs: {row.get('all_wall_s')})"
+    tail = (row.get("stderr_tail") or "").strip().splitlines()
+    return row["status"] + (f": {tail[-1]}" if tail else "")
 
 
 def report_text(results: dict) -> str:

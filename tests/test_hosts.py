@@ -53,6 +53,45 @@ def test_process_pool_equals_single_process(run16, single):
     assert rep.to_json() == single.to_json()
 
 
+def test_workers_join_the_roofline(run16, single, monkeypatch):
+    """The 16 copies share device names and HLO: each worker's own roofline join stands for the cluster's, and
+    the parent joins nothing."""
+    from tracekit import loader, roofline
+    parts = hosts.load_parts(loader.resolve(run16)[:3], jobs=1)
+    assert hosts._roofline_per_host_ok(parts)
+    assert "roofline_ps" in parts[0]["ops"].columns
+    calls = []
+    orig = roofline.join
+    monkeypatch.setattr(roofline, "join", lambda tr, chip=None: calls.append(len(tr.hosts)) or orig(tr, chip))
+    assert hosts.analyze(run16, jobs=2).to_json() == single.to_json()
+    assert calls == []  # workers (forked) joined their own host; the parent did not join the 16 hosts again
+
+
+def _copies(tmp_path, srcs: dict):
+    for name, src in srcs.items():
+        (tmp_path / f"{name}.xplane.pb").write_bytes(src.read_bytes())
+    return tmp_path
+
+
+def test_different_hosts_equal_single_process(tmp_path):
+    """Hosts with different programs: the parent joins the roofline itself; still the same report."""
+    from tracekit import loader
+    d = _copies(tmp_path, {"a": cpu_fixture("train_step") / "plugins/profile/run1/cpu.xplane.pb",
+                           "b": cpu_fixture("sharded8") / "plugins/profile/run1/cpu.xplane.pb",
+                           "c": cpu_fixture("matvec_b1") / "plugins/profile/run1/cpu.xplane.pb"})
+    assert not hosts._roofline_per_host_ok(hosts.load_parts(loader.resolve(d), jobs=1))
+    assert hosts.analyze(d, jobs=2).to_json() == pipeline.analyze(d).to_json()
+
+
+@pytest.mark.parametrize("rel", ["tpu/v6e-4_jax_inference.xplane.pb", "gpu/mi300x_jax_gemm.xplane.pb"])
+def test_accelerator_hosts_equal_single_process(tmp_path, rel):
+    """TPU hosts (async windows, trace costs) take the per-host roofline; GPU hosts with multi-kernel ops fall
+    back to the parent's join. Both give the single-process report."""
+    from conftest import shared_trace
+    d = _copies(tmp_path, {"h0": shared_trace(rel), "h1": shared_trace(rel)})
+    assert hosts.analyze(d, jobs=2).to_json() == pipeline.analyze(d).to_json()
+
+
 def test_load_equals_single_process_trace(run16):
     from tracekit import load
     a, b = load(run16), hosts.load(run16, jobs=2)

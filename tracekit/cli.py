@@ -45,6 +45,19 @@ path_arg = click.argument("path", type=click.Path(path_type=str))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 
 
+def limit_opts(fn):
+    """--max-size / --max-events: the limits a trace must stay within (the refusal message names them)."""
+    fn = click.option("--max-events", type=click.IntRange(min=1), default=None,
+                      help="Refuse traces with more events.")(fn)
+    return click.option("--max-size", type=click.IntRange(min=1), default=None,
+                        help="Refuse traces larger than this many MiB (default 8192; a .gz: decompressed).")(fn)
+
+
+def _limits(max_size, max_events) -> dict:
+    from tracekit import loader
+    return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
+
+
 def _table(df, columns=None, max_width: int = 60) -> str:
     """Plain aligned text table (what non-TTY output and tests read)."""
     cols = columns or list(df.columns)
@@ -66,11 +79,12 @@ def main():
 @path_arg
 @run_opt
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@limit_opts
 @guarded
-def info(path, run, fmt):
+def info(path, run, fmt, max_size, max_events):
     """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
     from tracekit import inventory, load
-    tr = load(path, run=run)
+    tr = load(path, run=run, **_limits(max_size, max_events))
     inv = inventory.summarize(tr)
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
@@ -87,12 +101,13 @@ def info(path, run, fmt):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
 @click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
+@limit_opts
 @guarded
-def ops(path, run, sort, limit, fmt, chip, device):
+def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
     """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
     and the roofline columns when the chip and costs are known."""
     from tracekit import load, opstats, pipeline
-    tr = load(path, run=run)
+    tr = load(path, run=run, **_limits(max_size, max_events))
     o = pipeline.with_roofline(tr, chip=chip)
     if device:
         o = o[o["device"].astype(str) == device]
@@ -135,15 +150,20 @@ def _write_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report gets the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):  # disk full, a folder in the way, ...: the old file is untouched
+            raise TraceError(f"cannot write the output ({e.strerror or type(e).__name__})", path,
+                             "check the free space and that the path is a writable file") from None
         raise
 
 
@@ -179,10 +199,9 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
 @click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
-@click.option("--max-size", type=click.IntRange(min=1), default=None, help="Refuse traces larger than this many MiB.")
-@click.option("--max-events", type=click.IntRange(min=1), default=None, help="Refuse traces with more events.")
+@limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Load the hosts of a run folder in this many processes (0 = one per core).")
+              help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
@@ -195,8 +214,9 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
     rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
                         select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                         max_bytes=max_size * 2**20 if max_size else None, max_events=max_events)
-    for out in outputs:
-        _write_atomic(out, render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)))
+    texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
+    for out, text in zip(outputs, texts):  # every report rendered before any file is replaced
+        _write_atomic(out, text)
     if not outputs or fmt:
         stdout_fmt = render.format_for(None, fmt) if fmt else "text"
         click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
@@ -251,8 +271,9 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
                              "check that the script runs jitted code (and does not end with os._exit)")
     click.echo(f"tracekit: trace in {run_dir}", err=True)
     rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
-    for out, out_fmt in zip(outputs, out_fmts):
-        _write_atomic(out, render.render(rep, out_fmt))
+    texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
+    for out, text in zip(outputs, texts):
+        _write_atomic(out, text)
     click.echo(render.render(rep, render.format_for(None, fmt), top=top, color=sys.stdout.isatty()), nl=False)
     if rc:
         sys.exit(rc)
@@ -273,18 +294,21 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default=None,
               help="Format of stdout (or of -o when its extension does not say).")
 @click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True, help="Rows per table.")
+@limit_opts
 @guarded
-def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top):
+def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size, max_events):
     """Compare two traces of the same program: ops matched by (module, op), else by (opcode, shape); per-op mean
     time and mean step time; regressions, improvements, and ops only on one side.
 
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
-    from tracekit import diff as diff_mod, render
+    from tracekit import diff as diff_mod, load, render
     formats = [diff_mod.check_format(render.format_for(out, fmt if len(outputs) == 1 and fmt else None))
                for out in outputs]
-    d = diff_mod.compare(base, new, threshold=threshold, min_time_ps=min_time_ps, run=run)
-    for out, out_fmt in zip(outputs, formats):
-        _write_atomic(out, diff_mod.render(d, out_fmt, top=top))
+    base_tr, new_tr = (load(p, run=run, **_limits(max_size, max_events)) for p in (base, new))
+    d = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run)
+    texts = [diff_mod.render(d, out_fmt, top=top) for out_fmt in formats]
+    for out, text in zip(outputs, texts):
+        _write_atomic(out, text)
     if not outputs or fmt:
         click.echo(diff_mod.render(d, render.format_for(None, fmt), top=top), nl=False)
     if d.failed:

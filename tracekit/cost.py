@@ -116,8 +116,10 @@ class _Model:
             if cid in self._busy:
                 raise ValueError(f"computation {self.comps[cid].name} calls itself")
             self._busy.add(cid)
-            self._rows[cid] = [(i, self.inst_cost(cid, i)) for i in self.comps[cid].instructions]
-            self._busy.discard(cid)
+            try:
+                self._rows[cid] = [(i, self.inst_cost(cid, i)) for i in self.comps[cid].instructions]
+            finally:  # a RecursionError (a call chain deeper than the stack) must not leave it marked busy
+                self._busy.discard(cid)
         return self._rows[cid]
 
     def total(self, cid: int) -> Cost:

@@ -56,7 +56,7 @@ def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BY
         n = sum(line.n_events for p in planes for line in p.lines)
         if n > max_events:
             raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(path),
-                             "raise it with --max-events")
+                             "raise it with --max-events (or max_events=None)")
     part = trace._host(planes, host, warnings)
     del planes
     if roofline:
@@ -86,9 +86,10 @@ def _revive(parts: list[dict]) -> None:
 
 
 def _roofline_per_host_ok(parts: list[dict]) -> bool:
-    """(After :func:`_revive`.) True when each host's own roofline join equals the cluster-wide one: the join reads the number of distinct
-    device names (collectives with empty replica groups), the HLO modules (costs by program id and op, first
-    module wins) and, for GPU ops made of several kernels, consecutive kernels per device name."""
+    """(After :func:`_revive`.) True when each host's own roofline join equals the cluster-wide one. Beyond each
+    row, the join reads the number of distinct device names (collectives with empty replica groups), the HLO
+    modules (costs by program id and op, first module wins) and, for GPU ops made of several kernels,
+    consecutive kernels per device name; those must agree across hosts."""
     if not all("ops_columns" in p for p in parts):
         return False
     first = parts[0]
@@ -186,7 +187,7 @@ def _client(dask):
     except ImportError:
         raise TraceError("--dask needs dask.distributed", dask, "pip install 'tracekit[dask]'") from None
     try:
-        return Client(dask, timeout=30), True
+        return Client(dask, timeout=10), True
     except (OSError, TimeoutError) as e:
         raise TraceError(f"cannot reach the Dask scheduler ({type(e).__name__}: {e})", dask,
                          "give the scheduler address, e.g. tcp://HOST:8786") from None
@@ -196,11 +197,14 @@ def _combine(parts: list[dict], files: list):
     """(Trace, roofline-joined ops or None) from the parts, as :func:`tracekit.trace.load` combines hosts."""
     from tracekit import schema, trace
     per_host = _roofline_per_host_ok(parts)
+    plain: set = set()
     for p in parts:
         cols = p.pop("ops_columns", None)
         p.pop("devices_seen", None)
-        if cols is not None and not per_host:
-            p["ops"] = p["ops"][cols]
+        if cols is not None:
+            plain.update(cols)
+            if not per_host:
+                p["ops"] = p["ops"][cols]
     warnings = [w for p in parts for w in p.pop("warnings")]
     tr = trace._combine(parts, warnings)
     for p in parts:
@@ -209,7 +213,7 @@ def _combine(parts: list[dict], files: list):
     ops = None
     if per_host:
         ops = schema.conform(tr.ops, {**schema.OPS, **schema.ROOFLINE})
-        tr.ops = ops  # one copy: the plain columns come first, as in the ops frame
+        tr.ops = ops[[c for c in ops.columns if c in plain]]  # the plain ops frame (copy-on-write: no copy)
     return tr, ops
 
 
@@ -241,12 +245,14 @@ def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = Non
                        files)
     if ops is None:
         return pipeline.analyze(tr, chip=chip, **kw)
-    # pipeline.analyze(tr) joins the roofline itself; hand it the per-host join instead (for this trace only).
-    # TODO(lead): an ``ops=`` argument of pipeline.analyze would replace this.
-    orig = pipeline.with_roofline
+    # pipeline.analyze(tr) joins the roofline itself; hand it the per-host join instead, for this trace only
+    # (an ``ops=`` argument of pipeline.analyze would replace this). Without the hook it recomputes: same result.
+    orig = getattr(pipeline, "with_roofline", None)
+    if orig is None:
+        return pipeline.analyze(tr, chip=chip, **kw)
 
-    def joined(t, c=None):
-        return ops if t is tr and c == chip else orig(t, c)
+    def joined(t, chip=None, _want=chip):
+        return ops if t is tr and chip == _want else orig(t, chip)
 
     with _PATCH:
         pipeline.with_roofline = joined

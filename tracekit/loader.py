@@ -170,8 +170,8 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
         else:
             size = Path(path).stat().st_size
         if max_bytes is not None and size > max_bytes:
-            raise TraceError(f"file is {size / 2**30:.1f} GiB, over the {max_bytes / 2**30:.1f} GiB limit",
-                             where, "raise the limit with --max-size (or max_bytes=None)")
+            raise TraceError(f"file is {_size(size)}, over the {_size(max_bytes)} limit", where,
+                             "raise the limit with --max-size MiB (or max_bytes=None)")
         with (fs.open(rp, "rb") if remote else open(path, "rb")) as f:
             data = f.read()
     except TraceError:
@@ -192,6 +192,13 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
     return data
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
     """Decompress in chunks, never holding more than the limit: the decompressed size must stay within
     ``max_bytes`` and within ``GZ_MAX_RATIO`` times the compressed size (a gzip bomb); ``max_bytes=None`` lifts
@@ -208,8 +215,8 @@ def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
                     break
                 total += len(chunk)
                 if max_bytes is not None and total > max_bytes:
-                    raise TraceError(f"decompressed trace is over the {max_bytes / 2**30:.1f} GiB limit", where,
-                                     "raise the limit with --max-size (or max_bytes=None)")
+                    raise TraceError(f"decompressed trace is over the {_size(max_bytes)} limit", where,
+                                     "raise the limit with --max-size MiB (or max_bytes=None)")
                 if bomb is not None and total > bomb:
                     raise TraceError(f"gzip file expands more than {GZ_MAX_RATIO}x its size (a decompression bomb?)",
                                      where, "if it is a real trace, gunzip it first, or load it with max_bytes=None")

@@ -54,7 +54,7 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
             n = sum(line.n_events for p in planes for line in p.lines)
             if n > max_events:
                 raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
-                                 "raise it with --max-events")
+                                 "raise it with --max-events (or max_events=None)")
         host = hostnames[0] if len(files) == 1 and hostnames else hf.host
         parts.append(_host(planes, host, warnings))
         del planes
