@@ -862,7 +862,8 @@ NASTY_HLO = {
     "fusion-without-computation": lambda: _entry(instr("fusion.1", "fusion", shape("f32", [8]), [1], id=2)),
     "fusion-of-missing-computation": lambda: _entry(
         instr("fusion.1", "fusion", shape("f32", [8]), [1], id=2, called_computation_ids=[4242])),
-    "call-cycle": lambda: _entry(instr("fusion.1", "call", shape("f32", [8]), [1], id=2, called_computation_ids=[1000])),
+    "call-cycle": lambda: _entry(instr("fusion.1", "call", shape("f32", [8]), [1], id=2,
+                                       called_computation_ids=[1000])),
     "reducer-applies-itself": lambda: _entry(
         instr("fusion.1", "reduce", shape("f32", []), [1, 1], id=2, called_computation_ids=[1000])),
     "dangling-operands": lambda: _entry(instr("fusion.1", "add", shape("f32", [8]), [1, 99999, -4], id=2)),

@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import group_index
+from tracekit.columns import concat_frames, group_index
 
 KEYS = ["host", "device"]
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
@@ -273,11 +273,19 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
         inside = (k >= 0) & (ps < np.r_[s1, 0][kk])
         first_op = ms[0] if ms.size else np.iinfo(np.int64).max
         outside = "between_steps" if s0.size else "between_ops"
-        kind = np.where(pe <= first_op, "before_first_op", np.where(inside, "inside_step", outside))
-        parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ps, "duration_ps": pe - ps, "kind": kind,
-                                   "step": np.where(inside, np.r_[sno, -1][kk], -1)}))
-    out = _frame(parts, _GAPS)
-    return out[(out["duration_ps"] > 0) & (out["duration_ps"] >= min_gap_ps)].reset_index(drop=True)
+        keep = (pe - ps > 0) & (pe - ps >= min_gap_ps)  # drop before building columns
+        ps, pe, inside, kk = ps[keep], pe[keep], inside[keep], kk[keep]
+        kind = np.where(pe <= first_op, 0, np.where(inside, 1, 2)).astype(np.int8)
+        z = np.zeros(ps.size, np.int8)
+        parts.append(pd.DataFrame({
+            "host": pd.Categorical.from_codes(z, [h]), "device": pd.Categorical.from_codes(z, [d]),
+            "start_ps": ps, "duration_ps": pe - ps,
+            "kind": pd.Categorical.from_codes(kind, ["before_first_op", "inside_step", outside]),
+            "step": np.where(inside, np.r_[sno, -1][kk], -1)}))
+    out = concat_frames(parts)
+    if not len(out):
+        return _frame([], _GAPS)
+    return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
 
 
 _BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
