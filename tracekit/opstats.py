@@ -33,7 +33,10 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     bound_by (argmax of the summed compute/memory/network times; host_link for host-offload copies), efficiency
     (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
     chip_f32_slower, dot_m, dot_n, dot_k. Sorted by total_ps, largest first."""
-    sync = ops[~ops["is_async"].to_numpy(bool)]
+    need = ["host", "device", "module", "program_id", "op", "kernel", "duration_ps", "opcode", "category",
+            "device_kind", "dtype", "cost_source", "unknown_reason", "is_host_transfer", *DOT_DIMS, *_ROOF_SUMS,
+            "headroom_ps"]
+    sync = ops[[c for c in need if c in ops.columns]][~ops["is_async"].to_numpy(bool)]  # copy only what is read
     linv, lrows = unique_rows(sync, ["op", "kernel"])
     label = cat_from([o if o else (k or "") for o, k in lrows], linv)
     keyed = pd.DataFrame({"module": sync["module"].array, "program_id": sync["program_id"].to_numpy(), "op": label})

@@ -57,6 +57,12 @@ def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
     return out
 
 
+#: what the timeline functions read of the ops frame
+TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
+                    "is_async", "start_ps", "duration_ps", "network_ps", "net_bytes", "group_size", "collective",
+                    "is_host_transfer", "source")
+
+
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
                      *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> dict:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
@@ -65,7 +71,9 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     steps = steps if steps is not None else pd.DataFrame(
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
-    devices = tl.device_summary(ops, steps)
+    # the timeline reads a few columns: give it a narrow view so its row selections copy little
+    narrow = ops[[c for c in TIMELINE_COLUMNS if c in ops.columns]]
+    devices = tl.device_summary(narrow, steps)
     devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
         lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
@@ -75,9 +83,9 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
                  ("in_step", in_steps(ops, steps))):
         xops[k] = v
     frames = {"ops": xops, "op_stats": op_stats(ops, profiled),
-              "collectives": tl.collective_overlap(ops, hidden, exposed),
-              "steps": tl.step_breakdown(ops, steps), "devices": devices,
-              "gaps": tl.gaps(ops, steps, min_gap_ps)}
+              "collectives": tl.collective_overlap(narrow, hidden, exposed),
+              "steps": tl.step_breakdown(narrow, steps), "devices": devices,
+              "gaps": tl.gaps(narrow, steps, min_gap_ps)}
     if host_events is not None:
         frames["host_events"] = host_events
     return frames
