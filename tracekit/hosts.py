@@ -169,12 +169,13 @@ def _read_part(path: str) -> dict:
 
 
 def _mp_context():
-    """fork where it is safe (Linux, no other threads: workers start with tracekit already imported), forkserver
-    when this process has threads, else the platform default."""
+    """fork where it is safe (Linux, no other threads, no JAX runtime: workers start with tracekit already
+    imported), forkserver otherwise on Linux, else the platform default."""
     import multiprocessing as mp
     import threading
     if sys.platform.startswith("linux"):
-        return mp.get_context("fork" if threading.active_count() == 1 else "forkserver")
+        safe = threading.active_count() == 1 and "jax" not in sys.modules
+        return mp.get_context("fork" if safe else "forkserver")
     return mp.get_context()
 
 
