@@ -190,21 +190,6 @@ def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
     return has, intern([name(k) for k in uniq], inv)
 
 
-def _md_values(head, mids: np.ndarray, per_md) -> tuple[list, np.ndarray]:
-    """``per_md(metadata or None)`` once per distinct metadata id, and the inverse index to spread it."""
-    uniq, inv = np.unique(mids, return_inverse=True)
-    md = head.event_metadata
-    return [per_md(md[int(u)] if int(u) in md else None) for u in uniq], inv
-
-
-def _ids(names: dict, *wanted: str) -> dict:
-    out = {w: -1 for w in wanted}
-    for k, v in names.items():
-        if v in out:
-            out[v] = k
-    return out
-
-
 # --------------------------------------------------------------------------- work per distinct value, not per row
 def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
     """(int codes, distinct values) of a column: categorical codes as they are, anything else factorized."""

@@ -1,4 +1,5 @@
-"""Low-level XSpace reading: plane classification, stat decoding, and bulk extraction of a line's events into
+"""Small helpers over upb XSpace messages: stat values, plane names and devices. The per-event hot path is in
+:mod:`tracekit.wire` and :mod:`tracekit.columns`."""
 NumPy arrays. Nothing here keeps a Python object per event."""
 from __future__ import annotations
 
@@ -10,19 +11,6 @@ import numpy as np
 from tracekit.proto import xplane_pb2
 
 DEVICE_RE = re.compile(r"^/device:(TPU|GPU|CPU|TPU_SYSTEM|CUSTOM)[:_]?(\d+)?")
-
-
-def stat_names(plane: xplane_pb2.XPlane) -> dict[int, str]:
-    return {k: v.name for k, v in plane.stat_metadata.items()}
-
-
-def stat_ids(plane: xplane_pb2.XPlane, *names: str) -> dict[str, int]:
-    """Stat metadata id of each wanted name present in the plane (-1 when absent)."""
-    want = {n: -1 for n in names}
-    for k, v in plane.stat_metadata.items():
-        if v.name in want:
-            want[v.name] = k
-    return want
 
 
 def stat_value(st: xplane_pb2.XStat, names: dict[int, str]):
@@ -72,37 +60,8 @@ def device_of(plane_name: str) -> tuple[str, str] | None:
     return m.group(1), m.group(2) or "0"
 
 
-def line_arrays(line: xplane_pb2.XLine) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(metadata_id, start_ps, duration_ps) of every event on the line, start in ps since the host epoch."""
-    n = len(line.events)
-    mids = np.empty(n, np.int64)
-    offs = np.empty(n, np.int64)
-    durs = np.empty(n, np.int64)
-    for i, e in enumerate(line.events):
-        mids[i] = e.metadata_id
-        offs[i] = e.offset_ps
-        durs[i] = e.duration_ps
-    offs += line.timestamp_ns * 1000
-    return mids, offs, durs
 
 
-def line_arrays_with_stats(line, wanted: dict[str, int], names: dict[int, str]):
-    """Like :func:`line_arrays` plus, for each wanted stat (name -> stat id), a list of per-event values
-    (None where the event lacks it). Only events that carry stats pay for the stat loop."""
-    n = len(line.events)
-    mids = np.empty(n, np.int64)
-    offs = np.empty(n, np.int64)
-    durs = np.empty(n, np.int64)
-    by_id = {sid: name for name, sid in wanted.items() if sid >= 0}
-    vals = {name: [None] * n for name in wanted}
-    for i, e in enumerate(line.events):
-        mids[i] = e.metadata_id
-        offs[i] = e.offset_ps
-        durs[i] = e.duration_ps
-        if e.stats:
-            for s in e.stats:
-                name = by_id.get(s.metadata_id)
-                if name is not None:
-                    vals[name][i] = stat_value(s, names)
-    offs += line.timestamp_ns * 1000
-    return mids, offs, durs, vals
+def stat_names(plane: xplane_pb2.XPlane) -> dict[int, str]:
+    """Stat metadata id -> stat name of a plane."""
+    return {k: v.name for k, v in plane.stat_metadata.items()}
