@@ -1,6 +1,5 @@
 """Small helpers over upb XSpace messages: stat values, plane names and devices. The per-event hot path is in
 :mod:`tracekit.wire` and :mod:`tracekit.columns`."""
-NumPy arrays. Nothing here keeps a Python object per event."""
 from __future__ import annotations
 
 import math
