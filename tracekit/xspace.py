@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 
-import numpy as np
 
 from tracekit.proto import xplane_pb2
 
