@@ -32,7 +32,6 @@ from tracekit import loader as _load
 from tracekit.errors import TraceError
 
 STRAGGLER_Z = 3.5
-_PATCH = threading.Lock()
 
 
 @dataclass
@@ -246,21 +245,7 @@ def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = Non
                        files)
     if ops is None:
         return pipeline.analyze(tr, chip=chip, **kw)
-    # pipeline.analyze(tr) joins the roofline itself; hand it the per-host join instead, for this trace only
-    # (an ``ops=`` argument of pipeline.analyze would replace this). Without the hook it recomputes: same result.
-    orig = getattr(pipeline, "with_roofline", None)
-    if orig is None:
-        return pipeline.analyze(tr, chip=chip, **kw)
-
-    def joined(t, chip=None, _want=chip):
-        return ops if t is tr and chip == _want else orig(t, chip)
-
-    with _PATCH:
-        pipeline.with_roofline = joined
-        try:
-            return pipeline.analyze(tr, chip=chip, **kw)
-        finally:
-            pipeline.with_roofline = orig
+    return pipeline.analyze(tr, chip=chip, ops=ops, **kw)  # the per-host roofline joins, combined
 
 
 def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:

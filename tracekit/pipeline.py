@@ -38,7 +38,7 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
-            fail_on: str = "never", max_bytes=None, max_events=None) -> report_mod.Report:
+            fail_on: str = "never", max_bytes=None, max_events=None, ops=None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
     from tracekit import loader as load_mod, rule_checks, rules, timeline
     if isinstance(source, Trace):
@@ -46,7 +46,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     else:
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
-    ops = with_roofline(tr, chip)
+    ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
     rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps)
@@ -64,7 +64,9 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
 
 
 def _display_path(p: str) -> str:
-    """The path relative to the working directory when it is inside it (stable across machines)."""
+    """The path relative to the working directory when it is inside it (stable across machines); URLs as given."""
+    if "://" in p:
+        return p
     try:
         rel = os.path.relpath(p)
         return rel if not rel.startswith("..") else p

@@ -34,7 +34,7 @@ def costs(tr: Trace) -> pd.DataFrame:
     if cached is not None:
         return cached
     from tracekit import cost
-    ndev = max(1, tr.devices["device"].nunique()) if len(tr.devices) else None
+    ndev = max(1, len(tr.devices[["host", "device"]].drop_duplicates())) if len(tr.devices) else None
     parts = []
     for m in tr.hlo_modules:
         c = cost.instruction_costs(m.proto, num_devices=ndev)
@@ -64,8 +64,9 @@ def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray:
     if not gpu.any():
         return share
     g = ops[gpu]
-    order = np.lexsort((g["start_ps"].to_numpy(), g["device"].astype(str).to_numpy()))
-    dev = g["device"].astype(str).to_numpy()[order]
+    hd, _ = unique_rows(g, ["host", "device"])  # devices of different hosts are different devices
+    order = np.lexsort((g["start_ps"].to_numpy(), hd))
+    dev = hd[order]
     key = (g["program_id"].astype(str) + "/" + g["op"].astype(str)).to_numpy()[order]
     new = np.ones(len(g), bool)
     new[1:] = (key[1:] != key[:-1]) | (dev[1:] != dev[:-1])
