@@ -267,7 +267,7 @@ def applicable(rule: Rule, frames: dict) -> str | None:
 
 def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """The evidence rows of ``rule`` with a ``savings_ps`` column (clipped to [0, row time])."""
-    df = frames[rule.frame]
+    df = _narrow(rule, frames[rule.frame])
     for name, expr in rule.derive.items():
         df = df.assign(**{name: df.eval(expr, local_dict=params, engine="python")})
     if rule.check:
@@ -284,9 +284,27 @@ def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     return ev.sort_values("savings_ps", ascending=False, kind="stable", ignore_index=True)
 
 
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_AGG_PREFIX = re.compile(r"^(?:t_)?(?:top_|(?:sum|mean|min|max|median)_)?")
+
+
+def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
+    """Only the columns the rule can touch (where, savings, derive, report_if, templates, evidence, time): on a
+    large frame the evidence rows then copy a few columns instead of all of them. Python checks see everything."""
+    if rule.check or len(df.columns) <= 12:
+        return df
+    texts = [rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values()]
+    names = {_AGG_PREFIX.sub("", w) for t in texts if t for w in _IDENT.findall(str(t))}
+    names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
+    cols = [c for c in df.columns if c in names]
+    return df[cols] if len(cols) < len(df.columns) else df
+
+
 def _per_device(ev: pd.DataFrame) -> pd.Series:
     if {"host", "device"} <= set(ev.columns):
-        return ev.groupby([ev["host"].astype(str), ev["device"].astype(str)])["savings_ps"].sum()
+        g = ev.groupby(["host", "device"], observed=True, sort=True)["savings_ps"].sum()
+        g.index = pd.MultiIndex.from_tuples([(str(h), str(d)) for h, d in g.index])
+        return g
     return pd.Series({("*", "*"): ev["savings_ps"].sum()})
 
 
