@@ -82,18 +82,24 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
 def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
           steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
           hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str) -> Report:
-    sync = ops[~ops["is_async"]] if len(ops) else ops
-    op_time = int(sync["duration_ps"].sum()) if len(sync) else 0
+    sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
+    dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
+    op_time = int(dur[sync_m].sum())
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
-    known = sync[(sync["bound_by"] != "unknown").to_numpy()] if "bound_by" in sync else sync.iloc[:0]
-    coverage = float(known["duration_ps"].sum() / op_time) if op_time else 0.0
+    by_bound = pd.Series(dtype="int64")
+    coverage = 0.0
+    if "bound_by" in ops and len(ops):
+        codes = ops["bound_by"].cat.codes.to_numpy()
+        cats = list(ops["bound_by"].cat.categories)
+        per = np.bincount(codes[sync_m & (codes >= 0)], weights=dur[sync_m & (codes >= 0)], minlength=len(cats))
+        by_bound = pd.Series({str(c): int(v) for c, v in zip(cats, per) if v}).sort_index()
+        known = sum(int(v) for c, v in zip(cats, per) if c != "unknown")
+        coverage = known / op_time if op_time else 0.0
     top = op_stats.head(TOP_OPS).copy()
     if len(hlo) and len(top):
         src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
         top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
-    by_bound = (sync.groupby("bound_by", observed=True)["duration_ps"].sum().rename(index=str).sort_index()
-                if "bound_by" in sync and len(sync) else pd.Series(dtype="int64"))
     coll = collectives
     pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
         if "flops" in op_stats else op_stats.iloc[:0]
@@ -118,7 +124,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "step_rows": int(len(steps)), "step_rows_in_report": int(min(len(steps), STEP_ROWS)),
             "step_source": step_source,
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
-            "op_executions": int(len(sync)),
+            "op_executions": int(sync_m.sum()),
             "roofline_coverage": coverage,
             "time_by_bound_ps": {k: int(v) for k, v in by_bound.items()},
             "collectives": int(len(coll)),
