@@ -114,3 +114,23 @@ def test_v6e_all_reduce_is_network_bound():
     v = 5 * 1024 * 1024 * 256 * 4
     assert ar["network_ps"].iloc[0] == pytest.approx(v / 9e10 * 1e12, rel=1e-6)
     assert math.isfinite(ar["efficiency"].iloc[0]) and 0.3 < np.median(ar["efficiency"]) < 1.0
+
+
+def test_v6e_cost_model_against_the_traces_own_stats():
+    """The HLO cost model, run on the TPU-compiled HLO in the trace, against the flops/bytes_accessed the TPU
+    profiler recorded for the same instructions: identical for every computing op; for the async copies the trace
+    charges the transferred array to both -start and -done, which is the model's transfer_bytes."""
+    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
+    c = roofline.costs(tr)
+    o = tr.ops[~tr.ops["is_async"] & tr.ops["trace_flops"].notna()]
+    t = o.groupby(["program_id", "op"], observed=True).agg(tf=("trace_flops", "first"), tb=("trace_bytes", "first"))
+    t = t.reset_index().astype({"op": str})
+    m = t.merge(c[["program_id", "op", "opcode", "flops", "bytes_accessed", "cost_known"]], on=["program_id", "op"])
+    assert len(m) == len(t) and m["cost_known"].all()
+    copies = m["opcode"].isin(["copy-start", "copy-done"])
+    assert (~copies).sum() >= 5
+    assert np.allclose(m.loc[~copies, "flops"], m.loc[~copies, "tf"], rtol=1e-9)
+    assert np.allclose(m.loc[~copies, "bytes_accessed"], m.loc[~copies, "tb"], rtol=1e-9)
+    h = tr.hlo.set_index(["program_id", "name"])["transfer_bytes"]
+    for r in m[copies].itertuples():
+        assert h.loc[(r.program_id, r.op)] == r.tb
