@@ -211,9 +211,15 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
     from tracekit import hosts, render
-    rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
-                        select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
-                        max_bytes=max_size * 2**20 if max_size else None, max_events=max_events)
+    from tracekit.progress import Progress
+    progress = Progress()  # a status line on a terminal only
+    try:
+        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
+                            select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
+                            max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
+                            progress=progress)
+    finally:
+        progress.done()
     texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
     for out, text in zip(outputs, texts):  # every report rendered before any file is replaced
         _write_atomic(out, text)

@@ -38,19 +38,26 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
-            fail_on: str = "never", max_bytes=None, max_events=None, ops=None) -> report_mod.Report:
+            fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
     from tracekit import loader as load_mod, rule_checks, rules, timeline
+    from tracekit.progress import NULL
+    progress = progress or NULL
+    progress.stage("loading the trace")
     if isinstance(source, Trace):
         tr = source
     else:
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
+    progress.stage("roofline")
     ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
     rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
+    progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps)
+    progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
+    progress.stage("report")
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
