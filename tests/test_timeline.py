@@ -206,15 +206,17 @@ def test_properties(frames):
     assert ((c["covered_ps"] >= 0) & (c["covered_ps"] <= c["span_ps"])).all()
     assert (c["exposed_ps"] == c["span_ps"] - c["covered_ps"]).all()
     b = tl.step_breakdown(ops, steps)
-    parts = b["compute_ps"] + b["collective_exposed_ps"] + b["idle_ps"]
+    parts = b["compute_ps"] + b["collective_exposed_ps"] + b["wait_ps"] + b["idle_ps"]
     assert (parts == b["step_ps"]).all()
-    assert ((b[["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "idle_ps"]] >= 0).all()).all()
+    assert ((b[["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps"]] >= 0)
+            .all()).all()
     assert (b["collective_hidden_ps"] <= b["compute_ps"]).all()
+    marker = tl.is_async_marker(ops)
     for _, r in b.iterrows():  # compute part against the oracle
-        comp = _paint(ops, r["device"], sync & ~coll)
+        comp = _paint(ops, r["device"], sync & ~coll & ~marker)
         assert r["compute_ps"] == comp[r["start_ps"]:r["start_ps"] + r["step_ps"]].sum()
-        both = comp | _paint(ops, r["device"], coll)
-        assert r["idle_ps"] == r["step_ps"] - both[r["start_ps"]:r["start_ps"] + r["step_ps"]].sum()
+        busy = comp | _paint(ops, r["device"], coll) | _paint(ops, r["device"], sync & ~coll & marker)
+        assert r["idle_ps"] == r["step_ps"] - busy[r["start_ps"]:r["start_ps"] + r["step_ps"]].sum()
 
 
 @settings(max_examples=100, deadline=None)
@@ -222,3 +224,16 @@ def test_properties(frames):
 def test_modified_z_finite(values):
     z = tl.modified_z(pd.Series(values))
     assert np.isfinite(z).all()
+
+
+def test_step_breakdown_waiting_on_an_async_copy():
+    """A copy-done that lasts is the device stalled on a transfer: wait, not compute and not idle."""
+    ops = ops_frame([
+        {"opcode": "fusion", "start_ps": 0, "duration_ps": 10},
+        {"opcode": "copy-start", "start_ps": 10, "duration_ps": 1},
+        {"opcode": "copy-done", "start_ps": 20, "duration_ps": 50},
+        {"opcode": "fusion", "start_ps": 60, "duration_ps": 20},  # overlaps the wait by 10: compute wins
+    ])
+    b = tl.step_breakdown(ops, steps_frame([{"step": 0, "start_ps": 0, "duration_ps": 100}])).iloc[0]
+    assert (b["compute_ps"], b["wait_ps"], b["collective_exposed_ps"], b["idle_ps"]) == (30, 41, 0, 29)
+    assert b["compute_ps"] + b["wait_ps"] + b["collective_exposed_ps"] + b["idle_ps"] == b["step_ps"]

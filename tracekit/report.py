@@ -161,7 +161,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
 
 def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Per device, every step summed: steps, step time mean/median/max, and the breakdown totals."""
-    cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "idle_ps"]
+    cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps"]
     if not len(steps):
         return pd.DataFrame(columns=["host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
                                      "step_ps_sum", *cols])

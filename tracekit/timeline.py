@@ -290,7 +290,7 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
 
 _BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
     "step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps", "collective_hidden_ps",
-    "idle_ps")}}
+    "wait_ps", "idle_ps")}}
 
 
 def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -300,28 +300,35 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     * ``compute_ps`` = |C|; ``collective_ps`` = |K|;
     * ``collective_exposed_ps`` = |K \\ C| (collective time with no compute running);
     * ``collective_hidden_ps`` = |K ∩ C| (a part of ``compute_ps``, not disjoint from it);
-    * ``idle_ps`` = step_ps − |C ∪ K| (neither compute nor a collective in flight).
 
-    ``compute_ps + collective_exposed_ps + idle_ps == step_ps``. An exposed async collective window is collective
-    time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle."""
+    * ``wait_ps`` = |W \\ (C ∪ K)| with W the sync ``*-done`` (and ``*-start``) ops that are not collectives: the
+      device stalled on an async copy or transfer (e.g. a host-offload copy-done) — neither compute nor idle;
+    * ``idle_ps`` = step_ps − |C ∪ K ∪ W|.
+
+    ``compute_ps + collective_exposed_ps + wait_ps + idle_ps == step_ps``. An exposed async collective window is
+    collective time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle."""
     coll = is_collective(ops)
     sync = _sync(ops)
+    marker = is_async_marker(ops)
     og = _groups(ops)
     st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
     parts = []
     for (h, d), si in _groups(steps).items():
         oi = og.get((h, d), np.array([], np.int64))
-        cm, km = sync[oi] & ~coll[oi], coll[oi]
+        km = coll[oi]
+        wm = sync[oi] & ~km & marker[oi]
+        cm = sync[oi] & ~km & ~marker[oi]
         C = merge(st[oi][cm], en[oi][cm])
         K = merge(st[oi][km], en[oi][km])
         U = merge(st[oi][cm | km], en[oi][cm | km])
+        A = merge(st[oi][cm | km | wm], en[oi][cm | km | wm])
         a = steps["start_ps"].to_numpy(np.int64)[si]
         b = a + steps["duration_ps"].to_numpy(np.int64)[si]
-        c, k, u = covered(*C, a, b), covered(*K, a, b), covered(*U, a, b)
+        c, k, u, w = covered(*C, a, b), covered(*K, a, b), covered(*U, a, b), covered(*A, a, b)
         parts.append(pd.DataFrame({"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si],
                                    "start_ps": a, "step_ps": b - a, "compute_ps": c, "collective_ps": k,
                                    "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
-                                   "idle_ps": (b - a) - u}))
+                                   "wait_ps": w - u, "idle_ps": (b - a) - w}))
     return _frame(parts, _BREAKDOWN).sort_values(["host", "device", "start_ps"], ignore_index=True)
 
 

@@ -24,7 +24,7 @@ from tracekit.units import fmt_num, fmt_pct, fmt_time
 EXTENSIONS = (".html", ".htm")
 COLORS = {"compute": "#3b6fd4", "memory": "#d9480f", "network": "#2b8a3e", "host_link": "#8e44ad",
           "unknown": "#868e96"}
-BAR_COLORS = {"compute": "#3b6fd4", "exposed collectives": "#e8590c", "idle in steps": "#ced4da",
+BAR_COLORS = {"compute": "#3b6fd4", "exposed collectives": "#e8590c", "waiting on async copies": "#8e44ad", "idle in steps": "#ced4da",
               "outside steps": "#f1f3f5", "busy": "#3b6fd4", "idle": "#ced4da"}
 MAX_DEVICES = 64
 EVIDENCE_ROWS = 10
@@ -138,9 +138,10 @@ def device_parts(d: dict) -> tuple[str, list[tuple[str, dict]]]:
     if steps:
         for r in steps:
             p = out.setdefault((r.get("host"), r.get("device")), dict.fromkeys(
-                ("compute", "exposed collectives", "idle in steps", "outside steps"), 0))
+                ("compute", "exposed collectives", "waiting on async copies", "idle in steps", "outside steps"), 0))
             p["compute"] += r.get("compute_ps") or 0
             p["exposed collectives"] += r.get("collective_exposed_ps") or 0
+            p["waiting on async copies"] += r.get("wait_ps") or 0
             p["idle in steps"] += r.get("idle_ps") or 0
         for k, p in out.items():
             span = (devs.get(k) or {}).get("span_ps")

@@ -43,12 +43,13 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
         steps = d.get("device_steps") or []
         if steps:
             tot = {k: sum(r.get(k) or 0 for r in steps) for k in ("step_ps_sum", "compute_ps", "collective_exposed_ps",
-                                                                  "collective_hidden_ps", "idle_ps")}
+                                                                  "collective_hidden_ps", "wait_ps", "idle_ps")}
             tot["step_ps"] = tot.pop("step_ps_sum")
             if tot["step_ps"]:
                 out.append("step breakdown (all devices): " + ", ".join(
                     f"{name} {fmt_pct(tot[k] / tot['step_ps'])}" for name, k in
                     (("compute", "compute_ps"), ("exposed collectives", "collective_exposed_ps"),
+                     ("waiting on async copies", "wait_ps"),
                      ("idle", "idle_ps"))) + f" (collectives hidden under compute: {fmt_time(tot['collective_hidden_ps'])})")
     ops = d.get("top_ops") or []
     if ops:
