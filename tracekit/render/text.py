@@ -49,8 +49,8 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
                 out.append("step breakdown (all devices): " + ", ".join(
                     f"{name} {fmt_pct(tot[k] / tot['step_ps'])}" for name, k in
                     (("compute", "compute_ps"), ("exposed collectives", "collective_exposed_ps"),
-                     ("waiting on async copies", "wait_ps"),
-                     ("idle", "idle_ps"))) + f" (collectives hidden under compute: {fmt_time(tot['collective_hidden_ps'])})")
+                     ("waiting on async copies", "wait_ps"), ("idle", "idle_ps"))
+                    if k != "wait_ps" or tot[k]) + f" (collectives hidden under compute: {fmt_time(tot['collective_hidden_ps'])})")
     ops = d.get("top_ops") or []
     if ops:
         out += ["", f"Top ops by time (of {s['op_executions']:,} executions)"]
