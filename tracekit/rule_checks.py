@@ -73,19 +73,31 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
     # the timeline reads a few columns: give it a narrow view so its row selections copy little
     narrow = ops[[c for c in TIMELINE_COLUMNS if c in ops.columns]]
-    devices = tl.device_summary(narrow, steps)
+    # the derived frames are independent: NumPy and pandas release the GIL in their heavy loops, so a second
+    # core helps (TRACEKIT_THREADS=1 runs them one after the other); each is a pure function of its inputs
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracekit.wire import default_threads
+    jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
+            "collectives": (tl.collective_overlap, narrow, hidden, exposed),
+            "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
+            "in_step": (in_steps, ops, steps)}
+    with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
+        futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
+        flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
+                 "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops)}
+        done = {k: f.result() for k, f in futures.items()}
+    devices = done["devices"]
     devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
         lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
+    stats = done["op_stats"]
+    stats["share"] = stats["total_ps"] / profiled
     xops = ops.copy(deep=False)  # share columns: only the flags are new
-    for k, v in (("is_collective", tl.is_collective(ops)), ("is_matmul", tl.is_matmul(ops)),
-                 ("is_data_shuffle", tl.is_data_shuffle(ops)), ("is_host_transfer", tl.is_host_transfer(ops)),
-                 ("in_step", in_steps(ops, steps))):
+    for k, v in {**flags, "in_step": done["in_step"]}.items():
         xops[k] = v
-    frames = {"ops": xops, "op_stats": op_stats(ops, profiled),
-              "collectives": tl.collective_overlap(narrow, hidden, exposed),
-              "steps": tl.step_breakdown(narrow, steps), "devices": devices,
-              "gaps": tl.gaps(narrow, steps, min_gap_ps)}
+    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": done["steps"],
+              "devices": devices, "gaps": done["gaps"]}
     if host_events is not None:
         frames["host_events"] = host_events
     return frames
