@@ -48,16 +48,8 @@ def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BY
     (``roofline``; ``ops_columns`` then names the columns of the plain ops frame), ready to pickle. Runs in a
     worker."""
     from tracekit import pipeline, trace
-    hf = _load.HostFile(host, path)
     warnings: list[str] = []
-    planes, _ = _load.load_space(hf, max_bytes)
-    if max_events is not None:
-        n = sum(line.n_events for p in planes for line in p.lines)
-        if n > max_events:
-            raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(path),
-                             "raise it with --max-events (or max_events=None)")
-    part = trace._host(planes, host, warnings)
-    del planes
+    part = trace.load_host(_load.HostFile(host, path), warnings, max_bytes=max_bytes, max_events=max_events)
     if roofline:
         one = trace._combine([part], [])  # this host alone, as the cluster-wide path sees it
         part["ops_columns"] = list(one.ops.columns)

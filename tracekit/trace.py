@@ -49,18 +49,24 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     parts = []
     warnings: list[str] = []
     for hf in files:
-        planes, hostnames = _load.load_space(hf, max_bytes)
-        if max_events is not None:
-            n = sum(line.n_events for p in planes for line in p.lines)
-            if n > max_events:
-                raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
-                                 "raise it with --max-events (or max_events=None)")
-        host = hostnames[0] if len(files) == 1 and hostnames else hf.host
-        parts.append(_host(planes, host, warnings))
-        del planes
+        parts.append(load_host(hf, warnings, max_bytes=max_bytes, max_events=max_events,
+                               use_hostname=len(files) == 1))
     tr = _combine(parts, warnings)
     tr.paths = [str(f.path) for f in files]
     return tr
+
+
+def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+              max_events: int | None = None, use_hostname: bool = False) -> dict:
+    """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
+    name the host as the trace does rather than by its file name."""
+    planes, hostnames = _load.load_space(hf, max_bytes)
+    if max_events is not None:
+        n = sum(line.n_events for p in planes for line in p.lines)
+        if n > max_events:
+            raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
+                             "raise it with --max-events (or max_events=None)")
+    return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
 
 
 def _host(planes, host: str, warnings: list[str]) -> dict:
