@@ -38,3 +38,14 @@ def _isolated_calibration(tmp_path_factory):
         os.environ.pop("TRACEKIT_HOME", None)
     else:
         os.environ["TRACEKIT_HOME"] = old
+
+
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of ``n`` (two's complement for negatives), for tests that hand-craft wire bytes."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from conftest import FIXTURES, ROOT, SHARED
+from conftest import FIXTURES, ROOT, SHARED, varint
 from tracekit import loader, pipeline, render, rules, synth, wire
 from tracekit.errors import TraceError
 from tracekit.proto import hlo_pb2, xplane_pb2
@@ -224,16 +224,6 @@ def memory_bounded():
 
 
 # ---- protobuf wire helpers --------------------------------------------------------------------------------------
-
-def varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
 
 def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
     shift = n = 0

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from conftest import ROOT, cpu_fixture, shared_trace
+from conftest import ROOT, cpu_fixture, shared_trace, varint
 from tracekit import cli, hosts, loader, pipeline, render
 from tracekit.errors import TraceError
 
@@ -52,19 +52,10 @@ def padded(tmp_path, size: int) -> Path:
     data = trace_file().read_bytes()
     pad = size - len(data)
     n = pad - 6
-    blob = data + bytes([15 << 3 | 2]) + _varint(n) + b"\x00" * n
+    blob = data + bytes([15 << 3 | 2]) + varint(n) + b"\x00" * n
     f = tmp_path / "big.xplane.pb"
     f.write_bytes(blob)
     return f
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 # ---- size and event limits ----------------------------------------------------------------------------------------
