@@ -56,7 +56,16 @@ class _Acc:
                 data[k] = np.concatenate([np.full(len(c["start_ps"]), p) if not isinstance(p, np.ndarray) else p
                                           for p, c in zip(parts, self.chunks)])
         assert all(len(v) == n for v in data.values())
-        return schema.conform(pd.DataFrame(data), sch)
+        return schema.conform(pd.DataFrame(data, copy=False), sch)  # the arrays are new: no copy, no consolidation
+
+
+def _recode(codes: np.ndarray, cats, table: dict) -> np.ndarray:
+    """``codes`` (into ``cats``; -1 missing) as codes into the growing ``table`` (value -> code), in one gather;
+    no gather at all when the categories map to themselves."""
+    remap = np.fromiter((table.setdefault(c, len(table)) for c in cats), np.int32, len(cats))
+    if np.array_equal(remap, np.arange(len(remap))):
+        return codes if codes.dtype == np.int32 else codes.astype(np.int32)
+    return np.append(remap, np.int32(-1))[codes]  # code -1 picks the appended -1
 
 
 def _concat_cat(parts, lens) -> pd.Categorical:
@@ -65,9 +74,7 @@ def _concat_cat(parts, lens) -> pd.Categorical:
     for p, n in zip(parts, lens):
         if not isinstance(p, Cat):
             p = const("" if p is None else p, n)
-        remap = np.fromiter((table.setdefault(c, len(table)) for c in p.categories), np.int32, len(p.categories))
-        codes = np.where(p.codes >= 0, remap[np.maximum(p.codes, 0)] if len(remap) else -1, -1)
-        out.append(codes.astype(np.int32))
+        out.append(_recode(p.codes, p.categories, table))
     cats = [str(c) for c in table]
     # keys are str already in practice; guard against duplicates after str()
     if len(set(cats)) != len(cats):
@@ -195,36 +202,70 @@ def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
     """(int codes, distinct values) of a column: categorical codes as they are, anything else factorized."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         return s.cat.codes.to_numpy(np.int64), list(s.cat.categories)
+    if s.dtype == bool:
+        return s.to_numpy().astype(np.int64), [False, True]
+    v = s.to_numpy()
+    if v.dtype.kind in "iu" and len(v) > 1024:
+        # columns such as program_id change rarely from row to row: factorize the runs, then repeat the codes
+        starts = np.r_[0, np.nonzero(v[1:] != v[:-1])[0] + 1]
+        if len(starts) * 8 < len(v):
+            codes, uniq = pd.factorize(v[starts])
+            return np.repeat(codes.astype(np.int64), np.diff(np.r_[starts, len(v)])), uniq.tolist()
     codes, uniq = pd.factorize(s, use_na_sentinel=True)
     return codes.astype(np.int64), list(uniq)
 
 
-def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
-    """(inverse index, first row of each group) of ``df[cols]``, groups in first-seen order."""
+def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
+    """One int64 key per row combining the codes of ``cols`` (mixed radix), the size of the key space, and the
+    (codes, distinct values) of each column."""
     key = np.zeros(len(df), np.int64)
+    space = 1
+    parts = []
     for c in cols:
         codes, uniq = codes_of(df[c])
-        key = key * (len(uniq) + 1) + (codes + 1)
-    inv, ku = pd.factorize(key)
+        parts.append((codes, uniq))
+        key *= len(uniq) + 1
+        key += codes
+        key += 1
+        space *= len(uniq) + 1
+    return key, space, parts
+
+
+#: key spaces up to this size are factorized with a dense table (no hashing)
+_DENSE_SPACE = 1 << 24
+
+
+def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inverse index, first row of each distinct key), distinct keys in first-seen order."""
+    n = len(key)
+    if 0 < space <= max(_DENSE_SPACE, 4 * n) and space < (1 << 31):
+        first_at = np.full(space, n, np.int64)
+        first_at[key[::-1]] = np.arange(n - 1, -1, -1)  # duplicates: the last write (the first row) wins
+        seen = np.nonzero(first_at < n)[0]
+        first = first_at[seen]
+        rank = np.argsort(first, kind="stable")
+        code = np.empty(space, np.int64)
+        code[seen[rank]] = np.arange(len(seen))
+        return code[key], first[rank]
+    inv, ku = pd.factorize(key)  # hash-based, first-seen order
     first = np.zeros(len(ku), np.int64)
-    first[inv[::-1]] = np.arange(len(key))[::-1]
+    first[inv[::-1]] = np.arange(n)[::-1]  # the first row of each distinct key
     return inv.astype(np.int64), first
+
+
+def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
+    """(inverse index, first row of each group) of ``df[cols]``, groups in first-seen order."""
+    key, space, _ = _key(df, cols)
+    return _factorize(key, space)
 
 
 def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:
     """(inverse index, distinct value tuples) of ``df[cols]``: callers compute once per distinct tuple and spread
     the result back with the inverse index."""
-    key = np.zeros(len(df), np.int64)
-    parts = []
-    for c in cols:
-        codes, uniq = codes_of(df[c])
-        parts.append((codes, uniq))
-        key = key * (len(uniq) + 1) + (codes + 1)
-    inv, ku = pd.factorize(key)  # hash-based, first-seen order
-    first = np.zeros(len(ku), np.int64)
-    first[inv[::-1]] = np.arange(len(key))[::-1]  # the first row of each distinct key
+    key, space, parts = _key(df, cols)
+    inv, first = _factorize(key, space)
     tuples = [tuple((u[codes[i]] if codes[i] >= 0 else None) for codes, u in parts) for i in first]
-    return inv.astype(np.int64), tuples
+    return inv, tuples
 
 
 def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:
@@ -241,19 +282,57 @@ def cat_apply(s: pd.Series, fn) -> np.ndarray:
     return vals[np.where(codes >= 0, codes, len(uniq))]
 
 
-def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate frames keeping categorical columns categorical (categories unioned first)."""
+def with_columns(df: pd.DataFrame, new: dict) -> pd.DataFrame:
+    """``df`` with the columns of ``new`` added or replaced, as one new frame that shares every column array:
+    ``df[k] = v`` copies ``v`` (and, on a wide frame, costs a page-faulting allocation per column); this does
+    not. ``df`` itself is left unchanged. New columns come after ``df``'s, in ``new``'s order."""
+    cols = {c: (new[c] if c in new else df[c]) for c in df.columns}
+    for c, v in new.items():
+        if c not in cols:
+            cols[c] = v
+    return pd.DataFrame({c: (np.full(len(df), v) if np.ndim(v) == 0 and not isinstance(v, pd.Series) else v)
+                         for c, v in cols.items()}, index=df.index, copy=False)
+
+
+def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -> pd.DataFrame:
+    """Concatenate frames column by column (one allocation per column), keeping categorical columns categorical
+    (categories unioned, codes remapped). Columns follow the first frame; a column missing from a frame is filled
+    with NaN (numbers) or the empty category. ``order``: row positions of the concatenation to keep, in that
+    order (a sort applied column by column, so only one column's temporary is alive at a time)."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame()
     if len(frames) == 1:
-        return frames[0].reset_index(drop=True)
-    frames = [f.copy() for f in frames]
-    for c in frames[0].columns:
-        if isinstance(frames[0][c].dtype, pd.CategoricalDtype):
-            cats = pd.api.types.union_categoricals([f[c] for f in frames if c in f], ignore_order=True).categories
-            for f in frames:
-                if c in f:
-                    f[c] = f[c].cat.set_categories(cats) if isinstance(f[c].dtype, pd.CategoricalDtype) \
-                        else pd.Categorical(f[c].astype(str), categories=cats)
-    return pd.concat(frames, ignore_index=True)
+        return (frames[0].take(order) if order is not None else frames[0]).reset_index(drop=True)
+    cols = list(frames[0].columns) + [c for f in frames[1:] for c in f.columns if c not in frames[0].columns]
+    cols = list(dict.fromkeys(cols))
+    data = {}
+    for c in cols:
+        present = [f[c] for f in frames if c in f.columns]
+        if any(isinstance(s.dtype, pd.CategoricalDtype) for s in present):
+            data[c] = _concat_series_cat([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames])
+        elif len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
+                                                 for s in present):
+            data[c] = np.concatenate([s.to_numpy() for s in present])
+        else:  # strings, objects, or a column some frames lack: let pandas pick the dtype
+            data[c] = pd.concat([f[c] if c in f.columns else pd.Series([None] * len(f)) for f in frames],
+                                ignore_index=True).array
+        if order is not None:
+            data[c] = data[c][order]
+    return pd.DataFrame(data, copy=False)
+
+
+def _concat_series_cat(parts: list, lens: list) -> pd.Categorical:
+    """Concatenate categorical (or string) series as one categorical: categories in first-seen order."""
+    table: dict = {}
+    out = []
+    for s, n in zip(parts, lens):
+        if s is None:
+            codes, cats = np.zeros(n, np.int32), [""]
+        elif isinstance(s.dtype, pd.CategoricalDtype):
+            codes, cats = s.cat.codes.to_numpy(), [str(c) for c in s.cat.categories]
+        else:
+            codes, cats = pd.factorize(s.astype(str), use_na_sentinel=True)
+            cats = list(cats)
+        out.append(_recode(codes, cats, table))
+    return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))

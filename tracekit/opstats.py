@@ -33,40 +33,58 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     bound_by (argmax of the summed compute/memory/network times; host_link for host-offload copies), efficiency
     (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
     chip_f32_slower, dot_m, dot_n, dot_k. Sorted by total_ps, largest first."""
-    need = ["host", "device", "module", "program_id", "op", "kernel", "duration_ps", "opcode", "category",
-            "device_kind", "dtype", "cost_source", "unknown_reason", "is_host_transfer", *DOT_DIMS, *_ROOF_SUMS,
-            "headroom_ps"]
-    sync = ops[[c for c in need if c in ops.columns]][~ops["is_async"].to_numpy(bool)]  # copy only what is read
-    linv, lrows = unique_rows(sync, ["op", "kernel"])
+    # group ids over every row (async rows in a group of their own, dropped below): the aggregates read the
+    # frame's columns in place, no row selection is copied
+    sync = ~ops["is_async"].to_numpy(bool)
+    n = len(ops)
+    kernel = ops["kernel"] if "kernel" in ops.columns else pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), [""]))
+    linv, lrows = unique_rows(pd.DataFrame({"op": ops["op"].array, "kernel": kernel.array}, copy=False),
+                              ["op", "kernel"])
     label = cat_from([o if o else (k or "") for o, k in lrows], linv)
-    keyed = pd.DataFrame({"module": sync["module"].array, "program_id": sync["program_id"].to_numpy(), "op": label})
-    gi, first = group_index(keyed, ["module", "program_id", "op"])  # one pass of NumPy per aggregate below
+    keyed = pd.DataFrame({"module": ops["module"].array, "program_id": ops["program_id"].to_numpy(), "op": label,
+                          "sync": sync}, copy=False)
+    gi, first = group_index(keyed, ["sync", "module", "program_id", "op"])
+    real = sync[first]  # the groups of sync rows, in first-seen order
+    keep = np.nonzero(real)[0]
+    ng_all = len(first)
+    remap = np.full(ng_all, -1, np.int64)
+    remap[keep] = np.arange(len(keep))
+    first = first[keep]
     ng = len(first)
-    dur = sync["duration_ps"].to_numpy(np.int64)
-    out = keyed.iloc[first].reset_index(drop=True)
+
+    def gsum(w=None):  # per kept group sum of ``w`` (count when None) over every row
+        return np.bincount(gi, weights=w, minlength=ng_all)[keep]
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
     for c in ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]:
-        out[c] = sync[c].array[first] if c in sync.columns else (-1 if c in DOT_DIMS else "")
-    flags = {"is_matmul": tl.is_matmul(sync), "is_collective": tl.is_collective(sync),
-             "is_data_shuffle": tl.is_data_shuffle(sync)}
+        out[c] = ops[c].array[first] if c in ops.columns else (-1 if c in DOT_DIMS else "")
+    at_first = ops.iloc[first]
+    flags = {"is_matmul": tl.is_matmul(at_first), "is_collective": tl.is_collective(at_first),
+             "is_data_shuffle": tl.is_data_shuffle(at_first)}
     for c, v in flags.items():
-        out[c] = v[first]
-    hx = sync["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in sync else np.zeros(len(sync), bool)
-    out["is_host_transfer"] = np.bincount(gi, weights=hx, minlength=ng) > 0
-    out["occurrences"] = np.bincount(gi, minlength=ng).astype(np.int64)
-    dev, _ = group_index(sync, ["host", "device"])
-    pair = np.unique(gi * (int(dev.max(initial=0)) + 1) + dev)
-    out["devices"] = np.bincount(pair // (int(dev.max(initial=0)) + 1), minlength=ng).astype(np.int64)
-    out["total_ps"] = np.bincount(gi, weights=dur, minlength=ng).round().astype(np.int64)
+        out[c] = v
+    hx = ops["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in ops else np.zeros(n, bool)
+    out["is_host_transfer"] = gsum(hx) > 0
+    out["occurrences"] = gsum().astype(np.int64)
+    dev, _ = group_index(ops, ["host", "device"])
+    span = int(dev.max(initial=0)) + 1
+    pair = remap[gi[sync]] * span + dev[sync]  # (group, device) pairs
+    if ng * span <= 1 << 26:
+        out["devices"] = (np.bincount(pair, minlength=ng * span) > 0).reshape(ng, span).sum(axis=1).astype(np.int64)
+    else:
+        out["devices"] = np.bincount(np.unique(pair) // span, minlength=ng).astype(np.int64)
+    out["total_ps"] = np.bincount(gi, weights=np.where(sync, dur, 0), minlength=ng_all)[keep].round().astype(np.int64)
     for c in (*_ROOF_SUMS, "headroom_ps"):
-        if c not in sync.columns:
+        if c not in ops.columns:
             out[c] = np.nan
             continue
-        v = sync[c].to_numpy(np.float64)
+        v = ops[c].to_numpy(np.float64)
         if c == "headroom_ps":
             v = np.clip(v, 0, None)
         ok = ~np.isnan(v)
-        tot = np.bincount(gi, weights=np.where(ok, v, 0.0), minlength=ng)
-        out[c] = np.where(np.bincount(gi, weights=ok, minlength=ng) > 0, tot, np.nan)  # sum with min_count=1
+        tot = gsum(np.where(ok, v, 0.0))
+        out[c] = np.where(gsum(ok) > 0, tot, np.nan)  # sum with min_count=1
+    dur = dur[sync]
     out["mean_ps"] = out["total_ps"] / out["occurrences"]
     out["share"] = out["total_ps"] / profiled_ps
     out["busy_share"] = out["total_ps"] / max(int(dur.sum()), 1)

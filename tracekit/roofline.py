@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import chips, hlo, schema
-from tracekit.columns import unique_rows
+from tracekit.columns import unique_rows, with_columns
 from tracekit.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
@@ -168,10 +168,9 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     new["is_host_transfer"] = host_x
     for col in ("dot_m", "dot_n", "dot_k"):
         new[col] = b(col)
-    out = ops.copy(deep=False)  # shares the loader's columns; only the new ones are allocated
     order = [c for c in schema.ROOFLINE if c in new] + [c for c in new if c not in schema.ROOFLINE]
-    for k in order:  # in schema order, so conform() below has nothing to copy
-        out[k] = new.pop(k)
+    # one frame sharing the loader's columns and the new arrays (in schema order: conform() has nothing to copy)
+    out = with_columns(ops, {k: new.pop(k) for k in order})
     return schema.conform(out, {**schema.OPS, **schema.ROOFLINE})
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.columns import with_columns
 from tracekit.opstats import DOT_DIMS, chip_f32_slower, op_stats  # noqa: F401 (re-exported)
 from tracekit import timeline as tl
 
@@ -47,7 +48,7 @@ def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
     st = ops["start_ps"].to_numpy(np.int64)
     dur = steps["duration_ps"] if "duration_ps" in steps.columns else steps["step_ps"]
     sg = tl._groups(steps)
-    for key, oi in tl._groups(ops).items():
+    for key, oi in tl._groups(ops).items():  # (the same frame as the timeline jobs: grouped once)
         si = sg.get(key)
         if si is None:
             continue
@@ -81,7 +82,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
             "collectives": (tl.collective_overlap, narrow, hidden, exposed),
             "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
-            "in_step": (in_steps, ops, steps)}
+            "in_step": (in_steps, narrow, steps)}
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
         flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
@@ -93,9 +94,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
     stats = done["op_stats"]
     stats["share"] = stats["total_ps"] / profiled
-    xops = ops.copy(deep=False)  # share columns: only the flags are new
-    for k, v in {**flags, "in_step": done["in_step"]}.items():
-        xops[k] = v
+    xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
     frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": done["steps"],
               "devices": devices, "gaps": done["gaps"]}
     if host_events is not None:

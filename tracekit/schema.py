@@ -173,9 +173,9 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
             fill = _FILL[d]
             s = pd.Series(np.full(n, fill, dtype=object if d == "object" else d), index=df.index)
         out[c] = s
-    res = pd.DataFrame(out, index=df.index)
     if extra:
         for c in df.columns:
             if c not in schema:
-                res[c] = df[c]
-    return res
+                out[c] = df[c]
+    # one frame from the columns as they are (copy-on-write keeps ``df`` unchanged): no copy, no consolidation
+    return pd.DataFrame(out, index=df.index, copy=False)

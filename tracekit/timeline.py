@@ -22,6 +22,7 @@ steps of one device are assumed not to overlap each other.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -126,6 +127,34 @@ def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
 
 
 _GROUPS_CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()  # guards the two dicts (the rule frames are built on threads)
+_KEY_LOCKS: dict = {}
+
+
+def _cached(kind: str, df: pd.DataFrame, compute):
+    """``compute(df)`` once per (kind, frame) while that frame is alive; a second thread asking for the same
+    result waits for the first instead of computing it again."""
+    key = (kind, id(df))
+
+    def hit():
+        h = _GROUPS_CACHE.get(key)
+        return h[2] if h is not None and h[0]() is df and h[1] == len(df) else None
+    with _CACHE_LOCK:
+        out = hit()
+        if out is not None:
+            return out
+        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        with _CACHE_LOCK:
+            out = hit()
+        if out is None:
+            out = compute(df)
+            with _CACHE_LOCK:
+                if len(_GROUPS_CACHE) > 32:
+                    _GROUPS_CACHE.clear()
+                    _KEY_LOCKS.clear()
+                _GROUPS_CACHE[key] = (weakref.ref(df), len(df), out)
+    return out
 
 
 def _groups(df: pd.DataFrame) -> dict:
@@ -133,20 +162,41 @@ def _groups(df: pd.DataFrame) -> dict:
     The same frame is grouped by several stages: the result is cached while that frame is alive."""
     if df.empty:
         return {}
-    hit = _GROUPS_CACHE.get(id(df))
-    if hit is not None and hit[0]() is df and hit[1] == len(df):
-        return hit[2]
+    return _cached("groups", df, _compute_groups)
+
+
+def _compute_groups(df: pd.DataFrame) -> dict:
     inv, first = group_index(df, KEYS)
-    order = np.argsort(inv, kind="stable")
+    if len(inv) < 2 or bool((inv[1:] >= inv[:-1]).all()):
+        order = np.arange(len(inv))  # rows already grouped (the ops frame is sorted by host, device, start)
+    else:
+        order = np.argsort(inv, kind="stable")
     bounds = np.cumsum(np.bincount(inv, minlength=len(first)))
     keys = [(str(df[KEYS[0]].iat[i]), str(df[KEYS[1]].iat[i])) for i in first]
     out = {}
     for g in sorted(range(len(first)), key=lambda g: keys[g]):
         out[keys[g]] = order[(bounds[g - 1] if g else 0):bounds[g]]
-    if len(_GROUPS_CACHE) > 16:
-        _GROUPS_CACHE.clear()
-    _GROUPS_CACHE[id(df)] = (weakref.ref(df), len(df), out)
     return out
+
+
+def _busy(ops: pd.DataFrame) -> dict:
+    """(host, device) -> merged busy intervals (starts, ends) of the device's sync ops; cached like _groups."""
+    if ops.empty:
+        return {}
+    return _cached("busy", ops, _compute_busy)
+
+
+def _compute_busy(ops: pd.DataFrame) -> dict:
+    groups = _groups(ops)
+    sync = _sync(ops)
+    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
+    out = {}
+    for key, idx in groups.items():
+        si = idx[sync[idx]]
+        out[key] = merge(st[si], en[si])
+    return out
+
+
 
 
 def _ends(df: pd.DataFrame) -> np.ndarray:
@@ -180,11 +230,10 @@ _BUSY = {"host": object, "device": object, "start_ps": "int64", "end_ps": "int64
 def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
     """Merged busy intervals per device: the union of sync op intervals (async windows excluded).
     Columns: host, device, start_ps, end_ps, duration_ps; sorted by device then start."""
-    sync = ops[_sync(ops)]
-    st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
     parts = []
-    for (h, d), idx in _groups(sync).items():
-        ms, me = merge(st[idx], en[idx])
+    for (h, d), (ms, me) in _busy(ops).items():
+        if not ms.size:
+            continue
         parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ms, "end_ps": me, "duration_ps": me - ms}))
     return _frame(parts, _BUSY)
 
@@ -218,14 +267,14 @@ def device_summary(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.D
     idle_before_first_op_ps (window start to the first sync op; the whole span when there is none),
     op_count (sync ops), async_count (async windows), utilization (busy / span)."""
     sync = _sync(ops)
-    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
     kinds = ops["device_kind"].array if "device_kind" in ops.columns else np.full(len(ops), "")
-    groups = _groups(ops)
+    groups, merged = _groups(ops), _busy(ops)
     rows = []
+    none = np.array([], np.int64)
     for (h, d), (ws, we) in windows(ops, steps).items():
-        idx = groups.get((h, d), np.array([], np.int64))
+        idx = groups.get((h, d), none)
         si = idx[sync[idx]]
-        ms, me = merge(st[si], en[si])
+        ms, me = merged.get((h, d), (none, none))
         busy = int((me - ms).sum())
         first = int(ms[0]) if ms.size else we
         rows.append((h, d, kinds[idx[0]] if idx.size else "", ws, we - ws, busy, we - ws - busy, first - ws,
@@ -243,9 +292,7 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
     device's first sync op, or the device has none), else ``inside_step``, else ``between_steps`` (or
     ``between_ops`` on a device without steps). ``step`` is the step containing the gap, -1 outside steps. Gaps
     shorter than ``min_gap_ps`` (and empty ones) are dropped."""
-    sync = ops[_sync(ops)]
-    og = _groups(sync)
-    st, en = sync["start_ps"].to_numpy(np.int64), _ends(sync)
+    busy = _busy(ops)
     if steps is None:
         steps = pd.DataFrame({"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []})
     sg = _groups(steps)
@@ -253,7 +300,7 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
     none = np.array([], np.int64)
     parts = []
     for (h, d), (ws, we) in windows(ops, steps).items():
-        ms, me = merge(st[og.get((h, d), none)], en[og.get((h, d), none)])
+        ms, me = busy.get((h, d), (none, none))
         a, b = np.r_[ws, me], np.r_[ms, we]  # complement of busy inside the window
         keep = b > a
         a, b = a[keep], b[keep]

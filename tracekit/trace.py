@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frames, hlo, loader as _load, schema
-from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, unique_rows
+from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, unique_rows, with_columns
 from tracekit.errors import TraceError
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
@@ -94,10 +94,12 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     asyncs = _fill_modules(ex["async"], names)
     ops = _join_hlo(ops, h)
     asyncs = _join_hlo(asyncs, h)
-    ops = concat_frames([ops, _async_windows(ops, asyncs, h)]) if len(ops) else ops
+    if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
+        win = _async_windows(ops, asyncs, h)
+        ops = concat_frames([ops, win], order=_order([ops, win]))
     kinds = dict(zip(devs["device"], devs["device_kind"]))
     dinv, drows = unique_rows(ops, ["device"])
-    ops["device_kind"] = cat_from([kinds.get(d, "") for (d,) in drows], dinv)
+    ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
     if not len(mx):
         mx = _module_runs(ops, host)
     ops = _assign_runs(ops, mx)
@@ -138,8 +140,14 @@ def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warning
     start = ops["start_ps"].to_numpy()
     dur = ops["duration_ps"].to_numpy()
     if len(devs) > 1:
-        g = pd.DataFrame({"d": codes[sync], "s": start[sync], "e": start[sync] + dur[sync]}).groupby("d")
-        lo, hi = g["s"].min(), g["e"].max()
+        # first start and last end per device: sort once by device code, then reduce each run
+        sc = codes[sync]
+        order = np.argsort(sc, kind="stable")
+        sc = sc[order]
+        cut = np.r_[0, np.nonzero(np.diff(sc))[0] + 1]
+        s_ = start[sync][order]
+        lo = pd.Series(np.minimum.reduceat(s_, cut), index=sc[cut]) if len(sc) else pd.Series(dtype="int64")
+        hi = pd.Series(np.maximum.reduceat(s_ + dur[sync][order], cut), index=sc[cut]) if len(sc) else lo
         far = []
         for d in lo.index:
             others_lo, others_hi = lo.drop(d), hi.drop(d)
@@ -180,9 +188,7 @@ def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
     if not len(ops):
         return ops
     inv, rows = unique_rows(ops, ["module", "program_id"])
-    ops = ops.copy(deep=False)
-    ops["module"] = cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)
-    return ops
+    return with_columns(ops, {"module": cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)})
 
 
 def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
@@ -203,11 +209,9 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
             opc, cat = hit[0], (cat or hit[1])
         cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
         out.append((bool(hit), opc or "", cat))
-    ops = ops.copy(deep=False)
-    ops["in_hlo"] = np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool)
-    ops["opcode"] = cat_from([o[1] for o in out], inv)
-    ops["category"] = cat_from([o[2] for o in out], inv)
-    return ops
+    return with_columns(ops, {"in_hlo": np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool),
+                              "opcode": cat_from([o[1] for o in out], inv),
+                              "category": cat_from([o[2] for o in out], inv)})
 
 
 def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
@@ -249,11 +253,11 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     rows = np.concatenate(keep_s)
     order = np.argsort(rows, kind="stable")
     rows, ends = rows[order], np.concatenate(keep_end)[order]
-    win = ops.iloc[s_idx[rows]].copy()
-    win["duration_ps"] = ends - win["start_ps"].to_numpy()
-    win["is_async"] = True
-    win["source"] = pd.Categorical(["async_pair"] * len(win))
-    win["line"] = pd.Categorical(["XLA Ops"] * len(win))
+    win = ops.iloc[s_idx[rows]]
+    win = with_columns(win.reset_index(drop=True), {
+        "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
+        "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
+        "line": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["XLA Ops"])})
     out = concat_frames([asyncs, win]) if len(asyncs) else win
     return schema.conform(out, schema.OPS)
 
@@ -301,9 +305,8 @@ def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
     if not len(ops) or not len(mx) or not tpu.any():
         return ops
     run = ops["run_id"].to_numpy().copy()
-    run[tpu] = _contain(ops[tpu], mx, "run_id")
-    ops["run_id"] = run
-    return ops
+    run[tpu] = _contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
+    return with_columns(ops, {"run_id": run})
 
 
 def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
@@ -315,9 +318,12 @@ def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
         return schema.conform(rep.sort_values(["device", "start_ps"]), schema.STEPS)
     if len(mx):
         # the module that holds the most device time stands for a step, one per execution
-        busy = ops[~ops["is_async"]].groupby("module", observed=True)["duration_ps"].sum()
-        if len(busy):
-            top = busy.idxmax()
+        codes, names = codes_of(ops["module"])
+        sync = ~ops["is_async"].to_numpy(bool) & (codes >= 0)
+        busy = np.bincount(codes[sync], weights=ops["duration_ps"].to_numpy()[sync], minlength=len(names))
+        busy[np.bincount(codes[sync], minlength=len(names)) == 0] = -1  # modules with no sync op never win
+        if sync.any():
+            top = names[int(np.argmax(busy))]  # first of the largest, as idxmax
             m = mx[mx["module"].astype(str) == str(top)].sort_values(["device", "start_ps"]).copy()
             m["step"] = m.groupby("device", observed=True).cumcount()
             m["step_source"] = "module_execution"
@@ -327,27 +333,39 @@ def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
 
 def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if len(ops) and len(steps):
-        ops["step"] = _contain(ops, steps, "step")
+        ops = with_columns(ops, {"step": _contain(ops, steps, "step")})
     return ops
+
+
+def _order(frames: list[pd.DataFrame]) -> np.ndarray | None:
+    """Row positions that put the concatenation of ``frames`` in (host, device, start) order (names compared as
+    text, as sort_values would), or None when it is in that order already."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None
+    t = np.concatenate([f["start_ps"].to_numpy(np.int64) for f in frames])
+    rank = np.zeros(len(t), np.int64)
+    for col in ("host", "device"):
+        values = sorted({str(v) for f in frames for v in (f[col].cat.categories if f[col].dtype == "category"
+                                                           else f[col].unique())})
+        pos = {v: i for i, v in enumerate(values)}
+        parts = []
+        for f in frames:
+            codes, uniq = codes_of(f[col])
+            parts.append(np.append(np.array([pos[str(u)] for u in uniq], np.int64), 0)[codes])
+        rank = rank * (len(values) + 1) + np.concatenate(parts)
+    same = rank[1:] == rank[:-1]
+    if bool(((rank[1:] > rank[:-1]) | (same & (t[1:] >= t[:-1]))).all()):
+        return None
+    return np.lexsort((t, rank))
 
 
 def _sorted(ops: pd.DataFrame) -> pd.DataFrame:
     """Ops in (host, device, start) order — one gather of the rows, none when already in order."""
     if not len(ops):
         return ops
-    hc = ops["host"].cat.codes.to_numpy() if ops["host"].dtype == "category" else pd.factorize(ops["host"])[0]
-    # device order by name, as sort_values would give
-    dev = ops["device"]
-    if dev.dtype == "category":
-        rank = np.argsort(np.argsort(np.array([str(c) for c in dev.cat.categories], dtype=object), kind="stable"))
-        dc = rank[dev.cat.codes.to_numpy()]
-    else:
-        dc = pd.factorize(dev, sort=True)[0]
-    hrank = np.argsort(np.argsort(np.array([str(c) for c in (ops["host"].cat.categories if ops["host"].dtype == "category"
-                                                              else pd.factorize(ops["host"])[1])], dtype=object),
-                                  kind="stable"))
-    order = np.lexsort((ops["start_ps"].to_numpy(), dc, hrank[hc]))
-    if (order == np.arange(len(order))).all():
+    order = _order([ops])
+    if order is None:
         return ops.reset_index(drop=True) if not isinstance(ops.index, pd.RangeIndex) else ops
     return ops.take(order).reset_index(drop=True)
 
