@@ -253,6 +253,20 @@ def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     return inv.astype(np.int64), first
 
 
+def runs(codes: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
+    """(code, rows) per group of equal codes. A frame sorted by the key has one run per value, and its rows are a
+    slice (a view, no copy); otherwise (many short runs) the rows of each code are an index array."""
+    if not len(codes):
+        return []
+    cut = np.r_[0, np.nonzero(codes[1:] != codes[:-1])[0] + 1, len(codes)]
+    if len(cut) - 1 <= 64 + 4 * len(np.unique(codes[cut[:-1]])):
+        return [(int(codes[a]), slice(int(a), int(b))) for a, b in zip(cut[:-1], cut[1:])]
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    cut = np.r_[0, np.nonzero(sc[1:] != sc[:-1])[0] + 1, len(sc)]
+    return [(int(sc[a]), order[a:b]) for a, b in zip(cut[:-1], cut[1:])]
+
+
 def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
     """(inverse index, first row of each group) of ``df[cols]``, groups in first-seen order."""
     key, space, _ = _key(df, cols)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frames, hlo, loader as _load, schema
-from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, unique_rows, with_columns
+from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
 from tracekit.errors import TraceError
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
@@ -95,8 +95,8 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     ops = _join_hlo(ops, h)
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
-        win = _async_windows(ops, asyncs, h)
-        ops = concat_frames([ops, win], order=_order([ops, win]))
+        parts = [ops, *_async_windows(ops, asyncs, h)]
+        ops = concat_frames(parts, order=_order(parts))
     kinds = dict(zip(devs["device"], devs["device_kind"]))
     dinv, drows = unique_rows(ops, ["device"])
     ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
@@ -140,14 +140,18 @@ def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warning
     start = ops["start_ps"].to_numpy()
     dur = ops["duration_ps"].to_numpy()
     if len(devs) > 1:
-        # first start and last end per device: sort once by device code, then reduce each run
-        sc = codes[sync]
-        order = np.argsort(sc, kind="stable")
-        sc = sc[order]
-        cut = np.r_[0, np.nonzero(np.diff(sc))[0] + 1]
-        s_ = start[sync][order]
-        lo = pd.Series(np.minimum.reduceat(s_, cut), index=sc[cut]) if len(sc) else pd.Series(dtype="int64")
-        hi = pd.Series(np.maximum.reduceat(s_ + dur[sync][order], cut), index=sc[cut]) if len(sc) else lo
+        # first start and last end of each device's sync ops (one run of rows per device in a sorted frame)
+        first: dict = {}
+        last: dict = {}
+        for d, rows in runs(codes):
+            ok = sync[rows]
+            if not ok.any():
+                continue
+            s_ = start[rows][ok]
+            first[d] = min(first.get(d, s_.min()), s_.min())
+            e_ = (s_ + dur[rows][ok]).max()
+            last[d] = max(last.get(d, e_), e_)
+        lo, hi = pd.Series(first, dtype="int64").sort_index(), pd.Series(last, dtype="int64").sort_index()
         far = []
         for d in lo.index:
             others_lo, others_hi = lo.drop(d), hi.drop(d)
@@ -214,22 +218,24 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
                               "category": cat_from([o[2] for o in out], inv)})
 
 
-def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
+def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> list[pd.DataFrame]:
     """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
     paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
-    device. A tie in time pairs the start with the done (a zero-length copy)."""
+    device. A tie in time pairs the start with the done (a zero-length copy). Returns the frames of windows
+    (the caller concatenates them with the ops once)."""
     have = {str(d) for d in asyncs["device"].unique()} if len(asyncs) else set()
     base = cat_apply(ops["source"], lambda v: v == "xla_ops").astype(bool) & \
         ~cat_apply(ops["device"], lambda v: v in have).astype(bool)
     s_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-start")).astype(bool))[0]
     d_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-done")).astype(bool))[0]
     if not len(s_idx) or not len(d_idx):
-        return asyncs
+        return [asyncs]
     done_to_start = hlo.done_to_start(h) if len(h) else {}
     names: dict = {}
-    sinv, srows = unique_rows(ops.iloc[s_idx], ["device", "program_id", "op"])
+    key_cols = ops[["device", "program_id", "op"]]  # a narrow view: the row selections below copy three columns
+    sinv, srows = unique_rows(key_cols.iloc[s_idx], ["device", "program_id", "op"])
     skey = np.array([names.setdefault((d, int(p), o), len(names)) for d, p, o in srows], np.int64)[sinv]
-    dinv, drows = unique_rows(ops.iloc[d_idx], ["device", "program_id", "op"])
+    dinv, drows = unique_rows(key_cols.iloc[d_idx], ["device", "program_id", "op"])
     dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
                      for d, p, o in drows], np.int64)[dinv]
     t = ops["start_ps"].to_numpy()
@@ -249,7 +255,7 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
         keep_s.append(rows[ok])
         keep_end.append(de[grp[pos[ok]]])
     if not keep_s:
-        return asyncs
+        return [asyncs]
     rows = np.concatenate(keep_s)
     order = np.argsort(rows, kind="stable")
     rows, ends = rows[order], np.concatenate(keep_end)[order]
@@ -258,8 +264,7 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
         "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
         "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
         "line": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["XLA Ops"])})
-    out = concat_frames([asyncs, win]) if len(asyncs) else win
-    return schema.conform(out, schema.OPS)
+    return [asyncs, schema.conform(win, schema.OPS)]
 
 
 def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
@@ -284,24 +289,32 @@ def _contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "de
     codes, cats = codes_of(ops[by])
     t = ops["start_ps"].to_numpy()
     wdev = windows[by].astype(str).to_numpy()
+    per_dev = {}
     for i, d in enumerate(cats):
-        w = windows[wdev == str(d)]
-        if not len(w):
+        m = wdev == str(d)
+        if not m.any():
             continue
-        order = np.argsort(w["start_ps"].to_numpy(), kind="stable")
-        ws = w["start_ps"].to_numpy()[order]
-        we = ws + w["duration_ps"].to_numpy()[order]
-        wv = w[value].to_numpy()[order].astype(np.int64)
-        rows = np.nonzero(codes == i)[0]
-        k = np.searchsorted(ws, t[rows], side="right") - 1
-        ok = (k >= 0) & (t[rows] < we[np.maximum(k, 0)])
-        res[rows[ok]] = wv[k[ok]]
+        ws0 = windows["start_ps"].to_numpy()[m]
+        order = np.argsort(ws0, kind="stable")
+        ws = ws0[order]
+        per_dev[i] = (ws, ws + windows["duration_ps"].to_numpy()[m][order],
+                      windows[value].to_numpy()[m][order].astype(np.int64))
+    # ops sorted by device: each device is one run (a slice); unsorted frames just give more, shorter runs
+    for i, sl in runs(codes):
+        if i not in per_dev:
+            continue
+        ws, we, wv = per_dev[i]
+        tt = t[sl]
+        k = np.searchsorted(ws, tt, side="right") - 1
+        kk = np.maximum(k, 0)
+        res[sl] = np.where((k >= 0) & (tt < we[kk]), wv[kk], -1)
     return res
 
 
 def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
     """TPU ops get the run id of the module execution (``XLA Modules`` line) that contains them."""
-    tpu = ops["source"].isin(["xla_ops", "async_xla_ops", "async_pair"]).to_numpy() if len(ops) else None
+    tpu = cat_apply(ops["source"], lambda v: v in ("xla_ops", "async_xla_ops", "async_pair")).astype(bool) \
+        if len(ops) else None
     if not len(ops) or not len(mx) or not tpu.any():
         return ops
     run = ops["run_id"].to_numpy().copy()
