@@ -367,10 +367,31 @@ def _order(frames: list[pd.DataFrame]) -> np.ndarray | None:
             codes, uniq = codes_of(f[col])
             parts.append(np.append(np.array([pos[str(u)] for u in uniq], np.int64), 0)[codes])
         rank = rank * (len(values) + 1) + np.concatenate(parts)
-    same = rank[1:] == rank[:-1]
-    if bool(((rank[1:] > rank[:-1]) | (same & (t[1:] >= t[:-1]))).all()):
+    if not len(t):
         return None
-    return np.lexsort((t, rank))
+    t0, span = int(t.min()), int(t.max()) - int(t.min()) + 1
+    if (int(rank.max()) + 1) * span >= 1 << 62:  # no room for one int64 key: sort on two
+        same = rank[1:] == rank[:-1]
+        if bool(((rank[1:] > rank[:-1]) | (same & (t[1:] >= t[:-1]))).all()):
+            return None
+        return np.lexsort((t, rank))
+    key = rank * span + (t - t0)
+    if bool((key[1:] >= key[:-1]).all()):
+        return None
+    n0 = len(frames[0])
+    a, b = key[:n0], key[n0:]
+    if not len(b) or not bool((a[1:] >= a[:-1]).all()):
+        return np.argsort(key, kind="stable")
+    # the first frame (the op rows) is in order already: sort the rest (the async windows), merge them in after
+    # equal keys of the first (what a stable sort of the concatenation gives)
+    ob = np.argsort(b, kind="stable")
+    dest = np.searchsorted(a, b[ob], side="right") + np.arange(len(b))
+    out = np.empty(len(key), np.int64)
+    rest = np.ones(len(key), bool)
+    rest[dest] = False
+    out[dest] = n0 + ob
+    out[rest] = np.arange(n0)
+    return out
 
 
 def _sorted(ops: pd.DataFrame) -> pd.DataFrame:

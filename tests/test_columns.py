@@ -1,0 +1,81 @@
+"""The column helpers the hot path leans on, checked against the plain pandas/NumPy way of doing the same thing."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracekit import columns as C
+from tracekit.trace import _order
+
+
+def _frame(rng, n, sort):
+    d = rng.integers(0, 3, n)
+    t = rng.integers(0, 50, n)
+    if sort:
+        o = np.lexsort((t, d))
+        d, t = d[o], t[o]
+    return pd.DataFrame({"host": pd.Categorical(["h"] * n),
+                         "device": pd.Categorical.from_codes(d, ["TPU:0", "TPU:1", "TPU:10"]),
+                         "start_ps": t, "x": np.arange(n)})
+
+
+def _reference(frames):
+    cat = pd.concat([f.astype({"device": str, "host": str}) for f in frames], ignore_index=True)
+    return np.lexsort((cat["start_ps"].to_numpy(), cat["device"].to_numpy().astype(str),
+                       cat["host"].to_numpy().astype(str)))
+
+
+@pytest.mark.parametrize("first_sorted", [True, False])
+def test_order_equals_a_stable_sort_of_the_concatenation(first_sorted):
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        frames = [_frame(rng, 200, first_sorted), _frame(rng, 30, False), _frame(rng, 5, False)]
+        o = _order(frames)
+        assert o is not None and (o == _reference(frames)).all()
+
+
+def test_order_none_when_sorted_and_concat_applies_it():
+    rng = np.random.default_rng(3)
+    f = _frame(rng, 100, True)
+    assert _order([f]) is None
+    frames = [f, _frame(rng, 20, False)]
+    out = C.concat_frames(frames, order=_order(frames))
+    ref = pd.concat(frames, ignore_index=True).iloc[_reference(frames)].reset_index(drop=True)
+    assert out["x"].tolist() == ref["x"].tolist()
+    assert out["device"].astype(str).tolist() == ref["device"].astype(str).tolist()
+    assert isinstance(out["device"].dtype, pd.CategoricalDtype)
+
+
+def test_dense_and_hashed_factorize_agree():
+    rng = np.random.default_rng(0)
+    key = rng.integers(0, 5000, 100_000)
+    inv, first = C._factorize(key, 5000)  # dense table
+    inv2, first2 = C._factorize(key, 1 << 40)  # hash path
+    assert (inv == inv2).all() and (first == first2).all()
+    assert (key[first][inv] == key).all()  # every row maps to a group holding its key
+    assert (np.diff(first) > 0).all()  # groups in first-seen order
+
+
+def test_runs_groups_rows_sorted_or_not():
+    rng = np.random.default_rng(1)
+    for codes in (np.repeat([2, 0, 1], [5, 3, 4]), rng.integers(0, 4, 2000)):
+        got = C.runs(codes)
+        assert sum(len(np.arange(len(codes))[rows]) for _, rows in got) == len(codes)
+        for code, rows in got:
+            assert (codes[rows] == code).all()
+    assert all(isinstance(r, slice) for _, r in C.runs(np.repeat([2, 0, 1], [5, 3, 4])))
+
+
+def test_codes_of_run_length_path_matches_factorize():
+    v = pd.Series(np.repeat(np.array([5, 3, 5, 9], np.uint64), [1000, 2000, 10, 500]))
+    codes, uniq = C.codes_of(v)
+    ref, ref_u = pd.factorize(v)
+    assert (codes == ref).all() and uniq == list(ref_u)
+
+
+def test_with_columns_shares_arrays_and_leaves_the_input_alone():
+    df = pd.DataFrame({"a": np.arange(5), "b": np.ones(5)})
+    new = np.arange(5) * 2.0
+    out = C.with_columns(df, {"b": new, "c": np.zeros(5)})
+    assert list(out.columns) == ["a", "b", "c"] and list(df.columns) == ["a", "b"]
+    assert np.shares_memory(out["b"].to_numpy(), new)
+    assert df["b"].tolist() == [1.0] * 5
