@@ -79,3 +79,31 @@ def test_with_columns_shares_arrays_and_leaves_the_input_alone():
     assert list(out.columns) == ["a", "b", "c"] and list(df.columns) == ["a", "b"]
     assert np.shares_memory(out["b"].to_numpy(), new)
     assert df["b"].tolist() == [1.0] * 5
+
+
+def test_allocator_tuning_is_opt_out_and_changes_no_result(tmp_path):
+    """The CLI's glibc tuning (tracekit/alloc.py) takes effect on glibc Linux, is off with
+    TRACEKIT_MALLOC_TUNING=0, and the report is byte-identical either way."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    from pathlib import Path
+    probe = "from tracekit import alloc; print(alloc.tune())"
+    env = dict(os.environ)
+    on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env).stdout.strip()
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert on == "True"
+    env["TRACEKIT_MALLOC_TUNING"] = "0"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env).stdout.strip() == "False"
+    trace = Path(__file__).resolve().parents[1] / "fixtures/cpu/allreduce_exposed/plugins/profile/run1/cpu.xplane.pb"
+    outs = []
+    for flag in ("1", "0"):
+        out = tmp_path / f"r{flag}.json"
+        env["TRACEKIT_MALLOC_TUNING"] = flag
+        r = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(trace), "-o", str(out)],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert r.returncode in (0, 1), r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]

@@ -73,6 +73,8 @@ def _table(df, columns=None, max_width: int = 60) -> str:
 @click.version_option(package_name="tracekit")
 def main():
     """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
+    from tracekit import alloc
+    alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/alloc.py)
 
 
 @main.command()
