@@ -276,10 +276,16 @@ def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
 def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:
     """(inverse index, distinct value tuples) of ``df[cols]``: callers compute once per distinct tuple and spread
     the result back with the inverse index."""
+    inv, _, tuples = distinct_rows(df, cols)
+    return inv, tuples
+
+
+def distinct_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray, list[tuple]]:
+    """:func:`unique_rows` plus the first row of each distinct tuple."""
     key, space, parts = _key(df, cols)
     inv, first = _factorize(key, space)
     tuples = [tuple((u[codes[i]] if codes[i] >= 0 else None) for codes, u in parts) for i in first]
-    return inv, tuples
+    return inv, first, tuples
 
 
 def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import chips, hlo, schema
-from tracekit.columns import unique_rows, with_columns
+from tracekit.columns import distinct_rows, unique_rows, with_columns
 from tracekit.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
@@ -56,13 +56,14 @@ def device_chips(tr: Trace, chip: str | None = None) -> dict:
     return out
 
 
-def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray:
-    """Share of its op execution's cost that each row carries: 1 for one-event ops; for GPU ops made of several
+def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
+    """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
+    one-event ops; for GPU ops made of several
     kernels, the kernels of one execution (consecutive rows of the same op on a device) split it by duration."""
-    share = np.ones(len(ops))
     gpu = (ops["source"] == "gpu_kernel").to_numpy()
     if not gpu.any():
-        return share
+        return None
+    share = np.ones(len(ops))
     g = ops[gpu]
     hd, _ = unique_rows(g, ["host", "device"])  # devices of different hosts are different devices
     order = np.lexsort((g["start_ps"].to_numpy(), hd))
@@ -87,28 +88,64 @@ _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added. Costs, peaks and reasons are worked
     out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
-    per execution (trace-reported costs, the split of an op over its GPU kernels, the measured time) is per row."""
+    per execution (trace-reported costs, the split of an op over its GPU kernels, the measured time) is per row.
+    When no identity's rows differ in those (the common case), the whole prediction is made per identity."""
     n = len(tr.ops)
     if not n:
         return schema.conform(tr.ops.copy(), {**schema.OPS, **schema.ROOFLINE})
     ops = tr.ops
-    new: dict = {}
-    inv, rows = unique_rows(ops, _IDENT)
+    inv, first, rows = distinct_rows(ops, _IDENT)
     u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip)
-
-    def b(key):  # spread a per-identity array to the rows
-        return u[key][inv]
-    flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
-    # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(u["done"] | u["start_marker"])[inv]
+    share = _per_kernel_split(ops)
+    per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
+    if per_identity:  # predict once per identity, spread each column with one gather
+        p = _predict(lambda k: u[k], tf[first], tb[first], None, len(first), u)
+        p = {k: (v[inv] if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+    else:
+        p = _predict(lambda k: u[k][inv], tf, tb, share, n, u)
+    del tf, tb, share
+    new: dict = {}
+    roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
+    dur = ops["duration_ps"].to_numpy().astype(float)
+    new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0)
+    new["intensity_flops_per_byte"] = p.pop("intensity_flops_per_byte")
+    head = np.subtract(dur, roof, out=dur)  # NaN where the roofline is unknown
+    new["headroom_ps"] = np.maximum(head, 0, out=head)  # (NaN stays NaN)
+    del dur, head
+    new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
+    new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
+    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=["hlo", "trace", "unknown"])
+    new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
+                                                      categories=u["reasons"] + ["no work (zero flops and bytes)"])
+    new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
+        p["compute"], p["memory"], p["network"], roof
+    new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=BOUNDS)
+    new["collective"] = pd.Categorical.from_codes(p["coll_codes"], categories=u["colls"])
+    new["is_host_transfer"] = p["host_x"]
+    for col in ("dot_m", "dot_n", "dot_k"):
+        new[col] = p[col]
+    order = [c for c in schema.ROOFLINE if c in new] + [c for c in new if c not in schema.ROOFLINE]
+    # one frame sharing the loader's columns and the new arrays (in schema order: conform() has nothing to copy)
+    out = with_columns(ops, {k: new.pop(k) for k in order})
+    return schema.conform(out, {**schema.OPS, **schema.ROOFLINE})
+
+
+def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
+    """The roofline prediction for ``n`` entries (identities or rows): ``b(key)`` gives a per-identity value of
+    ``u`` at that level, ``tf``/``tb`` the trace's own flops/bytes (NaN where absent), ``share`` the GPU kernel
+    split (None: every entry carries its whole op)."""
+    flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
+    flops, nbytes, net, reason = flops.copy(), nbytes.copy(), net.copy(), reason.copy()  # u's arrays stay as they are
+    # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
+    has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
     flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], 1, 0
     net[has_t & np.isnan(net)] = 0.0
-    del tf, tb, has_t
-    share = _per_kernel_split(ops)
-    flops *= share
-    nbytes *= share
-    net *= share
+    del has_t
+    if share is not None:
+        flops *= share
+        nbytes *= share
+        net *= share
     gsize = b("gsize")
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = flops / b("peak_f") * 1e12
@@ -123,16 +160,16 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
         tpu_coll = (net > 0) & b("fam_tpu")
         if tpu_coll.any():  # ~1 µs per hop floor on TPU ICI
             network = np.where(tpu_coll, np.maximum(network, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2), network)
-        host_x = b("host_x")
+        host_x = b("host_x").copy()
         if host_x.any():
-            xfer = b("xfer") * share
+            xfer = b("xfer") * (share if share is not None else 1.0)
             hostlink = np.where(host_x, xfer / b("hostw") * 1e12, 0.0)
             host_x &= ~np.isnan(hostlink)
             net = np.where(host_x, xfer, net)
             del xfer
         else:
             hostlink = None
-    del share
+        intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
     # bound-by: the largest term (ties: compute, then memory, then network, then host link)
     roof = np.nan_to_num(compute, nan=-1.0)
     best = np.zeros(n, np.int8)
@@ -150,28 +187,10 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
     if hostlink is not None:
         network = np.where(host_x, hostlink, network)
-        del hostlink
-    dur = ops["duration_ps"].to_numpy().astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        new["efficiency"] = np.where(dur > 0, roof / dur, np.nan)
-        new["intensity_flops_per_byte"] = np.where(nbytes > 0, flops / nbytes, np.nan)
-    new["headroom_ps"] = np.where(np.isnan(roof), np.nan, np.maximum(dur - np.nan_to_num(roof), 0))
-    del dur
-    new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, net, gsize
-    new["dtype"] = pd.Categorical.from_codes(b("dtype_codes"), categories=u["dtypes"])
-    new["cost_source"] = pd.Categorical.from_codes(src, categories=["hlo", "trace", "unknown"])
-    new["unknown_reason"] = pd.Categorical.from_codes(reason.astype(np.int32),
-                                                      categories=u["reasons"] + ["no work (zero flops and bytes)"])
-    new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = compute, memory, network, roof
-    new["bound_by"] = pd.Categorical.from_codes(best, categories=BOUNDS)
-    new["collective"] = pd.Categorical.from_codes(b("coll_codes"), categories=u["colls"])
-    new["is_host_transfer"] = host_x
-    for col in ("dot_m", "dot_n", "dot_k"):
-        new[col] = b(col)
-    order = [c for c in schema.ROOFLINE if c in new] + [c for c in new if c not in schema.ROOFLINE]
-    # one frame sharing the loader's columns and the new arrays (in schema order: conform() has nothing to copy)
-    out = with_columns(ops, {k: new.pop(k) for k in order})
-    return schema.conform(out, {**schema.OPS, **schema.ROOFLINE})
+    return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
+            "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,
+            "host_x": host_x, "intensity_flops_per_byte": intensity, "dtype_codes": b("dtype_codes"),
+            "coll_codes": b("coll_codes"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
 
 
 def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
