@@ -336,14 +336,26 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
     else:
         span, profiled = {}, math.inf
     pending = []
-    for rule in rules:
-        params = rule.resolve({**params_override.get(rule.name, {}), **params_override.get(rule.id, {})})
-        if applicable(rule, frames):
-            continue
+    todo = [(rule, rule.resolve({**params_override.get(rule.name, {}), **params_override.get(rule.id, {})}))
+            for rule in rules]
+    todo = [(rule, params) for rule, params in todo if not applicable(rule, frames)]
+
+    def run_one(item):
+        rule, params = item
         try:
-            ev = evaluate(rule, frames, params)
+            return evaluate(rule, frames, params), None
         except (KeyError, NameError, AttributeError, TypeError, ValueError, SyntaxError) as e:
-            raise TraceError(f"rule {rule.id} ({rule.name}) failed on frame {rule.frame!r}: {e}", rule.path,
+            return None, e
+    # the rules are independent pure functions of the frames: NumPy's row selections and sorts release the GIL,
+    # so a second core helps (TRACEKIT_THREADS=1: one after the other); results are taken in rule order
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracekit.wire import default_threads
+    with ThreadPoolExecutor(max_workers=max(1, min(2, default_threads()))) as pool:
+        results = list(pool.map(run_one, todo))
+    for (rule, params), (ev, err) in zip(todo, results):
+        if err is not None:
+            raise TraceError(f"rule {rule.id} ({rule.name}) failed on frame {rule.frame!r}: {err}", rule.path,
                              "check the column names its where/savings/derive use") from None
         if ev.empty:
             continue
