@@ -217,13 +217,22 @@ def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
 
 def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
     """One int64 key per row combining the codes of ``cols`` (mixed radix), the size of the key space, and the
-    (codes, distinct values) of each column."""
+    (codes, distinct values) of each column. When the space would grow past :data:`_DENSE_SPACE` the key so far
+    is renumbered to its distinct values first (first-seen order), so the space stays small whatever the number
+    of columns; the final grouping (first-seen order) is the same."""
     key = np.zeros(len(df), np.int64)
     space = 1
     parts = []
     for c in cols:
-        codes, uniq = codes_of(df[c])
+        col = df[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):  # the codes as stored (int8/16): no int64 copy
+            codes, uniq = col.cat.codes.to_numpy(), list(col.cat.categories)
+        else:
+            codes, uniq = codes_of(col)
         parts.append((codes, uniq))
+        if space * (len(uniq) + 1) > _DENSE_SPACE and space > 1:
+            key, first = _factorize(key, space)
+            space = len(first)
         key *= len(uniq) + 1
         key += codes
         key += 1
@@ -232,15 +241,35 @@ def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
 
 
 #: key spaces up to this size are factorized with a dense table (no hashing)
-_DENSE_SPACE = 1 << 24
+_DENSE_SPACE = 1 << 20
+
+
+_CHUNK = 1 << 20
+
+
+def _first_rows(key: np.ndarray, space: int) -> np.ndarray:
+    """For each value in [0, space): the first row holding it (``len(key)`` when none). Scans in chunks (no
+    row-sized temporaries) and stops once every value present has been met."""
+    n = len(key)
+    first_at = np.full(space, n, np.int64)
+    # the early stop needs a count per value: worth it for small spaces only
+    want = int(np.count_nonzero(np.bincount(key, minlength=space))) if space <= _CHUNK else -1
+    for lo in range(0, n, _CHUNK):
+        kc = key[lo:lo + _CHUNK]
+        new = np.nonzero(first_at[kc] == n)[0]  # rows whose value was not met in an earlier chunk
+        if len(new):
+            first_at[kc[new[::-1]]] = lo + new[::-1]  # duplicates: the last write (the first row) wins
+            if want >= 0 and int(np.count_nonzero(first_at < n)) == want:
+                break
+    return first_at
 
 
 def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
-    """(inverse index, first row of each distinct key), distinct keys in first-seen order."""
+    """(inverse index, first row of each distinct key), distinct keys in first-seen order. A dense table when
+    the key space is small next to the rows (its cost grows with the space), else a hash table."""
     n = len(key)
-    if 0 < space <= max(_DENSE_SPACE, 4 * n) and space < (1 << 31):
-        first_at = np.full(space, n, np.int64)
-        first_at[key[::-1]] = np.arange(n - 1, -1, -1)  # duplicates: the last write (the first row) wins
+    if 0 < space <= max(_DENSE_SPACE, n // 2) and space < (1 << 31):
+        first_at = _first_rows(key, space)
         seen = np.nonzero(first_at < n)[0]
         first = first_at[seen]
         rank = np.argsort(first, kind="stable")

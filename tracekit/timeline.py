@@ -200,7 +200,12 @@ def _compute_busy(ops: pd.DataFrame) -> dict:
 
 
 def _ends(df: pd.DataFrame) -> np.ndarray:
-    return df["start_ps"].to_numpy(np.int64) + df["duration_ps"].to_numpy(np.int64)
+    """start + duration per row (cached per frame: several stages read it; callers must not modify it)."""
+    if len(df) < 1 << 16:
+        return df["start_ps"].to_numpy(np.int64) + df["duration_ps"].to_numpy(np.int64)
+    out = _cached("ends", df, lambda d: d["start_ps"].to_numpy(np.int64) + d["duration_ps"].to_numpy(np.int64))
+    out.flags.writeable = False
+    return out
 
 
 def _sync(ops: pd.DataFrame) -> np.ndarray:
@@ -238,6 +243,23 @@ def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
     return _frame(parts, _BUSY)
 
 
+def _cut_points(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
+    """Sorted distinct step starts and ends. Steps of one device rarely overlap: then start, end, start, end...
+    interleaved is already in order and only equal neighbours need dropping (no sort)."""
+    both = np.empty(2 * len(s0), np.int64)
+    both[0::2], both[1::2] = s0, s1
+    if len(both) and bool((both[1:] >= both[:-1]).all()):
+        return both[np.r_[True, both[1:] != both[:-1]]]
+    return np.unique(both)
+
+
+def _view(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a[idx]`` for sorted distinct row positions; a view (no copy) when they are contiguous."""
+    if len(idx) and int(idx[-1]) - int(idx[0]) + 1 == len(idx):
+        return a[int(idx[0]):int(idx[-1]) + 1]
+    return a[idx]
+
+
 def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
     """(host, device) -> (window_start_ps, window_end_ps) for every device with ops or steps (module docstring)."""
     spans: dict = {}
@@ -246,7 +268,7 @@ def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
             continue
         st, en = df["start_ps"].to_numpy(np.int64), _ends(df)
         for key, idx in _groups(df).items():
-            lo, hi = int(st[idx].min()), int(en[idx].max())
+            lo, hi = int(_view(st, idx).min()), int(_view(en, idx).max())
             old = spans.get(key, (lo, hi))
             spans[key] = (min(lo, old[0]), max(hi, old[1]))
     if len(ops):
@@ -307,7 +329,7 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
         si = sg.get((h, d), none)
         o = np.argsort(ss[si], kind="stable")
         s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
-        bnd = np.unique(np.r_[s0, s1])  # cut points
+        bnd = _cut_points(s0, s1)
         lo, hi = np.searchsorted(bnd, a, "right"), np.searchsorted(bnd, b, "left")
         n = hi - lo + 1  # pieces per gap
         gi = np.repeat(np.arange(a.size), n)
