@@ -292,8 +292,9 @@ def _stages_child(trace: str, profile: bool) -> None:
     import importlib
     import resource
     t_imp = time.perf_counter()
-    from tracekit import pipeline, render
+    from tracekit import alloc, pipeline, render
     import_s = time.perf_counter() - t_imp
+    alloc.tune()  # as the CLI does
     times: dict = {}
 
     def wrap(label, fn):
