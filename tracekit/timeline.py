@@ -22,15 +22,13 @@ steps of one device are assumed not to overlap each other.
 """
 from __future__ import annotations
 
-import threading
-import weakref
-
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import concat_frames, group_index
+from tracekit.columns import concat_frames
+from tracekit.intervals import (KEYS, _busy, _cut_points, _ends, _groups, _sync, _view,  # noqa: F401
+                                covered, merge)
 
-KEYS = ["host", "device"]
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
                          "collective-permute", "collective-broadcast"})
@@ -96,122 +94,6 @@ def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
     return hit
 
 
-# ---------------------------------------------------------------------------------------------- interval algebra
-def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals ``[start, end)`` as sorted disjoint ``(starts, ends)``; touching intervals merge."""
-    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
-    if start.size == 0:
-        return start[:0], end[:0]
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], end[o]
-    run = np.maximum.accumulate(e)
-    first = np.flatnonzero(np.r_[True, s[1:] > run[:-1]])
-    last = np.r_[first[1:] - 1, s.size - 1]
-    return s[first], run[last]
-
-
-def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Length of ``[a, b)`` covered by the merged union ``(ms, me)`` (from :func:`merge`), for arrays a, b."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    if ms.size == 0:
-        return np.zeros(a.shape, np.int64)
-    length = me - ms
-    prefix = np.r_[0, np.cumsum(length)]
-
-    def upto(t):  # covered length of (-inf, t)
-        k = np.searchsorted(ms, t, side="right") - 1
-        kk = np.maximum(k, 0)
-        return np.where(k >= 0, prefix[kk] + np.clip(t - ms[kk], 0, length[kk]), 0)
-
-    return np.maximum(upto(np.maximum(a, b)) - upto(a), 0)
-
-
-_GROUPS_CACHE: dict = {}
-_CACHE_LOCK = threading.Lock()  # guards the two dicts (the rule frames are built on threads)
-_KEY_LOCKS: dict = {}
-
-
-def _cached(kind: str, df: pd.DataFrame, compute):
-    """``compute(df)`` once per (kind, frame) while that frame is alive; a second thread asking for the same
-    result waits for the first instead of computing it again."""
-    key = (kind, id(df))
-
-    def hit():
-        h = _GROUPS_CACHE.get(key)
-        return h[2] if h is not None and h[0]() is df and h[1] == len(df) else None
-    with _CACHE_LOCK:
-        out = hit()
-        if out is not None:
-            return out
-        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
-    with lock:
-        with _CACHE_LOCK:
-            out = hit()
-        if out is None:
-            out = compute(df)
-            with _CACHE_LOCK:
-                if len(_GROUPS_CACHE) > 32:
-                    _GROUPS_CACHE.clear()
-                    _KEY_LOCKS.clear()
-                _GROUPS_CACHE[key] = (weakref.ref(df), len(df), out)
-    return out
-
-
-def _groups(df: pd.DataFrame) -> dict:
-    """(host, device) -> row positions (sorted by key); keys are plain strings whatever the dtype of the columns.
-    The same frame is grouped by several stages: the result is cached while that frame is alive."""
-    if df.empty:
-        return {}
-    return _cached("groups", df, _compute_groups)
-
-
-def _compute_groups(df: pd.DataFrame) -> dict:
-    inv, first = group_index(df, KEYS)
-    if len(inv) < 2 or bool((inv[1:] >= inv[:-1]).all()):
-        order = np.arange(len(inv))  # rows already grouped (the ops frame is sorted by host, device, start)
-    else:
-        order = np.argsort(inv, kind="stable")
-    bounds = np.cumsum(np.bincount(inv, minlength=len(first)))
-    keys = [(str(df[KEYS[0]].iat[i]), str(df[KEYS[1]].iat[i])) for i in first]
-    out = {}
-    for g in sorted(range(len(first)), key=lambda g: keys[g]):
-        out[keys[g]] = order[(bounds[g - 1] if g else 0):bounds[g]]
-    return out
-
-
-def _busy(ops: pd.DataFrame) -> dict:
-    """(host, device) -> merged busy intervals (starts, ends) of the device's sync ops; cached like _groups."""
-    if ops.empty:
-        return {}
-    return _cached("busy", ops, _compute_busy)
-
-
-def _compute_busy(ops: pd.DataFrame) -> dict:
-    groups = _groups(ops)
-    sync = _sync(ops)
-    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
-    out = {}
-    for key, idx in groups.items():
-        si = idx[sync[idx]]
-        out[key] = merge(st[si], en[si])
-    return out
-
-
-
-
-def _ends(df: pd.DataFrame) -> np.ndarray:
-    """start + duration per row (cached per frame: several stages read it; callers must not modify it)."""
-    if len(df) < 1 << 16:
-        return df["start_ps"].to_numpy(np.int64) + df["duration_ps"].to_numpy(np.int64)
-    out = _cached("ends", df, lambda d: d["start_ps"].to_numpy(np.int64) + d["duration_ps"].to_numpy(np.int64))
-    out.flags.writeable = False
-    return out
-
-
-def _sync(ops: pd.DataFrame) -> np.ndarray:
-    return ~ops["is_async"].to_numpy(bool)
-
-
 def is_async_marker(ops: pd.DataFrame) -> np.ndarray:
     """Sync ``*-start``/``*-done`` ops: they launch or wait for an async op; a ``-done`` that lasts is the device
     stalled on it, so neither counts as compute that could hide other work."""
@@ -241,23 +123,6 @@ def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
             continue
         parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ms, "end_ps": me, "duration_ps": me - ms}))
     return _frame(parts, _BUSY)
-
-
-def _cut_points(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
-    """Sorted distinct step starts and ends. Steps of one device rarely overlap: then start, end, start, end...
-    interleaved is already in order and only equal neighbours need dropping (no sort)."""
-    both = np.empty(2 * len(s0), np.int64)
-    both[0::2], both[1::2] = s0, s1
-    if len(both) and bool((both[1:] >= both[:-1]).all()):
-        return both[np.r_[True, both[1:] != both[:-1]]]
-    return np.unique(both)
-
-
-def _view(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``a[idx]`` for sorted distinct row positions; a view (no copy) when they are contiguous."""
-    if len(idx) and int(idx[-1]) - int(idx[0]) + 1 == len(idx):
-        return a[int(idx[0]):int(idx[-1]) + 1]
-    return a[idx]
 
 
 def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
