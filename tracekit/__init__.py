@@ -1,13 +1,16 @@
 """tracekit: where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
 from tracekit.errors import TraceError
-from tracekit.trace import Trace, load
 
 __all__ = ["Trace", "TraceError", "capture", "load", "profile"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # Lazy: neither jax nor the capture/hook code is imported by ``import tracekit``.
+    # Lazy: ``import tracekit`` (and so the command line's start) imports neither pandas nor jax nor the
+    # capture/hook code; the first use of an attribute imports what it needs.
+    if name in ("Trace", "load"):
+        from tracekit import trace
+        return getattr(trace, name)
     if name == "capture":  # the module is callable: tracekit.capture(fn, *args, ...) -> Report
         import importlib
         return importlib.import_module("tracekit.capture")
