@@ -107,3 +107,12 @@ def test_allocator_tuning_is_opt_out_and_changes_no_result(tmp_path):
         assert r.returncode in (0, 1), r.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
+
+
+def test_top_rows_equals_a_stable_descending_sort():
+    from tracekit.rules import top_rows
+    rng = np.random.default_rng(5)
+    for n, k in ((1000, 10), (1000, 400), (50, 50), (7, 20), (0, 3)):
+        s = rng.integers(0, 20, n).astype(float)  # many ties
+        ref = np.argsort(-s, kind="stable")[:k]
+        assert (top_rows(s, k) == ref).all()

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from tracekit.columns import unique_rows
 from tracekit.errors import TraceError
 from tracekit.rule_checks import CHECKS, HOST_EVENTS, frames_for_rules  # noqa: F401  (re-exported)
 
@@ -266,7 +267,29 @@ def applicable(rule: Rule, frames: dict) -> str | None:
 
 
 def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
-    """The evidence rows of ``rule`` with a ``savings_ps`` column (clipped to [0, row time])."""
+    """The evidence rows of ``rule`` with a ``savings_ps`` column (clipped to [0, row time]), largest savings
+    first (ties in frame order)."""
+    ev = _evidence(rule, frames, params)
+    return ev.take(top_rows(ev["savings_ps"].to_numpy(), len(ev))).reset_index(drop=True) if len(ev) else ev
+
+
+def top_rows(savings: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest savings, largest first, ties in row order (what a stable descending sort
+    gives), without sorting every row when ``k`` is small."""
+    n = len(savings)
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, np.int64)
+    if k < n // 4:
+        kth = np.partition(savings, n - k)[n - k]  # the k-th largest value
+        cand = np.nonzero(savings >= kth)[0]  # every row at or above it (ties included), in row order
+    else:
+        cand = np.arange(n)
+    return cand[np.argsort(-savings[cand], kind="stable")][:k]
+
+
+def _evidence(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
+    """:func:`evaluate` before the sort: the evidence rows in frame order."""
     df = _narrow(rule, frames[rule.frame])
     for name, expr in rule.derive.items():
         df = df.assign(**{name: df.eval(expr, local_dict=params, engine="python")})
@@ -281,7 +304,7 @@ def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     sav = np.broadcast_to(np.asarray(sav, dtype="float64"), (len(ev),))
     cap = ev[rule.time or TIME_COLUMN[rule.frame]].to_numpy("float64")
     ev["savings_ps"] = np.nan_to_num(np.clip(sav, 0, np.nan_to_num(cap, nan=0.0)), nan=0.0)
-    return ev.sort_values("savings_ps", ascending=False, kind="stable", ignore_index=True)
+    return ev
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -301,10 +324,20 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _per_device(ev: pd.DataFrame) -> pd.Series:
+    """Savings summed per (host, device), keys as text, sorted; one ("*", "*") entry without those columns."""
     if {"host", "device"} <= set(ev.columns):
-        g = ev.groupby(["host", "device"], observed=True, sort=True)["savings_ps"].sum()
-        g.index = pd.MultiIndex.from_tuples([(str(h), str(d)) for h, d in g.index])
-        return g
+        inv, rows = unique_rows(ev, ["host", "device"])
+        tot = np.bincount(inv, weights=ev["savings_ps"].to_numpy(np.float64), minlength=len(rows))
+        # in the order a sorted groupby gives: categories by their code, other values by value
+        rank = []
+        for col in ("host", "device"):
+            s = ev[col]
+            rank.append({v: i for i, v in enumerate(s.cat.categories)} if isinstance(s.dtype, pd.CategoricalDtype)
+                        else None)
+        order = sorted(range(len(rows)), key=lambda i: tuple(
+            r[rows[i][j]] if r is not None else rows[i][j] for j, r in enumerate(rank)))
+        return pd.Series(tot[order], index=pd.MultiIndex.from_tuples(
+            [(str(rows[i][0]), str(rows[i][1])) for i in order]))
     return pd.Series({("*", "*"): ev["savings_ps"].sum()})
 
 
@@ -343,7 +376,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
     def run_one(item):
         rule, params = item
         try:
-            return evaluate(rule, frames, params), None
+            return _evidence(rule, frames, params), None
         except (KeyError, NameError, AttributeError, TypeError, ValueError, SyntaxError) as e:
             return None, e
     # the rules are independent pure functions of the frames: NumPy's row selections and sorts release the GIL,
@@ -363,10 +396,11 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         per_dev = pd.Series([min(v, span.get(k, math.inf)) for k, v in per_dev.items()], index=per_dev.index)
         savings = min(float(per_dev.sum()), profiled)
         share = savings / profiled if 0 < profiled < math.inf else math.nan
+        # the evidence shown: the rows with the largest savings (the rest only feed counts and aggregates)
+        top = ev.take(top_rows(ev["savings_ps"].to_numpy(), max(max_evidence, 1))).reset_index(drop=True)
         values = _Values(ev, {**params, "count": len(ev), "savings_ps": savings, "savings": fmt_ps(savings),
-                              "share": share, "profiled_ps": profiled, "top": ev.iloc[0].to_dict(),
-                              "devices": ev[["host", "device"]].drop_duplicates().shape[0]
-                              if {"host", "device"} <= set(ev.columns) else 0,
+                              "share": share, "profiled_ps": profiled, "top": top.iloc[0].to_dict(),
+                              "devices": len(per_dev) if {"host", "device"} <= set(ev.columns) else 0,
                               "hosts": ev["host"].nunique() if "host" in ev.columns else 0})
         if rule.report_if and not _report(rule, values, params):
             continue
@@ -377,7 +411,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         except (KeyError, IndexError, ValueError) as e:
             raise TraceError(f"bad message or fix template ({e!r})", rule.path) from None
         pending.append((Finding(rule.id, rule.name, rule.severity, message, fix, params,
-                                ev[cols + ["savings_ps"]].head(max_evidence), len(ev), int(round(savings)), 0,
+                                top[cols + ["savings_ps"]].head(max_evidence), len(ev), int(round(savings)), 0,
                                 share, profiled, rule.groups, rule.why), per_dev))
     pending.sort(key=lambda fp: (-fp[0].savings_ps, SEVERITIES.index(fp[0].severity) * -1, fp[0].rule_id))
     used, total_used = {}, 0.0
