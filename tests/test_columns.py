@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from tracekit import columns as C
-from tracekit.trace import _order
+from tracekit.intervals import frame_order as _order
 
 
 def _frame(rng, n, sort):
