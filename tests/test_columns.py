@@ -116,3 +116,12 @@ def test_top_rows_equals_a_stable_descending_sort():
         s = rng.integers(0, 20, n).astype(float)  # many ties
         ref = np.argsort(-s, kind="stable")[:k]
         assert (top_rows(s, k) == ref).all()
+
+
+def test_step_cut_points_equal_np_unique():
+    from tracekit.intervals import _cut_points
+    rng = np.random.default_rng(2)
+    s0 = np.sort(rng.integers(0, 1000, 50))
+    disjoint_ends = np.r_[s0[1:], 1200]  # steps end where the next starts: shared cut points
+    for s1 in (disjoint_ends, s0 + rng.integers(0, 300, 50)):  # disjoint, then overlapping (the sort path)
+        assert (_cut_points(s0, s1) == np.unique(np.r_[s0, s1])).all()
