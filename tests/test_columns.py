@@ -125,3 +125,28 @@ def test_step_cut_points_equal_np_unique():
     disjoint_ends = np.r_[s0[1:], 1200]  # steps end where the next starts: shared cut points
     for s1 in (disjoint_ends, s0 + rng.integers(0, 300, 50)):  # disjoint, then overlapping (the sort path)
         assert (_cut_points(s0, s1) == np.unique(np.r_[s0, s1])).all()
+
+
+def test_memory_mapped_load_equals_read_load(monkeypatch):
+    """Large local traces are decoded from a read-only memory map: the frames equal those of a plain read."""
+    from pathlib import Path
+
+    from tracekit import loader, wire
+    from tracekit.trace import load
+    if not wire.HAVE_C:
+        pytest.skip("the memory map path needs the C decoder")
+    trace = Path(__file__).resolve().parents[1] / "fixtures/cpu/sharded8/plugins/profile/run1/cpu.xplane.pb"
+    used = []
+    real = loader._mapped
+    def spy(p, m):
+        out = real(p, m)
+        used.append(out is not None)
+        return out
+    monkeypatch.setattr(loader, "_mapped", spy)
+    monkeypatch.setattr(loader, "MMAP_MIN_BYTES", 0)
+    mapped = load(trace)
+    monkeypatch.setattr(loader, "MMAP_MIN_BYTES", 1 << 62)
+    read = load(trace)
+    assert used == [True, False] and len(mapped.ops) > 0
+    pd.testing.assert_frame_equal(mapped.ops, read.ops)
+    pd.testing.assert_frame_equal(mapped.steps, read.steps)

@@ -248,4 +248,36 @@ def decode(data: bytes, where: str):
 
 
 def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES):
+    mapped = _mapped(hf.path, max_bytes)
+    if mapped is not None:
+        try:
+            return decode(mapped, str(hf.path))
+        finally:
+            try:
+                mapped.close()
+            except BufferError:  # pragma: no cover - the decoder holds no view once it returns
+                pass
     return decode(read_bytes(hf.path, max_bytes), str(hf.path))
+
+
+#: local files at least this large are decoded from a read-only memory map rather than read into memory
+MMAP_MIN_BYTES = 1 << 20
+
+
+def _mapped(path, max_bytes: int | None):
+    """A read-only memory map of a large local, uncompressed trace for the C decoder (which copies what it keeps),
+    else None (then :func:`read_bytes` reads it, and says what is wrong with it if anything is). The pages come
+    from the page cache: no copy of the file in the process, no fresh memory to zero."""
+    import mmap
+    from tracekit import wire
+    where = os.fspath(path)
+    if "://" in where or where.endswith(".gz") or not wire.HAVE_C:
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < MMAP_MIN_BYTES or (max_bytes is not None and size > max_bytes):
+                return None
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
