@@ -199,7 +199,8 @@ def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
 
 # --------------------------------------------------------------------------- work per distinct value, not per row
 def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
-    """(int codes, distinct values) of a column: categorical codes as they are, anything else factorized."""
+    """(int codes, -1 for missing; distinct values) of a column: categorical codes as they are, anything else
+    factorized (integer codes, int16 or int64)."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         return s.cat.codes.to_numpy(np.int64), list(s.cat.categories)
     if s.dtype == bool:
@@ -210,7 +211,8 @@ def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
         starts = np.r_[0, np.nonzero(v[1:] != v[:-1])[0] + 1]
         if len(starts) * 8 < len(v):
             codes, uniq = pd.factorize(v[starts])
-            return np.repeat(codes.astype(np.int64), np.diff(np.r_[starts, len(v)])), uniq.tolist()
+            small = np.int16 if len(uniq) < 1 << 15 else np.int64  # a quarter of the memory when it fits
+            return np.repeat(codes.astype(small), np.diff(np.r_[starts, len(v)])), uniq.tolist()
     codes, uniq = pd.factorize(s, use_na_sentinel=True)
     return codes.astype(np.int64), list(uniq)
 
@@ -227,6 +229,8 @@ def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
         col = df[c]
         if isinstance(col.dtype, pd.CategoricalDtype):  # the codes as stored (int8/16): no int64 copy
             codes, uniq = col.cat.codes.to_numpy(), list(col.cat.categories)
+        elif col.dtype == bool:  # the booleans as bytes: no copy
+            codes, uniq = col.to_numpy().view(np.uint8), [False, True]
         else:
             codes, uniq = codes_of(col)
         parts.append((codes, uniq))
