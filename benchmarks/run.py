@@ -273,6 +273,7 @@ def source_events(src: Path) -> int:
 # ------------------------------------------------------------------------------------------ stage timings
 STAGES = [  # (label, module, attribute): the pipeline's own functions, timed where they are looked up
     ("read", "tracekit.loader", "read_bytes"),
+    ("map the file", "tracekit.loader", "_mapped"),
     ("decode", "tracekit.loader", "decode"),
     ("frames (per host)", "tracekit.trace", "_host"),
     ("combine hosts", "tracekit.trace", "_combine"),
