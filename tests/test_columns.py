@@ -150,3 +150,14 @@ def test_memory_mapped_load_equals_read_load(monkeypatch):
     assert used == [True, False] and len(mapped.ops) > 0
     pd.testing.assert_frame_equal(mapped.ops, read.ops)
     pd.testing.assert_frame_equal(mapped.steps, read.steps)
+
+
+def test_import_tracekit_is_light_and_load_resolves_on_use():
+    """``import tracekit`` imports neither pandas nor jax; ``tracekit.load`` / ``Trace`` still work."""
+    import subprocess
+    import sys
+    code = ("import sys, tracekit; assert 'pandas' not in sys.modules and 'jax' not in sys.modules, "
+            "sorted(m for m in sys.modules if m.startswith(('pandas', 'jax'))); "
+            "from tracekit import Trace, load; assert callable(load) and Trace.__name__ == 'Trace'; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "ok", r.stderr

@@ -96,6 +96,19 @@ def _odd(odd, label: str, kind: np.ndarray, allowed: tuple) -> None:
             odd[label] = odd.get(label, 0) + k
 
 
+def _entries(line: LineData, sid: int, odd: dict | None, label: str, allowed: tuple):
+    """(mask, event index, kind) of the entries of stat ``sid`` in ``line``, or None when it has none; kinds
+    outside ``allowed`` are counted in ``odd``."""
+    if sid < 0 or not len(line.stat_id):
+        return None
+    m = line.stat_id == sid
+    if not m.any():
+        return None
+    kind = line.stat_kind[m]
+    _odd(odd, label, kind, allowed)
+    return m, line.stat_event[m], kind
+
+
 def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> tuple[np.ndarray, np.ndarray]:
     """(has, value) per event for an integer-valued stat (int64/uint64 bits/ref id); value 0 where absent. A
     value stored with another type counts when it is a number (a finite double, a numeric string); otherwise
@@ -103,27 +116,24 @@ def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = ""
     n = line.n_events
     has = np.zeros(n, bool)
     val = np.zeros(n, np.int64)
-    if sid >= 0 and len(line.stat_id):
-        m = line.stat_id == sid
-        if m.any():
-            ev = line.stat_event[m]
-            kind = line.stat_kind[m]
-            _odd(odd, label, kind, _INT_KINDS)
-            iv = line.stat_int[m].copy()
-            ok = np.ones(len(iv), bool)
-            dbl = kind == KIND_DOUBLE
-            if dbl.any():
-                d = line.stat_double[m][dbl]
-                fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
-                iv[dbl] = np.where(fin, d, 0).astype(np.int64)
-                ok[dbl] = fin
-            txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
-            if len(txt):
-                parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
-                iv[txt] = [0 if p is None else p for p in parsed]
-                ok[txt] = [p is not None for p in parsed]
-            has[ev[ok]] = True
-            val[ev[ok]] = iv[ok]
+    found = _entries(line, sid, odd, label, _INT_KINDS)
+    if found is not None:
+        m, ev, kind = found
+        iv = line.stat_int[m].copy()
+        ok = np.ones(len(iv), bool)
+        dbl = kind == KIND_DOUBLE
+        if dbl.any():
+            d = line.stat_double[m][dbl]
+            fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
+            iv[dbl] = np.where(fin, d, 0).astype(np.int64)
+            ok[dbl] = fin
+        txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
+        if len(txt):
+            parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
+            iv[txt] = [0 if p is None else p for p in parsed]
+            ok[txt] = [p is not None for p in parsed]
+        has[ev[ok]] = True
+        val[ev[ok]] = iv[ok]
     return has, val
 
 
@@ -152,20 +162,18 @@ def _int_or_none(v):
 def stat_floats(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> np.ndarray:
     """Per event float value of a numeric stat; NaN where absent."""
     out = np.full(line.n_events, np.nan)
-    if sid >= 0 and len(line.stat_id):
-        m = line.stat_id == sid
-        if m.any():
-            kind = line.stat_kind[m]
-            _odd(odd, label, kind, _NUM_KINDS)
-            v = np.where(kind == KIND_DOUBLE, line.stat_double[m], line.stat_int[m].astype(np.float64))
-            u = kind == 3  # uint64 bits
-            if u.any():
-                v[u] = line.stat_int[m][u].astype(np.uint64).astype(np.float64)
-            v[kind == KIND_REF] = np.nan  # a name is not a number
-            txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
-            if len(txt):  # a number stored as text counts; any other text does not
-                v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in line.stat_int[m][txt]]
-            out[line.stat_event[m]] = v
+    found = _entries(line, sid, odd, label, _NUM_KINDS)
+    if found is not None:
+        m, ev, kind = found
+        v = np.where(kind == KIND_DOUBLE, line.stat_double[m], line.stat_int[m].astype(np.float64))
+        u = kind == 3  # uint64 bits
+        if u.any():
+            v[u] = line.stat_int[m][u].astype(np.uint64).astype(np.float64)
+        v[kind == KIND_REF] = np.nan  # a name is not a number
+        txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
+        if len(txt):  # a number stored as text counts; any other text does not
+            v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in line.stat_int[m][txt]]
+        out[ev] = v
     return out
 
 
@@ -175,16 +183,13 @@ def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
     n = line.n_events
     has = np.zeros(n, bool)
     keys = np.full(n, -1, np.int64)
-    if sid >= 0 and len(line.stat_id):
-        m = line.stat_id == sid
-        if m.any():
-            ev = line.stat_event[m]
-            kind = line.stat_kind[m]
-            _odd(odd, label, kind, _STR_KINDS)
-            iv = line.stat_int[m]
-            has[ev] = (kind == KIND_REF) | (kind == KIND_STR) | (kind == KIND_BYTES)  # a number is not a name
-            # encode: ref ids as themselves (>= 0), inline strings as -(index+2)
-            keys[ev] = np.where(kind == KIND_REF, iv, np.where((kind == KIND_STR) | (kind == KIND_BYTES), -(iv + 2), -1))
+    found = _entries(line, sid, odd, label, _STR_KINDS)
+    if found is not None:
+        m, ev, kind = found
+        iv = line.stat_int[m]
+        has[ev] = (kind == KIND_REF) | (kind == KIND_STR) | (kind == KIND_BYTES)  # a number is not a name
+        # encode: ref ids as themselves (>= 0), inline strings as -(index+2)
+        keys[ev] = np.where(kind == KIND_REF, iv, np.where((kind == KIND_STR) | (kind == KIND_BYTES), -(iv + 2), -1))
     uniq, inv = np.unique(keys, return_inverse=True)
 
     def name(k):
@@ -198,13 +203,16 @@ def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
 
 
 # --------------------------------------------------------------------------- work per distinct value, not per row
-def codes_of(s: pd.Series) -> tuple[np.ndarray, list]:
+def codes_of(s: pd.Series, compact: bool = False) -> tuple[np.ndarray, list]:
     """(int codes, -1 for missing; distinct values) of a column: categorical codes as they are, anything else
-    factorized (integer codes, int16 or int64)."""
+    factorized (integer codes, int16 or int64). Codes are int64 unless ``compact``: then categorical codes keep
+    their stored width and booleans are a uint8 view (no copy), for callers that only add them up."""
     if isinstance(s.dtype, pd.CategoricalDtype):
-        return s.cat.codes.to_numpy(np.int64), list(s.cat.categories)
+        codes = s.cat.codes.to_numpy()
+        return (codes if compact else codes.astype(np.int64)), list(s.cat.categories)
     if s.dtype == bool:
-        return s.to_numpy().astype(np.int64), [False, True]
+        v = s.to_numpy()
+        return (v.view(np.uint8) if compact else v.astype(np.int64)), [False, True]
     v = s.to_numpy()
     if v.dtype.kind in "iu" and len(v) > 1024:
         # columns such as program_id change rarely from row to row: factorize the runs, then repeat the codes
@@ -226,13 +234,7 @@ def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
     space = 1
     parts = []
     for c in cols:
-        col = df[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):  # the codes as stored (int8/16): no int64 copy
-            codes, uniq = col.cat.codes.to_numpy(), list(col.cat.categories)
-        elif col.dtype == bool:  # the booleans as bytes: no copy
-            codes, uniq = col.to_numpy().view(np.uint8), [False, True]
-        else:
-            codes, uniq = codes_of(col)
+        codes, uniq = codes_of(df[c], compact=True)
         parts.append((codes, uniq))
         if space * (len(uniq) + 1) > _DENSE_SPACE and space > 1:
             key, first = _factorize(key, space)

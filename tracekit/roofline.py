@@ -58,8 +58,8 @@ def device_chips(tr: Trace, chip: str | None = None) -> dict:
 
 def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
     """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
-    one-event ops; for GPU ops made of several
-    kernels, the kernels of one execution (consecutive rows of the same op on a device) split it by duration."""
+    one-event ops; for GPU ops made of several kernels, the kernels of one execution (consecutive rows of the
+    same op on a device) split it by duration."""
     gpu = (ops["source"] == "gpu_kernel").to_numpy()
     if not gpu.any():
         return None
@@ -100,7 +100,7 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     share = _per_kernel_split(ops)
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
-        p = _predict(lambda k: u[k], tf[first], tb[first], None, len(first), u)
+        p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
         p = {k: (v[inv] if isinstance(v, np.ndarray) else v) for k, v in p.items()}
     else:
         p = _predict(lambda k: u[k][inv], tf, tb, share, n, u)
@@ -132,11 +132,10 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
 
 
 def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
-    """The roofline prediction for ``n`` entries (identities or rows): ``b(key)`` gives a per-identity value of
-    ``u`` at that level, ``tf``/``tb`` the trace's own flops/bytes (NaN where absent), ``share`` the GPU kernel
-    split (None: every entry carries its whole op)."""
+    """The roofline prediction for ``n`` entries (identities or rows): ``b(key)`` gives a new array of the
+    per-identity value ``u[key]`` at that level (modified in place here), ``tf``/``tb`` the trace's own
+    flops/bytes (NaN where absent), ``share`` the GPU kernel split (None: every entry carries its whole op)."""
     flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
-    flops, nbytes, net, reason = flops.copy(), nbytes.copy(), net.copy(), reason.copy()  # u's arrays stay as they are
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
     flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], 1, 0
@@ -160,7 +159,7 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         tpu_coll = (net > 0) & b("fam_tpu")
         if tpu_coll.any():  # ~1 µs per hop floor on TPU ICI
             network = np.where(tpu_coll, np.maximum(network, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2), network)
-        host_x = b("host_x").copy()
+        host_x = b("host_x")
         if host_x.any():
             xfer = b("xfer") * (share if share is not None else 1.0)
             hostlink = np.where(host_x, xfer / b("hostw") * 1e12, 0.0)

@@ -149,9 +149,8 @@ def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warning
             if not ok.any():
                 continue
             s_ = start[rows][ok]
-            first[d] = min(first.get(d, s_.min()), s_.min())
-            e_ = (s_ + dur[rows][ok]).max()
-            last[d] = max(last.get(d, e_), e_)
+            lo_, hi_ = s_.min(), (s_ + dur[rows][ok]).max()
+            first[d], last[d] = min(first.get(d, lo_), lo_), max(last.get(d, hi_), hi_)
         lo, hi = pd.Series(first, dtype="int64").sort_index(), pd.Series(last, dtype="int64").sort_index()
         far = []
         for d in lo.index:
