@@ -10,7 +10,7 @@ What it does:
    process, into a temporary folder (or ``--out``), after checking free disk and memory;
 2. measures, on each file, ``tracekit analyze FILE -o report.json`` (every rule; ``python -m tracekit.cli`` in a
    fresh child: wall time and that child's peak RSS from ``os.wait4``) and ``xprof get_hlo_stats FILE`` and
-   ``xprof analyze_async_overlap FILE`` (``tracekit.xprof.measure``: a fresh run folder per call, cold caches),
+   ``xprof analyze_async_overlap FILE`` (``tracekit.run.xprof.measure``: a fresh run folder per call, cold caches),
    best of N (3 below 5 M events, 1 above; ``--repeat``);
 3. prints the machine, the table (events, tool, wall s, peak RSS MB, tracekit/xprof ratios), a linearity line
    (per-event time and memory of tracekit from the smallest to the largest size), and where tracekit's time goes
@@ -84,7 +84,7 @@ def machine() -> dict:
         except metadata.PackageNotFoundError:
             versions[dist] = "absent"
     try:
-        from tracekit import wire
+        from tracekit.ingest import wire
         versions["wire decoder"] = "C" if getattr(wire, "_wire", None) is not None else "python"
     except Exception:  # noqa: BLE001
         versions["wire decoder"] = "?"
@@ -195,7 +195,7 @@ def measure_tracekit(trace: Path) -> dict:
 
 
 def measure_xprof(tool: str, trace: Path) -> dict:
-    from tracekit import xprof
+    from tracekit.run import xprof
     _child_setup()  # xprof.measure's child inherits oom_score_adj from us
     kills = GUARD.kills if GUARD else 0
     r = xprof.measure([tool, str(trace)], check=False)
@@ -222,7 +222,7 @@ def _tile_child(src: str, out: str, events: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from tile import tile  # benchmarks/tile.py
     from tracekit.proto import xplane_pb2
-    from tracekit.xspace import device_of
+    from tracekit.ingest.xspace import device_of
     data = tile(Path(src).read_bytes(), events)
     Path(out).write_bytes(data)
     space = xplane_pb2.XSpace.FromString(data)
@@ -265,25 +265,25 @@ def check_resources(src: Path, folder: Path, sizes: list[int], src_events: int) 
 
 def source_events(src: Path) -> int:
     from tracekit.proto import xplane_pb2
-    from tracekit.xspace import device_of
+    from tracekit.ingest.xspace import device_of
     space = xplane_pb2.XSpace.FromString(src.read_bytes())
     return sum(len(line.events) for p in space.planes if device_of(p.name) for line in p.lines)
 
 
 # ------------------------------------------------------------------------------------------ stage timings
 STAGES = [  # (label, module, attribute): the pipeline's own functions, timed where they are looked up
-    ("read", "tracekit.loader", "read_bytes"),
-    ("map the file", "tracekit.loader", "_mapped"),
-    ("decode", "tracekit.loader", "decode"),
-    ("frames (per host)", "tracekit.trace", "_host"),
-    ("combine hosts", "tracekit.trace", "_combine"),
+    ("read", "tracekit.ingest.paths", "read_bytes"),
+    ("map the file", "tracekit.ingest.paths", "_mapped"),
+    ("decode", "tracekit.ingest.paths", "decode"),
+    ("frames (per host)", "tracekit.ingest.trace", "_host"),
+    ("combine hosts", "tracekit.ingest.trace", "_combine"),
     ("roofline", "tracekit.pipeline", "with_roofline"),
-    ("load rules", "tracekit.rules", "load_rules"),
-    ("timeline (rule frames)", "tracekit.rule_checks", "frames_for_rules"),
-    ("rules", "tracekit.rules", "run_rules"),
-    ("step stats", "tracekit.timeline", "step_stats"),
+    ("load rules", "tracekit.analysis.rules", "load_rules"),
+    ("timeline (rule frames)", "tracekit.analysis.rule_checks", "frames_for_rules"),
+    ("rules", "tracekit.analysis.rules", "run_rules"),
+    ("step stats", "tracekit.analysis.timeline", "step_stats"),
     ("chips", "tracekit.pipeline", "chips_used"),
-    ("report", "tracekit.report", "build"),
+    ("report", "tracekit.report.envelope", "build"),
 ]
 
 
@@ -293,7 +293,9 @@ def _stages_child(trace: str, profile: bool) -> None:
     import importlib
     import resource
     t_imp = time.perf_counter()
-    from tracekit import alloc, pipeline, render
+    from tracekit import pipeline
+    from tracekit.run import alloc
+    from tracekit.report import render
     import_s = time.perf_counter() - t_imp
     alloc.tune()  # as the CLI does
     times: dict = {}
@@ -437,7 +439,7 @@ def run(args) -> dict:
     print(f"memory budget per measured process: {budget / 2**30:.1f} GiB; traces in {folder}", flush=True)
     use_xprof = not args.no_xprof
     if use_xprof:
-        from tracekit import xprof
+        from tracekit.run import xprof
         if not xprof.available():
             print("xprof is not installed: measuring tracekit only")
             use_xprof = False

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracekit.proto import xplane_pb2  # noqa: E402
-from tracekit.xspace import device_of  # noqa: E402
+from tracekit.ingest.xspace import device_of  # noqa: E402
 
 
 def tile(src: bytes, target_events: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Events per second of tracekit.wire's C and Python decoders (and of a bare upb parse), on a tiled real trace.
+"""Events per second of tracekit.ingest.wire's C and Python decoders (and of a bare upb parse), on a tiled real trace.
 
     python benchmarks/wire_speed.py [SRC.xplane.pb] [--events 1500000] [--repeat 5] [--keep OUT.xplane.pb]
 
@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tile import tile  # noqa: E402
-from tracekit import wire  # noqa: E402
+from tracekit.ingest import wire  # noqa: E402
 from tracekit.proto import xplane_pb2  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def main():
             print(f"wire C, {threads} thread(s): first call {t_first * 1e3:7.1f} ms {n / t_first / 1e6:6.1f} M events/s;"
                   f"  best of {a.repeat} {t_c * 1e3:7.1f} ms {n / t_c / 1e6:6.1f} M events/s")
     else:
-        print("wire C: tracekit._wire not built")
+        print("wire C: tracekit.ingest._wire not built")
 
     t_upb, space = best_of(lambda: xplane_pb2.XSpace.FromString(data), a.repeat)
     if n is None:

@@ -8,7 +8,8 @@ import pytest
 
 import tracekit
 from conftest import CPU_CASES, cpu_fixture, shared_trace
-from tracekit import pipeline, timeline
+from tracekit import pipeline
+from tracekit.analysis import timeline
 
 
 def _findings(case):
@@ -64,7 +65,7 @@ def test_savings_add_up(case):
 
 def test_v6e_overlap_agrees_with_xprof_on_shared_windows():
     pytest.importorskip("xprof")
-    from tracekit import xprof
+    from tracekit.run import xprof
     path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
     ours = timeline.async_overlap(tracekit.load(path).ops)
     ref = xprof.async_overlap(path)

@@ -123,7 +123,7 @@ def test_capture_usage_errors(tmp_path):
 
 
 def test_python_command_parsing():
-    from tracekit.capture import _python_command
+    from tracekit.run.capture import _python_command
     assert _python_command(["python3", "-u", "-X", "dev", "t.py", "-v"]) == (["python3", "-u", "-X", "dev"],
                                                                              ["t.py", "-v"])
     assert _python_command(["python", "-m", "pkg.train", "--lr", "1"]) == (["python"], ["-m", "pkg.train", "--lr", "1"])
@@ -151,7 +151,7 @@ def test_capture_function_with_trace_running(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from tracekit.capture import capture
+    from tracekit.run.capture import capture
     jax.profiler.start_trace(str(tmp_path / "other"))
     try:
         with pytest.raises(TraceError, match="cannot start the profiler"):
@@ -168,7 +168,7 @@ def test_import_is_lazy():
 
 
 def test_new_run_picks_the_fresh_run(tmp_path):
-    from tracekit.capture import new_run, trace_files
+    from tracekit.run.capture import new_run, trace_files
     old = tmp_path / "plugins" / "profile" / "2020_01_01"
     old.mkdir(parents=True)
     (old / "h.xplane.pb").write_bytes(b"x")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import calibrate as cal
-from tracekit import chips
+from tracekit.model import calibrate as cal
+from tracekit.model import chips
 from tracekit.errors import TraceError
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

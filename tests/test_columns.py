@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from tracekit import columns as C
-from tracekit.intervals import frame_order as _order
+from tracekit.analysis.intervals import frame_order as _order
 
 
 def _frame(rng, n, sort):
@@ -82,14 +82,14 @@ def test_with_columns_shares_arrays_and_leaves_the_input_alone():
 
 
 def test_allocator_tuning_is_opt_out_and_changes_no_result(tmp_path):
-    """The CLI's glibc tuning (tracekit/alloc.py) takes effect on glibc Linux, is off with
+    """The CLI's glibc tuning (tracekit/run/alloc.py) takes effect on glibc Linux, is off with
     TRACEKIT_MALLOC_TUNING=0, and the report is byte-identical either way."""
     import os
     import platform
     import subprocess
     import sys
     from pathlib import Path
-    probe = "from tracekit import alloc; print(alloc.tune())"
+    probe = "from tracekit.run import alloc; print(alloc.tune())"
     env = dict(os.environ)
     on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env).stdout.strip()
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
@@ -110,7 +110,7 @@ def test_allocator_tuning_is_opt_out_and_changes_no_result(tmp_path):
 
 
 def test_top_rows_equals_a_stable_descending_sort():
-    from tracekit.rules import top_rows
+    from tracekit.analysis.rules import top_rows
     rng = np.random.default_rng(5)
     for n, k in ((1000, 10), (1000, 400), (50, 50), (7, 20), (0, 3)):
         s = rng.integers(0, 20, n).astype(float)  # many ties
@@ -119,7 +119,7 @@ def test_top_rows_equals_a_stable_descending_sort():
 
 
 def test_step_cut_points_equal_np_unique():
-    from tracekit.intervals import _cut_points
+    from tracekit.analysis.intervals import _cut_points
     rng = np.random.default_rng(2)
     s0 = np.sort(rng.integers(0, 1000, 50))
     disjoint_ends = np.r_[s0[1:], 1200]  # steps end where the next starts: shared cut points
@@ -131,8 +131,9 @@ def test_memory_mapped_load_equals_read_load(monkeypatch):
     """Large local traces are decoded from a read-only memory map: the frames equal those of a plain read."""
     from pathlib import Path
 
-    from tracekit import loader, wire
-    from tracekit.trace import load
+    from tracekit.ingest import paths as loader
+    from tracekit.ingest import wire
+    from tracekit.ingest.trace import load
     if not wire.HAVE_C:
         pytest.skip("the memory map path needs the C decoder")
     trace = Path(__file__).resolve().parents[1] / "fixtures/cpu/sharded8/plugins/profile/run1/cpu.xplane.pb"

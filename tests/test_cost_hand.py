@@ -1,4 +1,4 @@
-"""tracekit.cost on tiny hand-built HLO modules, against values worked out by hand."""
+"""tracekit.model.cost on tiny hand-built HLO modules, against values worked out by hand."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tracekit.cost import COLUMNS, computation_kinds, instruction_costs, module_totals
+from tracekit.model.cost import COLUMNS, computation_kinds, instruction_costs, module_totals
 from tracekit.proto import hlo_pb2
 
 PT = hlo_pb2.PrimitiveType

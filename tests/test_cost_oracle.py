@@ -1,4 +1,4 @@
-"""tracekit.cost against XLA's own cost analysis (``compiled.cost_analysis()``) on real JAX programs compiled for
+"""tracekit.model.cost against XLA's own cost analysis (``compiled.cost_analysis()``) on real JAX programs compiled for
 CPU. Both analyse the same optimized module, so any gap comes from the counting rules: FLOPs and transcendentals
 must agree within 1 %, bytes within 10 % (XLA also counts 8 bytes of pointer per tuple element on CPU; we count
 tuples as free). Where tracekit counts differently on purpose, the test asserts the documented relation instead.
@@ -22,7 +22,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from tracekit.cost import instruction_costs, module_totals  # noqa: E402
+from tracekit.model.cost import instruction_costs, module_totals  # noqa: E402
 from tracekit.proto import hlo_pb2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

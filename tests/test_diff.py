@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from tracekit import diff
+from tracekit.analysis import diff
 from tracekit.cli import main
 
 

@@ -35,10 +35,15 @@ import pytest
 
 import tracekit
 from conftest import FIXTURES, ROOT, SHARED, varint
-from tracekit import loader, pipeline, render, rules, synth, wire
+from tracekit import pipeline
+from tracekit.ingest import paths as loader
+from tracekit.report import render
+from tracekit.analysis import rules
+from tracekit.ingest import synth
+from tracekit.ingest import wire
 from tracekit.errors import TraceError
 from tracekit.proto import hlo_pb2, xplane_pb2
-from tracekit.synth import instr, shape
+from tracekit.ingest.synth import instr, shape
 
 try:
     import resource
@@ -188,7 +193,7 @@ def _run_case(data: bytes, folder: Path, full: bool, name: str) -> str:
 def decoder(request, monkeypatch):
     """Run the test with the C decoder, then with the pure-Python one (what ``TRACEKIT_NO_C=1`` selects)."""
     if request.param == "c" and wire._wire is None:
-        pytest.skip("tracekit._wire not built")
+        pytest.skip("tracekit.ingest._wire not built")
     monkeypatch.setattr(wire, "HAVE_C", request.param == "c")
     return request.param
 
@@ -614,7 +619,7 @@ def test_truncation_at_every_byte(decoder, folder):
 def test_truncation_at_every_byte_of_a_larger_trace(folder):
     """Every byte of a 40 kB trace (C decoder; the loads are cheap, the few that decode are analyzed)."""
     if wire._wire is None:
-        pytest.skip("tracekit._wire not built")
+        pytest.skip("tracekit.ingest._wire not built")
     data = fixture_bytes("train_step")
     step = 1 if LONG else 7
     for n in range(0, len(data) + 1, step):
@@ -921,7 +926,8 @@ def test_undecodable_hlo_payload(payload, folder):
 CHILD = textwrap.dedent("""
     import json, resource, sys
     resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_AS)[1]))
-    from tracekit import pipeline, wire
+    from tracekit import pipeline
+    from tracekit.ingest import wire
     from tracekit.errors import TraceError
     assert wire.HAVE_C == (sys.argv[3] == "c")
     out = {}
@@ -963,7 +969,7 @@ def _nasty_files(folder: Path) -> list[str]:
 @pytest.mark.parametrize("impl", ["python", "c"])
 def test_subprocess_under_rlimit_as(impl, tmp_path):
     if impl == "c" and wire._wire is None:
-        pytest.skip("tracekit._wire not built")
+        pytest.skip("tracekit.ingest._wire not built")
     files = _nasty_files(tmp_path)
     lst = tmp_path / "files.json"
     lst.write_text(json.dumps(files))

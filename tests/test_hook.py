@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import tracekit  # noqa: E402
-from tracekit import hook as hook_mod  # noqa: E402
+from tracekit.run import hook as hook_mod  # noqa: E402
 from tracekit.errors import FindingsError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_example_writes_reports(tmp_path):
     assert data["summary"]["steps"] == 5 and data["summary"]["op_executions"] > 0
     assert "finding(s) in 5 step(s)" in p.stderr  # the logged summary
     try:
-        import tracekit.render.html  # noqa: F401
+        import tracekit.report.render.html  # noqa: F401
         assert any(f.name == "tracekit-report.html" for f in files)
     except ImportError:
         assert "no html report" in p.stderr

@@ -1,4 +1,4 @@
-"""Many hosts in parallel (tracekit.hosts): a process pool and a Dask cluster give the single-process report,
+"""Many hosts in parallel (tracekit.run.hosts): a process pool and a Dask cluster give the single-process report,
 byte for byte, and the straggler host is found."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import cpu_fixture
-from tracekit import hosts, pipeline
+from tracekit import pipeline
+from tracekit.run import hosts
 from tracekit.cli import main
 from tracekit.proto import xplane_pb2
 
@@ -56,7 +57,8 @@ def test_process_pool_equals_single_process(run16, single):
 def test_workers_join_the_roofline(run16, single, monkeypatch):
     """The 16 copies share device names and HLO: each worker's own roofline join stands for the cluster's, and
     the parent joins nothing."""
-    from tracekit import loader, roofline
+    from tracekit.ingest import paths as loader
+    from tracekit.model import roofline
     parts = hosts.load_parts(loader.resolve(run16)[:3], jobs=1)
     assert hosts._roofline_per_host_ok(parts)
     assert "roofline_ps" in parts[0]["ops"].columns
@@ -75,7 +77,7 @@ def _copies(tmp_path, srcs: dict):
 
 def test_different_hosts_equal_single_process(tmp_path):
     """Hosts with different programs: the parent joins the roofline itself; still the same report."""
-    from tracekit import loader
+    from tracekit.ingest import paths as loader
     d = _copies(tmp_path, {"a": cpu_fixture("train_step") / "plugins/profile/run1/cpu.xplane.pb",
                            "b": cpu_fixture("sharded8") / "plugins/profile/run1/cpu.xplane.pb",
                            "c": cpu_fixture("matvec_b1") / "plugins/profile/run1/cpu.xplane.pb"})

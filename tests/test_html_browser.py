@@ -15,7 +15,7 @@ import pytest
 
 from conftest import cpu_fixture
 from tracekit import pipeline
-from tracekit.render import html as html_r
+from tracekit.report.render import html as html_r
 
 CHROMIUM = "/usr/bin/chromium"
 PLOT_BG = (252, 252, 253)

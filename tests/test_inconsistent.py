@@ -7,9 +7,11 @@ import pytest
 
 import tracekit
 from conftest import cpu_fixture, shared_trace
-from tracekit import pipeline, render, synth
+from tracekit import pipeline
+from tracekit.report import render
+from tracekit.ingest import synth
 from tracekit.proto import hlo_pb2, xplane_pb2
-from tracekit.synth import instr, shape
+from tracekit.ingest.synth import instr, shape
 
 FORMATS = ("json", "markdown", "html", "sarif", "text")
 TPU_STATS = {"device_type_string": "TPU v6 Lite", "peak_teraflops_per_second": 918.0,

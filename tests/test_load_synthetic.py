@@ -1,10 +1,10 @@
-"""Exact op extraction on synthetic TPU-, GPU- and CPU-shaped traces built with tracekit.synth."""
+"""Exact op extraction on synthetic TPU-, GPU- and CPU-shaped traces built with tracekit.ingest.synth."""
 import numpy as np
 import pytest
 
 import tracekit
-from tracekit import synth
-from tracekit.synth import instr, shape
+from tracekit.ingest import synth
+from tracekit.ingest.synth import instr, shape
 
 
 def _tpu_module():

@@ -53,7 +53,7 @@ def test_gpu_runtime_copies_are_not_hlo_ops():
 
 def test_v6e_agrees_with_xprof_hlo_stats():
     pytest.importorskip("xprof")
-    from tracekit import xprof
+    from tracekit.run import xprof
     path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
     ref = xprof.hlo_stats(path)
     tr = tracekit.load(path)

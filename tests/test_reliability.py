@@ -17,7 +17,11 @@ from click.testing import CliRunner
 
 import tracekit
 from conftest import ROOT, cpu_fixture, shared_trace, varint
-from tracekit import cli, hosts, loader, pipeline, render
+from tracekit import pipeline
+from tracekit.cli import commands as cli
+from tracekit.run import hosts
+from tracekit.ingest import paths as loader
+from tracekit.report import render
 from tracekit.errors import TraceError
 
 try:
@@ -166,7 +170,7 @@ def outputs(old_reports):
 
 
 def test_renderer_failing_midway_leaves_every_old_report(old_reports, monkeypatch):
-    import tracekit.render.markdown as md
+    import tracekit.report.render.markdown as md
 
     def broken(report, **kw):
         md_text = real(report, **kw)
@@ -271,7 +275,7 @@ def test_same_bytes_across_runs(which):
 
 CHILD = textwrap.dedent("""
     import sys
-    from tracekit import cli
+    from tracekit.cli import commands as cli
     out = sys.argv[1]
     for name, path in zip(sys.argv[2::2], sys.argv[3::2]):
         cli.main(["analyze", path, "-o", f"{out}/{name}.json", "-o", f"{out}/{name}.md"], standalone_mode=False)

@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from conftest import cpu_fixture
-from tracekit import load, loader, pipeline
+from tracekit import load, pipeline
+from tracekit.ingest import paths as loader
 from tracekit.errors import TraceError
 
 fsspec = pytest.importorskip("fsspec")

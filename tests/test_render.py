@@ -16,10 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import cpu_fixture, shared_trace
-from tracekit import pipeline, render
+from tracekit import pipeline
+from tracekit.report import render
 from tracekit.cli import main
-from tracekit.report import Report
-from tracekit.render import html as html_r, markdown as md_r, sarif as sarif_r
+from tracekit.report.envelope import Report
+from tracekit.report.render import html as html_r, markdown as md_r, sarif as sarif_r
 
 SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 NASTY = '<script>alert("x")</script> & void f<float*, |a|>'

@@ -7,8 +7,10 @@ import pytest
 
 import tracekit
 from conftest import CPU_CASES, cpu_fixture, shared_trace
-from tracekit import chips, roofline, synth
-from tracekit.synth import instr, shape
+from tracekit.model import chips
+from tracekit.model import roofline
+from tracekit.ingest import synth
+from tracekit.ingest.synth import instr, shape
 
 
 def _space(tmp_path):
@@ -85,7 +87,8 @@ def test_roofline_coverage_fixtures(case):
 
 def test_v6e_against_xprof_roofline():
     pytest.importorskip("xprof")
-    from tracekit import opstats, xprof
+    from tracekit.analysis import opstats
+    from tracekit.run import xprof
     path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
     ref = xprof.roofline(path).set_index(["program_id", "op_name"])
     tr = tracekit.load(path)

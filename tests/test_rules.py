@@ -14,9 +14,9 @@ import yaml
 
 from tracekit import schema
 from tracekit.errors import TraceError
-from tracekit.rule_checks import CHECKS, frames_for_rules
-from tracekit.rules import TIME_COLUMN, builtin_rules_dir, load_rules, parse_rule, run_rules
-from tracekit.rulesdoc import render_rules_doc
+from tracekit.analysis.rule_checks import CHECKS, frames_for_rules
+from tracekit.analysis.rules import TIME_COLUMN, builtin_rules_dir, load_rules, parse_rule, run_rules
+from tracekit.report.rulesdoc import render_rules_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = load_rules()
@@ -85,7 +85,7 @@ def test_rule_documented_and_exercised(rule):
 
 def test_docs_current():
     assert (ROOT / "docs" / "rules.md").read_text() == render_rules_doc(), \
-        "docs/rules.md is stale: run python -m tracekit.rulesdoc > docs/rules.md"
+        "docs/rules.md is stale: run python -m tracekit.report.rulesdoc > docs/rules.md"
 
 
 def test_builtin_dir_is_repo_rules():

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import schema
-from tracekit import timeline as tl
+from tracekit.analysis import timeline as tl
 
 
 def ops_frame(rows: list[dict]) -> pd.DataFrame:

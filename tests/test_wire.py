@@ -1,4 +1,4 @@
-"""tracekit.wire: the C decoder and the pure-Python one agree with each other and with upb, and corrupt input
+"""tracekit.ingest.wire: the C decoder and the pure-Python one agree with each other and with upb, and corrupt input
 raises ValueError (never a crash or a hang)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracekit import wire
+from tracekit.ingest import wire
 from tracekit.proto import xplane_pb2
 
 try:
@@ -28,7 +28,7 @@ SHARED_NAMES = ["tpu/v6e-4_jax_inference.xplane.pb", "gpu/mi300x8_jax_conv3d.xpl
                 "gpu/mi300x_jax_gemm.xplane.pb", "gpu/v100x8_tf_bert.xplane.pb"]
 MANGLED = "bad/v6e-4_jax_inference.utf8_mangled.xplane.pb"
 
-needs_c = pytest.mark.skipif(wire._wire is None, reason="tracekit._wire not built")
+needs_c = pytest.mark.skipif(wire._wire is None, reason="tracekit.ingest._wire not built")
 
 
 def shared(rel: str) -> Path:
@@ -176,7 +176,7 @@ def test_mangled_file_raises_in_both_paths():
 
 
 def test_env_forces_python_path():
-    code = "from tracekit import wire; print(wire.HAVE_C, wire.read_space is not None)"
+    code = "from tracekit.ingest import wire; print(wire.HAVE_C, wire.read_space is not None)"
     env = dict(os.environ, TRACEKIT_NO_C="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
@@ -290,7 +290,7 @@ def both(data: bytes):
 
 def c_rejects(data: bytes, match: str = "corrupt XSpace"):
     if wire._wire is None:
-        pytest.skip("tracekit._wire not built")
+        pytest.skip("tracekit.ingest._wire not built")
     with pytest.raises(ValueError, match=match):
         wire.read_space_c(data)
 

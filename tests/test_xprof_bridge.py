@@ -1,4 +1,4 @@
-"""The xprof bridge (tracekit.xprof) runs xprof's own analyses and returns plain frames."""
+"""The xprof bridge (tracekit.run.xprof) runs xprof's own analyses and returns plain frames."""
 from __future__ import annotations
 
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import tracekit.xprof as bridge
+import tracekit.run.xprof as bridge
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 V6E = TRACES / "tpu" / "v6e-4_jax_inference.xplane.pb"
@@ -18,7 +18,7 @@ needs_trace = pytest.mark.skipif(not V6E.is_file(), reason="../shared/traces is 
 
 def test_import_is_lazy():
     root = str(Path(__file__).resolve().parents[1])
-    code = f"import sys; sys.path.insert(0, {root!r}); import tracekit.xprof; assert 'xprof' not in sys.modules"
+    code = f"import sys; sys.path.insert(0, {root!r}); import tracekit.run.xprof; assert 'xprof' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

@@ -9,12 +9,12 @@ def __getattr__(name):
     # Lazy: ``import tracekit`` (and so the command line's start) imports neither pandas nor jax nor the
     # capture/hook code; the first use of an attribute imports what it needs.
     if name in ("Trace", "load"):
-        from tracekit import trace
+        from tracekit.ingest import trace
         return getattr(trace, name)
-    if name == "capture":  # the module is callable: tracekit.capture(fn, *args, ...) -> Report
-        import importlib
-        return importlib.import_module("tracekit.capture")
+    if name == "capture":  # tracekit.capture(fn, *args, ...) -> Report
+        from tracekit.run.capture import capture
+        return capture
     if name == "profile":
-        from tracekit.hook import profile
+        from tracekit.run.hook import profile
         return profile
     raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Columnar building blocks for the frames stage: categorical chunks (:class:`Cat`) built from values given
 once per distinct key, a chunk accumulator, and per-event stat columns pulled out of a line's flattened stats
-(:class:`tracekit.wire.LineData`) with NumPy — no Python object per event."""
+(:class:`tracekit.ingest.wire.LineData`) with NumPy — no Python object per event."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.wire import KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, LineData
+from tracekit.ingest.wire import KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, LineData
 
 
 class Cat(NamedTuple):

@@ -28,7 +28,7 @@ class FindingsError(Exception):
     block) and a finding reached the ``fail_on`` severity. Never raised mid-step, never without ``fail_on``.
 
     ``findings`` lists the findings that reached it (dicts as in the JSON report), ``report_path`` the JSON report
-    (None when it was not written), ``report`` the :class:`~tracekit.report.Report` when it could be read back."""
+    (None when it was not written), ``report`` the :class:`~tracekit.report.envelope.Report` when it could be read back."""
 
     def __init__(self, message: str, findings=(), report_path: str | None = None, report=None):
         super().__init__(message)

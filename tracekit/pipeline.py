@@ -6,19 +6,20 @@ import os
 
 import pandas as pd
 
-from tracekit import report as report_mod
+from tracekit.report import envelope as report_mod
 from tracekit.columns import unique_rows
-from tracekit.trace import Trace, load
+from tracekit.ingest.trace import Trace, load
 
 
 def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     """The ops frame with the roofline columns joined (cost model + chip table)."""
-    from tracekit import roofline
+    from tracekit.model import roofline
     return roofline.join(tr, chip=chip)
 
 
 def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
-    from tracekit import chips as chips_mod, roofline
+    from tracekit.model import chips as chips_mod
+    from tracekit.model import roofline
     groups: dict[str, dict] = {}
     active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
     for (host, dev), c in roofline.device_chips(tr, chip).items():
@@ -40,7 +41,10 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
-    from tracekit import loader as load_mod, rule_checks, rules, timeline
+    from tracekit.ingest import paths as load_mod
+    from tracekit.analysis import rule_checks
+    from tracekit.analysis import rules
+    from tracekit.analysis import timeline
     from tracekit.progress import NULL
     progress = progress or NULL
     progress.stage("loading the trace")

@@ -1,0 +1,109 @@
+"""Per-op aggregation of the ``ops`` frame, the one place it is done: one row per (module, program, op) over every
+device, with occurrences, total/mean time, shares, and the roofline columns summed over executions. Ops with no
+HLO name (non-XLA kernels, runtime copies) are grouped by kernel name. The CLI's ``ops`` table and the rules'
+``op_stats`` frame are both this."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis import timeline as tl
+from tracekit.columns import cat_from, group_index, unique_rows
+
+DOT_DIMS = ("dot_m", "dot_n", "dot_k")
+_ROOF_SUMS = ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
+SORT_KEYS = ("total", "mean", "count", "share", "headroom", "efficiency", "flops", "name")
+_SORT_COL = {"total": "total_ps", "mean": "mean_ps", "count": "occurrences", "share": "busy_share",
+             "headroom": "headroom_ps", "efficiency": "efficiency", "flops": "flops", "name": "op"}
+
+
+def chip_f32_slower(device_kind: pd.Series) -> np.ndarray:
+    """True where the chip runs bf16 matmuls faster than f32 (TPUs, GPUs with tensor/matrix cores); False for
+    CPUs and unknown chips."""
+    s = device_kind.astype(str).str.lower()
+    return (s.str.contains(r"tpu|nvidia|tesla|[abhvl]\d{2,3}\b|gfx9|mi\d{3}|radeon|instinct|amd", regex=True)
+            & ~s.str.contains("cpu", regex=False)).to_numpy(bool)
+
+
+def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
+    """Sync ops aggregated per (module, program_id, op) over every device: opcode, category, kernel, device_kind,
+    dtype, occurrences, devices, total_ps, mean_ps, share (total_ps / ``profiled_ps``, the sum of the device
+    spans), busy_share (total_ps / total sync op time), the roofline columns summed over executions (flops,
+    bytes_accessed, net_bytes, compute_ps, memory_ps, network_ps, roofline_ps; headroom_ps sums max(0, headroom)),
+    bound_by (argmax of the summed compute/memory/network times; host_link for host-offload copies), efficiency
+    (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
+    chip_f32_slower, dot_m, dot_n, dot_k. Sorted by total_ps, largest first."""
+    # group ids over every row (async rows in a group of their own, dropped below): the aggregates read the
+    # frame's columns in place, no row selection is copied
+    sync = ~ops["is_async"].to_numpy(bool)
+    n = len(ops)
+    kernel = ops["kernel"] if "kernel" in ops.columns else pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), [""]))
+    linv, lrows = unique_rows(pd.DataFrame({"op": ops["op"].array, "kernel": kernel.array}, copy=False),
+                              ["op", "kernel"])
+    label = cat_from([o if o else (k or "") for o, k in lrows], linv)
+    keyed = pd.DataFrame({"module": ops["module"].array, "program_id": ops["program_id"].to_numpy(), "op": label,
+                          "sync": sync}, copy=False)
+    gi, first = group_index(keyed, ["sync", "module", "program_id", "op"])
+    real = sync[first]  # the groups of sync rows, in first-seen order
+    keep = np.nonzero(real)[0]
+    ng_all = len(first)
+    remap = np.full(ng_all, -1, np.int64)
+    remap[keep] = np.arange(len(keep))
+    first = first[keep]
+    ng = len(first)
+
+    def gsum(w=None):  # per kept group sum of ``w`` (count when None) over every row
+        return np.bincount(gi, weights=w, minlength=ng_all)[keep]
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
+    for c in ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]:
+        out[c] = ops[c].array[first] if c in ops.columns else (-1 if c in DOT_DIMS else "")
+    at_first = ops.iloc[first]
+    flags = {"is_matmul": tl.is_matmul(at_first), "is_collective": tl.is_collective(at_first),
+             "is_data_shuffle": tl.is_data_shuffle(at_first)}
+    for c, v in flags.items():
+        out[c] = v
+    hx = ops["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in ops else np.zeros(n, bool)
+    out["is_host_transfer"] = gsum(hx) > 0
+    out["occurrences"] = gsum().astype(np.int64)
+    dev, _ = group_index(ops, ["host", "device"])
+    span = int(dev.max(initial=0)) + 1
+    pair = remap[gi[sync]] * span + dev[sync]  # (group, device) pairs
+    if ng * span <= 1 << 26:
+        out["devices"] = (np.bincount(pair, minlength=ng * span) > 0).reshape(ng, span).sum(axis=1).astype(np.int64)
+    else:
+        out["devices"] = np.bincount(np.unique(pair) // span, minlength=ng).astype(np.int64)
+    out["total_ps"] = np.bincount(gi, weights=np.where(sync, dur, 0), minlength=ng_all)[keep].round().astype(np.int64)
+    for c in (*_ROOF_SUMS, "headroom_ps"):
+        if c not in ops.columns:
+            out[c] = np.nan
+            continue
+        v = ops[c].to_numpy(np.float64)
+        if c == "headroom_ps":
+            v = np.clip(v, 0, None)
+        ok = ~np.isnan(v)
+        tot = gsum(np.where(ok, v, 0.0))
+        out[c] = np.where(gsum(ok) > 0, tot, np.nan)  # sum with min_count=1
+    dur = dur[sync]
+    out["mean_ps"] = out["total_ps"] / out["occurrences"]
+    out["share"] = out["total_ps"] / profiled_ps
+    out["busy_share"] = out["total_ps"] / max(int(dur.sum()), 1)
+    out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
+    out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
+    parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
+    bound = np.array(["compute", "memory", "network"], dtype=object)[parts.argmax(axis=1)] if len(out) else \
+        np.array([], dtype=object)
+    bound[out["is_host_transfer"].to_numpy(bool)] = "host_link"
+    bound[(out["roofline_ps"].isna() | (out["roofline_ps"] <= 0)).to_numpy()] = "unknown"
+    out["bound_by"] = bound
+    out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
+    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "bound_by", "cost_source", "unknown_reason"):
+        out[c] = out[c].astype(str)
+    return out.sort_values(["total_ps", "op"], ascending=[False, True], kind="stable", ignore_index=True)
+
+
+def op_table(ops: pd.DataFrame, sort: str = "total") -> pd.DataFrame:
+    """:func:`op_stats` sorted for display (``sort`` is one of :data:`SORT_KEYS`)."""
+    g = op_stats(ops)
+    col = _SORT_COL.get(sort, "total_ps")
+    return g.sort_values([col, "op"], ascending=[col == "op", True], kind="stable", ignore_index=True)

@@ -1,0 +1,163 @@
+"""The frames rules read, and the registered Python checks for rules that are not one expression.
+
+:func:`frames_for_rules` builds every frame a rule may name (``frame:`` in a rule file):
+
+* ``ops``: the ops frame plus ``is_collective``, ``is_matmul``, ``is_data_shuffle``, ``is_host_transfer``
+  (:mod:`tracekit.analysis.timeline` classifiers) and ``in_step`` (the op starts inside a step of its device).
+* ``op_stats``: sync ops aggregated per (module, op), see :func:`op_stats`.
+* ``collectives``: :func:`tracekit.analysis.timeline.collective_overlap`.
+* ``steps``: :func:`tracekit.analysis.timeline.step_breakdown` (``step_ps`` is the step's duration).
+* ``devices``: :func:`tracekit.analysis.timeline.device_summary` (its ``span_ps`` is the profiled time of a device).
+* ``gaps``: :func:`tracekit.analysis.timeline.gaps`.
+* ``host_events``: host-side events (:data:`HOST_EVENTS`) when the caller has them.
+
+A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check`; the engine then
+evaluates the rule's ``savings`` expression on those rows.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit import schema
+from tracekit.columns import with_columns
+from tracekit.analysis.opstats import DOT_DIMS, chip_f32_slower, op_stats  # noqa: F401 (re-exported)
+from tracekit.analysis import timeline as tl
+
+#: Host-side events: declared in tracekit.schema (the input of ``compilation-in-trace``).
+HOST_EVENTS = schema.HOST_EVENTS
+
+CHECKS: dict = {}
+
+
+def check(name: str):
+    """Register ``fn(frames, params) -> DataFrame`` under ``name`` for rule files' ``check:``."""
+    def deco(fn):
+        CHECKS[name] = fn
+        return fn
+    return deco
+
+
+def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
+    """True where the op starts inside a step window of its own device."""
+    out = np.zeros(len(ops), bool)
+    if steps is None or steps.empty:
+        return out
+    st = ops["start_ps"].to_numpy(np.int64)
+    dur = steps["duration_ps"] if "duration_ps" in steps.columns else steps["step_ps"]
+    sg = tl._groups(steps)
+    for key, oi in tl._groups(ops).items():  # (the same frame as the timeline jobs: grouped once)
+        si = sg.get(key)
+        if si is None:
+            continue
+        ms, me = tl.merge(steps["start_ps"].to_numpy(np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
+        k = np.searchsorted(ms, st[oi], "right") - 1
+        out[oi] = (k >= 0) & (st[oi] < me[np.maximum(k, 0)])
+    return out
+
+
+#: what the timeline functions read of the ops frame
+TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
+                    "is_async", "start_ps", "duration_ps", "network_ps", "net_bytes", "group_size", "collective",
+                    "is_host_transfer", "source")
+
+
+def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
+                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> dict:
+    """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
+    roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
+    across devices of the same device_kind)."""
+    steps = steps if steps is not None else pd.DataFrame(
+        {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
+        {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
+    # the timeline reads a few columns: give it a narrow view so its row selections copy little
+    narrow = ops[[c for c in TIMELINE_COLUMNS if c in ops.columns]]
+    # the derived frames are independent: NumPy and pandas release the GIL in their heavy loops, so a second
+    # core helps (TRACEKIT_THREADS=1 runs them one after the other); each is a pure function of its inputs
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracekit.ingest.wire import default_threads
+    jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
+            "collectives": (tl.collective_overlap, narrow, hidden, exposed),
+            "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
+            "in_step": (in_steps, narrow, steps)}
+    with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
+        futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
+        flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
+                 "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops)}
+        done = {k: f.result() for k, f in futures.items()}
+    devices = done["devices"]
+    devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
+        lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
+    profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
+    stats = done["op_stats"]
+    stats["share"] = stats["total_ps"] / profiled
+    xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
+    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": done["steps"],
+              "devices": devices, "gaps": done["gaps"]}
+    if host_events is not None:
+        frames["host_events"] = host_events
+    return frames
+
+
+# -------------------------------------------------------------------------------------------------------- checks
+@check("straggler-devices")
+def _straggler(frames: dict, p: dict) -> pd.DataFrame:
+    """Devices whose busy time has a modified z-score above ``threshold`` among devices of the same kind (at
+    least ``min_devices`` of them); adds busy_ps_z and busy_ps_median."""
+    dev = frames["devices"].copy()
+    kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
+    g = dev.groupby(kind)["busy_ps"]
+    dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
+    dev["busy_ps_median"] = g.transform("median")
+    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])]
+
+
+@check("launch-bound")
+def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
+    """Per GPU device (rows with a kernel name or a GPU:* device): sync kernels shorter than ``max_kernel_ps``
+    are tiny; the idle gap before a tiny kernel, when shorter than ``max_gap_ps``, is launch overhead
+    (``launch_gap_ps``; longer gaps are host waits). Devices with at least ``min_kernels`` tiny kernels, a tiny
+    fraction of at least ``min_tiny_fraction`` and launch gaps of at least ``min_gap_share`` of their span."""
+    ops = frames["ops"]
+    gpu = tl._cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
+        np.zeros(len(ops), bool)
+    gpu = gpu | tl._cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
+    k = ops[gpu & ~ops["is_async"].to_numpy(bool)]
+    st, en = k["start_ps"].to_numpy(np.int64), tl._ends(k)
+    rows = []
+    for (h, d), idx in tl._groups(k).items():
+        o = idx[np.argsort(st[idx], kind="stable")]
+        s, e = st[o], en[o]
+        gap = np.r_[0, np.maximum(s[1:] - np.maximum.accumulate(e)[:-1], 0)]
+        tiny = (e - s) < p["max_kernel_ps"]
+        launch = int(gap[tiny & (gap > 0) & (gap <= p["max_gap_ps"])].sum())
+        rows.append({"host": h, "device": d, "kernels": o.size, "tiny_kernels": int(tiny.sum()),
+                     "tiny_fraction": tiny.mean(), "mean_kernel_ps": float((e - s).mean()), "launch_gap_ps": launch,
+                     "span_ps": int(e.max() - s.min())})
+    out = pd.DataFrame(rows, columns=["host", "device", "kernels", "tiny_kernels", "tiny_fraction", "mean_kernel_ps",
+                                      "launch_gap_ps", "span_ps"])
+    return out[(out["tiny_kernels"] >= p["min_kernels"]) & (out["tiny_fraction"] >= p["min_tiny_fraction"])
+               & (out["launch_gap_ps"] >= p["min_gap_share"] * out["span_ps"])]
+
+
+@check("compile-in-steps")
+def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
+    """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
+    overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
+    ev, steps = frames["host_events"], frames["steps"]
+    rx = re.compile(p["pattern"], re.IGNORECASE)
+    hit = tl._cat_mask(ev["name"], lambda names: names.map(lambda n: rx.search(n) is not None))
+    ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
+    dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
+    s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)
+    shost = steps["host"].astype(str).to_numpy()
+    a = ev["start_ps"].to_numpy(np.int64)
+    inside = np.zeros(len(ev), np.int64)
+    for h, idx in ev.groupby(ev["host"].astype(str)).indices.items():
+        m = shost == h
+        inside[idx] = tl.covered(*tl.merge(s0[m], s1[m]), a[idx], a[idx] + ev["duration_ps"].to_numpy(np.int64)[idx])
+    ev["in_step_ps"] = inside
+    return ev[ev["in_step_ps"] > 0]

@@ -1,0 +1,353 @@
+"""Where device time goes on the timeline: busy/idle, gaps, step breakdown, collective overlap, stragglers.
+
+Every function takes plain frames (``ops`` as declared by :data:`tracekit.schema.OPS`, ``steps`` as
+:data:`tracekit.schema.STEPS`) and returns a plain frame. A device is a ``(host, device)`` pair. All times are
+integer picoseconds. Work is vectorized with numpy per device: intervals are merged with a running maximum and
+lengths of intersections come from ``np.searchsorted`` over a merged union plus a prefix sum of its lengths.
+
+Terms
+-----
+* **sync op**: a row with ``is_async == False`` (the device executes it). **Async windows** (``is_async``) span
+  ``-start`` to ``-done``; the device is free to run other ops meanwhile, so they never count as busy.
+* **collective**: an op whose opcode (``-start``/``-done`` stripped) or category is a collective
+  (:data:`COLLECTIVES`) or whose GPU kernel name contains ``nccl``/``rccl``; sync rows and async windows alike.
+* **compute**: sync ops that are not collectives.
+* **busy**: the union of sync op intervals (compute and sync collectives) of a device.
+* **window** of a device: from the earliest op start on its host (any device, sync or async) or the device's first
+  step start, whichever is earlier, to the latest end of the device's ops (async included) or steps. ``span_ps`` is
+  its length; ``idle_ps = span_ps - busy_ps`` is exactly the sum of :func:`gaps` with ``min_gap_ps=0``.
+
+Not accounted for: ops of one device on several lines running concurrently are merged, never double counted;
+steps of one device are assumed not to overlap each other.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.columns import concat_frames
+from tracekit.analysis.intervals import (KEYS, _busy, _cut_points, _ends, _groups, _sync, _view,  # noqa: F401
+                                covered, merge)
+
+#: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
+COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+                         "collective-permute", "collective-broadcast"})
+#: Opcodes that move or re-lay-out data without arithmetic (xprof's "data formatting" family). Async copies
+#: (copy-start/copy-done) are transfers between memory spaces, not layout changes, and are not included.
+DATA_SHUFFLE = frozenset({"copy", "transpose", "gather", "scatter", "pad", "concatenate", "slice", "dynamic-slice",
+                          "dynamic-update-slice", "reshape", "reverse", "broadcast"})
+_SUFFIX = r"-(start|done|update)$"
+
+
+def _cat_mask(s: pd.Series, fn) -> np.ndarray:
+    """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows."""
+    c = s.astype("category") if s.dtype != "category" else s
+    cats = pd.Series(c.cat.categories.astype(str))
+    hit = np.append(np.asarray(fn(cats), dtype=bool), False)  # code -1 (missing) -> False
+    return hit[c.cat.codes.to_numpy()]
+
+
+def _col(ops: pd.DataFrame, name: str) -> pd.Series:
+    return ops[name] if name in ops.columns else pd.Series("", index=ops.index, dtype="category")
+
+
+def _base_in(names, strip: bool = True) -> callable:
+    """Matcher: the lower-cased opcode, ``-start``/``-done``/``-update`` stripped when ``strip``, is in ``names``."""
+    if not strip:
+        return lambda s: s.str.lower().isin(names)
+    return lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(names)
+
+
+def _has(pattern: str) -> callable:
+    """Matcher: the text contains the regular expression ``pattern`` (case-insensitive)."""
+    return lambda s: s.str.contains(pattern, case=False, regex=True)
+
+
+def is_collective(ops: pd.DataFrame) -> np.ndarray:
+    """Rows that are collectives: opcode/category in :data:`COLLECTIVES` or an NCCL/RCCL kernel."""
+    return (_cat_mask(_col(ops, "opcode"), _base_in(COLLECTIVES)) | _cat_mask(_col(ops, "category"), _base_in(
+        COLLECTIVES)) | _cat_mask(_col(ops, "kernel"), _has("nccl|rccl")))
+
+
+def is_matmul(ops: pd.DataFrame) -> np.ndarray:
+    """dot/convolution ops, fusions the trace categorizes as convolution/dot/matmul, GPU GEMM kernels."""
+    return (_cat_mask(_col(ops, "opcode"), _base_in({"dot", "convolution"}))
+            | _cat_mask(_col(ops, "category"), _has(r"convolution|\bdot\b|matmul"))
+            | _cat_mask(_col(ops, "kernel"), _has(r"gemm|matmul|cutlass|xmma|wgmma")))
+
+
+def is_data_shuffle(ops: pd.DataFrame) -> np.ndarray:
+    """Opcodes in :data:`DATA_SHUFFLE` or the trace's category 'data formatting'."""
+    return _cat_mask(_col(ops, "opcode"), _base_in(DATA_SHUFFLE, strip=False)) | _cat_mask(
+        _col(ops, "category"), _has("data formatting"))
+
+
+def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
+    """Host<->device transfers: infeed/outfeed/send/recv (XLA's host transfers), GPU memcpy HtoD/DtoH, ops or
+    kernels whose name says host-to-device / device-to-host, and rows an ``is_host_transfer`` column of the ops
+    frame already marks (e.g. a copy-start to host memory space, which only the HLO shows)."""
+    names = _has(r"htod|dtoh|host.?to.?device|device.?to.?host|memcpy.?h2d|memcpy.?d2h")
+    hit = (_cat_mask(_col(ops, "opcode"), _base_in({"infeed", "outfeed", "send", "recv"}))
+           | _cat_mask(_col(ops, "kernel"), names) | _cat_mask(_col(ops, "op"), names))
+    if "is_host_transfer" in ops.columns:
+        hit |= ops["is_host_transfer"].fillna(False).to_numpy(bool)
+    return hit
+
+
+def is_async_marker(ops: pd.DataFrame) -> np.ndarray:
+    """Sync ``*-start``/``*-done`` ops: they launch or wait for an async op; a ``-done`` that lasts is the device
+    stalled on it, so neither counts as compute that could hide other work."""
+    return _sync(ops) & _cat_mask(_col(ops, "opcode"), lambda s: s.str.contains(r"-(?:start|done)$", regex=True))
+
+
+def compute_mask(ops: pd.DataFrame) -> np.ndarray:
+    """Sync ops that do work: not collectives, not async start/done markers."""
+    return _sync(ops) & ~is_collective(ops) & ~is_async_marker(ops)
+
+
+def _frame(rows: list, cols: dict) -> pd.DataFrame:
+    if rows:
+        return pd.concat(rows, ignore_index=True).astype({c: t for c, t in cols.items() if t != object})
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
+
+
+_BUSY = {"host": object, "device": object, "start_ps": "int64", "end_ps": "int64", "duration_ps": "int64"}
+
+
+def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
+    """Merged busy intervals per device: the union of sync op intervals (async windows excluded).
+    Columns: host, device, start_ps, end_ps, duration_ps; sorted by device then start."""
+    parts = []
+    for (h, d), (ms, me) in _busy(ops).items():
+        if not ms.size:
+            continue
+        parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ms, "end_ps": me, "duration_ps": me - ms}))
+    return _frame(parts, _BUSY)
+
+
+def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
+    """(host, device) -> (window_start_ps, window_end_ps) for every device with ops or steps (module docstring)."""
+    spans: dict = {}
+    for df in (ops, steps):
+        if df is None or df.empty:
+            continue
+        st, en = df["start_ps"].to_numpy(np.int64), _ends(df)
+        for key, idx in _groups(df).items():
+            lo, hi = int(_view(st, idx).min()), int(_view(en, idx).max())
+            old = spans.get(key, (lo, hi))
+            spans[key] = (min(lo, old[0]), max(hi, old[1]))
+    if len(ops):
+        hosts = pd.Series(ops["start_ps"].to_numpy(np.int64)).groupby(ops["host"].to_numpy() if ops["host"].dtype != "category" else ops["host"].cat.codes.to_numpy()).min()
+        if ops["host"].dtype == "category":
+            hosts.index = [str(ops["host"].cat.categories[i]) for i in hosts.index]
+        spans = {k: (min(v[0], int(hosts.get(k[0], v[0]))), v[1]) for k, v in spans.items()}
+    return dict(sorted(spans.items()))
+
+
+_SUMMARY = {"host": object, "device": object, "device_kind": object, "window_start_ps": "int64", "span_ps": "int64",
+            "busy_ps": "int64", "idle_ps": "int64", "idle_before_first_op_ps": "int64", "op_count": "int64",
+            "async_count": "int64", "utilization": "float64"}
+
+
+def device_summary(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per device: device_kind, window_start_ps, span_ps, busy_ps, idle_ps (= span − busy),
+    idle_before_first_op_ps (window start to the first sync op; the whole span when there is none),
+    op_count (sync ops), async_count (async windows), utilization (busy / span)."""
+    sync = _sync(ops)
+    kinds = ops["device_kind"].array if "device_kind" in ops.columns else np.full(len(ops), "")
+    groups, merged = _groups(ops), _busy(ops)
+    rows = []
+    none = np.array([], np.int64)
+    for (h, d), (ws, we) in windows(ops, steps).items():
+        idx = groups.get((h, d), none)
+        si = idx[sync[idx]]
+        ms, me = merged.get((h, d), (none, none))
+        busy = int((me - ms).sum())
+        first = int(ms[0]) if ms.size else we
+        rows.append((h, d, kinds[idx[0]] if idx.size else "", ws, we - ws, busy, we - ws - busy, first - ws,
+                     si.size, idx.size - si.size, busy / (we - ws) if we > ws else 0.0))
+    return _frame([pd.DataFrame(rows, columns=list(_SUMMARY))] if rows else [], _SUMMARY)
+
+
+_GAPS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
+         "step": "int64"}
+
+
+def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int = 0) -> pd.DataFrame:
+    """Idle gaps per device: the window minus busy, cut at every step start and end so that each gap lies
+    wholly inside one step or wholly outside all steps. ``kind`` is ``before_first_op`` (ends at or before the
+    device's first sync op, or the device has none), else ``inside_step``, else ``between_steps`` (or
+    ``between_ops`` on a device without steps). ``step`` is the step containing the gap, -1 outside steps. Gaps
+    shorter than ``min_gap_ps`` (and empty ones) are dropped."""
+    busy = _busy(ops)
+    if steps is None:
+        steps = pd.DataFrame({"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []})
+    sg = _groups(steps)
+    ss, se, sn = steps["start_ps"].to_numpy(np.int64), _ends(steps), steps["step"].to_numpy(np.int64)
+    none = np.array([], np.int64)
+    parts = []
+    for (h, d), (ws, we) in windows(ops, steps).items():
+        ms, me = busy.get((h, d), (none, none))
+        a, b = np.r_[ws, me], np.r_[ms, we]  # complement of busy inside the window
+        keep = b > a
+        a, b = a[keep], b[keep]
+        si = sg.get((h, d), none)
+        o = np.argsort(ss[si], kind="stable")
+        s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
+        bnd = _cut_points(s0, s1)
+        lo, hi = np.searchsorted(bnd, a, "right"), np.searchsorted(bnd, b, "left")
+        n = hi - lo + 1  # pieces per gap
+        gi = np.repeat(np.arange(a.size), n)
+        pos = np.arange(gi.size) - np.repeat(np.cumsum(n) - n, n)
+        bb = np.r_[bnd, 0]
+        ps = np.where(pos == 0, a[gi], bb[np.clip(lo[gi] + pos - 1, 0, bnd.size)])
+        pe = np.where(pos == n[gi] - 1, b[gi], bb[np.clip(lo[gi] + pos, 0, bnd.size)])
+        k = np.searchsorted(s0, ps, "right") - 1
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (ps < np.r_[s1, 0][kk])
+        first_op = ms[0] if ms.size else np.iinfo(np.int64).max
+        outside = "between_steps" if s0.size else "between_ops"
+        keep = (pe - ps > 0) & (pe - ps >= min_gap_ps)  # drop before building columns
+        ps, pe, inside, kk = ps[keep], pe[keep], inside[keep], kk[keep]
+        kind = np.where(pe <= first_op, 0, np.where(inside, 1, 2)).astype(np.int8)
+        z = np.zeros(ps.size, np.int8)
+        parts.append(pd.DataFrame({
+            "host": pd.Categorical.from_codes(z, [h]), "device": pd.Categorical.from_codes(z, [d]),
+            "start_ps": ps, "duration_ps": pe - ps,
+            "kind": pd.Categorical.from_codes(kind, ["before_first_op", "inside_step", outside]),
+            "step": np.where(inside, np.r_[sno, -1][kk], -1)}))
+    out = concat_frames(parts)
+    if not len(out):
+        return _frame([], _GAPS)
+    return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
+
+
+_BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
+    "step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps", "collective_hidden_ps",
+    "wait_ps", "idle_ps")}}
+
+
+def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per (host, device, step), with C = union of compute (sync non-collective) ops, K = union of collectives
+    (sync collectives and async collective windows), both clipped to the step ``[start, start + step_ps)``:
+
+    * ``compute_ps`` = |C|; ``collective_ps`` = |K|;
+    * ``collective_exposed_ps`` = |K \\ C| (collective time with no compute running);
+    * ``collective_hidden_ps`` = |K ∩ C| (a part of ``compute_ps``, not disjoint from it);
+
+    * ``wait_ps`` = |W \\ (C ∪ K)| with W the sync ``*-done`` (and ``*-start``) ops that are not collectives: the
+      device stalled on an async copy or transfer (e.g. a host-offload copy-done) — neither compute nor idle;
+    * ``idle_ps`` = step_ps − |C ∪ K ∪ W|.
+
+    ``compute_ps + collective_exposed_ps + wait_ps + idle_ps == step_ps``. An exposed async collective window is
+    collective time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle."""
+    coll = is_collective(ops)
+    sync = _sync(ops)
+    marker = is_async_marker(ops)
+    og = _groups(ops)
+    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
+    parts = []
+    for (h, d), si in _groups(steps).items():
+        oi = og.get((h, d), np.array([], np.int64))
+        km = coll[oi]
+        wm = sync[oi] & ~km & marker[oi]
+        cm = sync[oi] & ~km & ~marker[oi]
+        C = merge(st[oi][cm], en[oi][cm])
+        K = merge(st[oi][km], en[oi][km])
+        U = merge(st[oi][cm | km], en[oi][cm | km])
+        A = merge(st[oi][cm | km | wm], en[oi][cm | km | wm])
+        a = steps["start_ps"].to_numpy(np.int64)[si]
+        b = a + steps["duration_ps"].to_numpy(np.int64)[si]
+        c, k, u, w = covered(*C, a, b), covered(*K, a, b), covered(*U, a, b), covered(*A, a, b)
+        parts.append(pd.DataFrame({"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si],
+                                   "start_ps": a, "step_ps": b - a, "compute_ps": c, "collective_ps": k,
+                                   "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
+                                   "wait_ps": w - u, "idle_ps": (b - a) - w}))
+    return _frame(parts, _BREAKDOWN).sort_values(["host", "device", "start_ps"], ignore_index=True)
+
+
+def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:
+    """Per device step-time statistics of ``column`` (``duration_ps`` of the steps frame or ``step_ps`` of
+    :func:`step_breakdown`): steps, mean_ps, median_ps, p90_ps (linear interpolation), min_ps, max_ps,
+    std_ps (population, ddof=0)."""
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
+    return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
+                 min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
+
+
+def collective_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+    """One row per collective (sync op, async window, or NCCL/RCCL kernel): span_ps, covered_ps (its
+    intersection with the union of compute ops on the same device), exposed_ps = span − covered,
+    overlap_ratio = covered / span (1.0 for an empty span), overlap_class: ``hidden`` when ratio ≥ ``hidden``,
+    ``exposed`` when ratio ≤ ``exposed``, else ``partial``; network_ps and net_bytes as the ops frame gives them
+    (NaN when absent). Same definition as xprof's async overlap, applied to sync collectives too."""
+    return _overlap(ops, is_collective(ops) & ~is_async_marker(ops), compute_mask(ops), hidden, exposed)
+
+
+def async_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+    """xprof's async-overlap view: every async window (collectives and copies alike) against the union of the
+    synchronous ops on its device that do work (:func:`compute_mask`, plus sync collectives). Columns as
+    :func:`collective_overlap`."""
+    win = ops["is_async"].to_numpy(bool)
+    return _overlap(ops, win, _sync(ops) & ~is_async_marker(ops), hidden, exposed)
+
+
+def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: float) -> pd.DataFrame:
+    cops = ops[rows]
+    comp = ops[cover]
+    cst, cen = comp["start_ps"].to_numpy(np.int64), _ends(comp)
+    cg = _groups(comp)
+    a, b = cops["start_ps"].to_numpy(np.int64), _ends(cops)
+    cov = np.zeros(a.size, np.int64)
+    for key, idx in _groups(cops).items():
+        ci = cg.get(key)
+        if ci is not None:
+            cov[idx] = covered(*merge(cst[ci], cen[ci]), a[idx], b[idx])
+    span = b - a
+    ratio = np.where(span > 0, cov / np.maximum(span, 1), 1.0)
+    cols = [c for c in ["host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
+                        "is_async", "start_ps"] if c in ops.columns]
+    out = cops[cols].reset_index(drop=True)
+    out["span_ps"], out["covered_ps"], out["exposed_ps"], out["overlap_ratio"] = span, cov, span - cov, ratio
+    out["overlap_class"] = np.where(ratio >= hidden, "hidden", np.where(ratio <= exposed, "exposed", "partial"))
+    for c in ("network_ps", "net_bytes", "group_size"):
+        out[c] = cops[c].to_numpy() if c in cops.columns else (np.nan if c != "group_size" else -1)
+    return out
+
+
+def modified_z(values: pd.Series) -> pd.Series:
+    """Modified z-score ``0.6745·(x − median) / MAD`` (Iglewicz–Hoaglin). When MAD is 0 the mean absolute
+    deviation is used instead, ``(x − median) / (1.253314·meanAD)``; when that is 0 too every z is 0. NaN in, NaN
+    out (NaNs are ignored for the median and MAD)."""
+    x = pd.Series(values, dtype="float64")
+    med = x.median()
+    dev = (x - med).abs()
+    mad = dev.median()
+    if mad > 0:
+        z = 0.6745 * (x - med) / mad
+    else:
+        mean_ad = dev.mean()
+        z = (x - med) / (1.253314 * mean_ad) if mean_ad > 0 else (x - med) * 0.0
+    return z.rename("z")
+
+
+def outliers(values: pd.Series, threshold: float = 3.5) -> pd.DataFrame:
+    """``value``, modified ``z`` and ``is_outlier`` (|z| > threshold) for each element of ``values``."""
+    z = modified_z(values)
+    return pd.DataFrame({"value": pd.Series(values, dtype="float64"), "z": z, "is_outlier": z.abs() > threshold})
+
+
+def straggler_devices(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
+    """``devices`` (e.g. :func:`device_summary`) with ``{metric}_z`` (modified z across all devices),
+    ``{metric}_median`` and ``is_straggler`` (z > threshold: slower, i.e. larger, than the rest)."""
+    out = devices.copy()
+    out[f"{metric}_z"] = modified_z(out[metric]).to_numpy()
+    out[f"{metric}_median"] = out[metric].median()
+    out["is_straggler"] = out[f"{metric}_z"] > threshold
+    return out
+
+
+def straggler_hosts(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
+    """Per host: the mean of ``metric`` over its devices, its modified z across hosts, and ``is_straggler``."""
+    per = devices.assign(host=devices["host"].astype(str)).groupby("host")[metric].mean().rename(metric).reset_index()
+    return straggler_devices(per, metric, threshold)

@@ -1,0 +1,3 @@
+from tracekit.cli.commands import main
+
+main()

@@ -1,0 +1,336 @@
+"""The ``tracekit`` command. Thin: every command calls the pure pipeline and a renderer.
+
+Exit codes: 0 ok; 1 a finding reached ``--fail-on`` (``analyze``) or a regression (``diff``); 2 bad input or usage
+(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import click
+
+from tracekit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, TraceError
+
+EXIT_INTERNAL = 3
+
+
+def guarded(fn):
+    """Turn TraceError into one stderr line + exit 2, and any other exception into one line + exit 3."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except TraceError as e:
+            click.echo(f"tracekit: error: {e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            sys.exit(0)
+        except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
+            if os.environ.get("TRACEKIT_DEBUG"):
+                raise
+            click.echo(f"tracekit: internal error: {type(e).__name__}: {e} (set TRACEKIT_DEBUG=1 for the traceback, "
+                       "and please report it)", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+path_arg = click.argument("path", type=click.Path(path_type=str))
+run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
+
+
+def limit_opts(fn):
+    """--max-size / --max-events: the limits a trace must stay within (the refusal message names them)."""
+    fn = click.option("--max-events", type=click.IntRange(min=1), default=None,
+                      help="Refuse traces with more events.")(fn)
+    return click.option("--max-size", type=click.IntRange(min=1), default=None,
+                        help="Refuse traces larger than this many MiB (default 8192; a .gz: decompressed).")(fn)
+
+
+def _limits(max_size, max_events) -> dict:
+    from tracekit.ingest import paths as loader
+    return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
+
+
+def _table(df, columns=None, max_width: int = 60) -> str:
+    """Plain aligned text table (what non-TTY output and tests read)."""
+    cols = columns or list(df.columns)
+    rows = [[str(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    num = [df[c].dtype.kind in "iuf" for c in cols]
+    def fmt(vals):
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
+    return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracekit")
+def main():
+    """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
+    from tracekit.run import alloc
+    alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
+
+
+@main.command()
+@path_arg
+@run_opt
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@limit_opts
+@guarded
+def info(path, run, fmt, max_size, max_events):
+    """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
+    from tracekit import load
+    from tracekit.ingest import inventory
+    tr = load(path, run=run, **_limits(max_size, max_events))
+    inv = inventory.summarize(tr)
+    if fmt == "json":
+        click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
+    else:
+        click.echo(inventory.render_text(inv))
+
+
+@main.command()
+@path_arg
+@run_opt
+@click.option("--sort", type=click.Choice(["total", "mean", "count", "share", "headroom", "efficiency", "flops",
+                                           "name"]), default="total", show_default=True)
+@click.option("--limit", type=click.IntRange(min=0), default=30, show_default=True, help="Rows to show (0 = all).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
+@limit_opts
+@guarded
+def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
+    """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
+    and the roofline columns when the chip and costs are known."""
+    from tracekit import load, pipeline
+    from tracekit.analysis import opstats
+    tr = load(path, run=run, **_limits(max_size, max_events))
+    o = pipeline.with_roofline(tr, chip=chip)
+    if device:
+        o = o[o["device"].astype(str) == device]
+        if not len(o):
+            raise TraceError(f"no ops on device {device!r}", path, "see `tracekit info` for the devices")
+    table = opstats.op_table(o, sort=sort)
+    if limit:
+        table = table.head(limit)
+    if fmt == "csv":
+        click.echo(table.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        click.echo(table.to_json(orient="records", indent=1))
+    else:
+        click.echo(_table(_format_ops(table)))
+
+
+def _format_ops(t):
+    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    out = t[["module", "op", "category", "occurrences"]].copy()
+    out["total"] = t["total_ps"].map(fmt_time)
+    out["mean"] = t["mean_ps"].map(fmt_time)
+    out["share"] = t["busy_share"].map(fmt_pct)
+    if "roofline_ps" in t.columns:
+        out["flops"] = t["flops"].map(fmt_num)
+        out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))
+        out["bound_by"] = t["bound_by"].astype(str)
+        out["efficiency"] = t["efficiency"].map(fmt_pct)
+        out["headroom"] = t["headroom_ps"].map(fmt_time)
+    return out
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename: never half a file."""
+    import tempfile
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tracekit-", dir=d)
+    except OSError as e:
+        raise TraceError(f"cannot write the output ({e.strerror})", path, "check the folder exists and is writable")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report gets the usual permissions
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):  # disk full, a folder in the way, ...: the old file is untouched
+            raise TraceError(f"cannot write the output ({e.strerror or type(e).__name__})", path,
+                             "check the free space and that the path is a writable file") from None
+        raise
+
+
+def _params(values: tuple[str, ...]) -> dict:
+    """--param RULE.NAME=VALUE (repeatable) -> {rule: {name: value}}."""
+    out: dict = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        rule, dot, name = key.partition(".")
+        if not sep or not dot or not rule or not name:
+            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50000")
+        try:
+            parsed = json.loads(val)
+        except ValueError:
+            parsed = val
+        out.setdefault(rule, {})[name] = parsed
+    return out
+
+
+@main.command()
+@path_arg
+@run_opt
+@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+              help="Write the report here; the format follows the extension (.json .md .html .sarif .txt). Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default=None,
+              help="Format of stdout (or of -o when its extension does not say).")
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
+              show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
+              help="A folder of extra rule files (*.yaml). Repeatable.")
+@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group). Repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
+@click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
+@click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@limit_opts
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
+@click.option("--dask", "dask_address", default=None, metavar="ADDR",
+              help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
+@guarded
+def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, max_size,
+            max_events, jobs, dask_address):
+    """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
+
+    Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
+    from tracekit.run import hosts
+    from tracekit.report import render
+    from tracekit.progress import Progress
+    progress = Progress()  # a status line on a terminal only
+    try:
+        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
+                            select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
+                            max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
+                            progress=progress)
+    finally:
+        progress.done()
+    texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
+    for out, text in zip(outputs, texts):  # every report rendered before any file is replaced
+        _write_atomic(out, text)
+    if not outputs or fmt:
+        stdout_fmt = render.format_for(None, fmt) if fmt else "text"
+        click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
+    if rep.fails(fail_on):
+        sys.exit(EXIT_FINDINGS)
+
+
+@main.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Record from a job that called jax.profiler.start_server(PORT).")
+@click.option("--host", default="localhost", show_default=True, help="Host of that job's profiler server.")
+@click.option("--duration-ms", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="How long to record from the server (--port).")
+@click.option("--logdir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Where the trace goes (<logdir>/plugins/profile/<run>/); default: a new temporary folder, kept.")
+@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+              help="Also write the report here; the format follows the extension (.json .md .html .sarif .txt). "
+                   "Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default="text",
+              show_default=True, help="Format of the report on stdout.")
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
+              show_default=True, help="Exit 1 when a finding reaches this severity.")
+@click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@guarded
+def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, command):
+    """Record a trace and analyze it: from a running job (--port), or by running a script under the profiler.
+
+    \b
+      tracekit capture --port 9999 --duration-ms 3000 --logdir logs -o report.html
+      tracekit capture --logdir logs -o report.json -- python train.py --steps 100
+
+    With a command, its exit status is passed through when it is not 0 (the report is still shown when a trace
+    was written)."""
+    from tracekit import pipeline
+    from tracekit.run import capture as cap
+    from tracekit.report import render
+    if port is not None and command:
+        raise TraceError("give --port or a command after --, not both")
+    if port is None and not command:
+        raise TraceError("nothing to capture", hint="give --port PORT (a running job) or -- python script.py ARGS")
+    out_fmts = [render.format_for(out, None) for out in outputs]  # bad extensions fail before capturing
+    rc = 0
+    if port is not None:
+        run_dir = cap.remote(port, duration_ms, logdir, host=host)
+    else:
+        rc, run_dir, d = cap.run_script(list(command), logdir)
+        if run_dir is None:
+            if rc:
+                click.echo(f"tracekit: error: the command exited with status {rc} and wrote no trace", err=True)
+                sys.exit(rc)
+            raise TraceError("the command ran no JAX computation while traced: no trace was written", d,
+                             "check that the script runs jitted code (and does not end with os._exit)")
+    click.echo(f"tracekit: trace in {run_dir}", err=True)
+    rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
+    texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
+    for out, text in zip(outputs, texts):
+        _write_atomic(out, text)
+    click.echo(render.render(rep, render.format_for(None, fmt), top=top, color=sys.stdout.isatty()), nl=False)
+    if rc:
+        sys.exit(rc)
+    if rep.fails(fail_on):
+        sys.exit(EXIT_FINDINGS)
+
+
+@main.command("diff")
+@click.argument("base", type=click.Path(path_type=str))
+@click.argument("new", type=click.Path(path_type=str))
+@run_opt
+@click.option("--threshold", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Relative slowdown of an op's mean time (or of the mean step time) that is a regression.")
+@click.option("--min-time", "min_time_ps", type=click.IntRange(min=0), default=1_000_000, show_default=True,
+              help="...and by at least this many picoseconds per execution (default 1 us).")
+@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+              help="Write the comparison here; the format follows the extension (.json .md .txt). Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default=None,
+              help="Format of stdout (or of -o when its extension does not say).")
+@click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True, help="Rows per table.")
+@limit_opts
+@guarded
+def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size, max_events):
+    """Compare two traces of the same program: ops matched by (module, op), else by (opcode, shape); per-op mean
+    time and mean step time; regressions, improvements, and ops only on one side.
+
+    Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
+    from tracekit import load
+    from tracekit.analysis import diff as diff_mod
+    from tracekit.report import render
+    formats = [diff_mod.check_format(render.format_for(out, fmt if len(outputs) == 1 and fmt else None))
+               for out in outputs]
+    base_tr, new_tr = (load(p, run=run, **_limits(max_size, max_events)) for p in (base, new))
+    d = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run)
+    texts = [diff_mod.render(d, out_fmt, top=top) for out_fmt in formats]
+    for out, text in zip(outputs, texts):
+        _write_atomic(out, text)
+    if not outputs or fmt:
+        click.echo(diff_mod.render(d, render.format_for(None, fmt), top=top), nl=False)
+    if d.failed:
+        sys.exit(EXIT_FINDINGS)
+
+
+from tracekit.cli import reference as cli_reference  # noqa: E402,F401  (registers chips, calibrate, rules)
+
+if __name__ == "__main__":
+    main()

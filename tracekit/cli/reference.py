@@ -1,0 +1,103 @@
+"""Reference commands: ``tracekit chips``, ``tracekit calibrate``, ``tracekit rules [explain ID]``."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from tracekit.cli.commands import _table, guarded, main
+from tracekit.errors import TraceError
+
+
+@main.command("chips")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--sources", is_flag=True, help="Show where every number comes from.")
+@guarded
+def chips_cmd(fmt, sources):
+    """The chip table: peak FLOP/s per dtype, HBM, interconnect — every number with its source."""
+    from tracekit.model import chips
+    df = chips.chips_frame()
+    if fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+        return
+    if fmt == "json" or sources:
+        recs = []
+        for c in chips.table() + [chips.get("cpu")]:
+            recs.append({"name": c.name, "vendor": c.vendor, "family": c.family,
+                         "peak_flops_per_s": c.peak_flops_per_s, "hbm_bytes": c.hbm_bytes,
+                         "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
+                         "links": c.links, "topology": c.topology, "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s,
+                         "estimated": c.estimated, "sources": c.sources})
+        if fmt == "json":
+            click.echo(json.dumps(recs, indent=1, default=str))
+            return
+        for r in recs:
+            click.echo(f"{r['name']}:")
+            for k, v in sorted(r["sources"].items()):
+                click.echo(f"  {k:<28} {v}")
+        return
+    from tracekit.units import fmt_num
+    out = df[["name", "vendor"]].copy()
+    for c in ("peak_bf16_flops_per_s", "peak_f32_flops_per_s", "peak_int8_flops_per_s"):
+        if c in df:
+            out[c.replace("peak_", "").replace("_flops_per_s", " FLOP/s")] = df[c].map(fmt_num)
+    out["HBM"] = df["hbm_bytes"].map(lambda b: fmt_num(b, "B"))
+    out["HBM B/s"] = df["hbm_bw_bytes_per_s"].map(fmt_num)
+    out["link B/s (one-way)"] = df["link_bw_bytes_per_s"].map(fmt_num)
+    out["topology"] = df["topology"].astype(str)
+    click.echo(_table(out))
+    click.echo("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace has them")
+
+
+@main.command()
+@click.option("--seconds", type=click.FloatRange(1, 120), default=5.0, show_default=True,
+              help="Time budget for the measurements.")
+@click.option("--path", type=click.Path(dir_okay=False), default=None,
+              help="Where to store the result (default: $TRACEKIT_HOME or ~/.config/tracekit/cpu_chip.json).")
+@guarded
+def calibrate(seconds, path):
+    """Measure this machine's matmul FLOP/s (f32, bf16) and memory bandwidth for CPU traces."""
+    from tracekit.model import calibrate as cal
+    from tracekit.units import fmt_num
+    chip = cal.calibrate(seconds=seconds, path=path)
+    for k, v in sorted(chip.peak_flops_per_s.items()):
+        click.echo(f"{k:>5} matmul: {fmt_num(v, 'FLOP/s')}")
+    click.echo(f"memory bandwidth: {fmt_num(chip.hbm_bw_bytes_per_s, 'B/s')}")
+    click.echo(f"stored in {cal.calibration_path(path)}; CPU traces now use these peaks")
+
+
+
+@main.group("rules", invoke_without_command=True)
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
+              help="Also list the rules in this folder. Repeatable.")
+@click.pass_context
+@guarded
+def rules_cmd(ctx, rules_dirs):
+    """List the rules: id, name, severity, groups, what it reads, and its parameters."""
+    ctx.ensure_object(dict)
+    ctx.obj["rules_dirs"] = rules_dirs
+    if ctx.invoked_subcommand:
+        return
+    from tracekit.analysis import rules
+    rs = rules.load_rules(extra_dirs=rules_dirs)
+    import pandas as pd
+    df = pd.DataFrame([{"id": r.id, "name": r.name, "severity": r.severity, "groups": ",".join(r.groups),
+                        "frame": r.frame, "params": ", ".join(f"{k}={p.default}" for k, p in r.params.items())}
+                       for r in rs])
+    click.echo(_table(df, max_width=70))
+    click.echo("\n`tracekit rules explain ID` for one rule; docs/rules.md has them all")
+
+
+@rules_cmd.command("explain")
+@click.argument("rule_id")
+@click.pass_context
+@guarded
+def rules_explain(ctx, rule_id):
+    """Print one rule's documentation (by id or name)."""
+    from tracekit.analysis import rules
+    from tracekit.report import rulesdoc
+    rs = rules.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ()))
+    hit = [r for r in rs if rule_id in (r.id, r.name)]
+    if not hit:
+        raise TraceError(f"no rule {rule_id!r}", hint="`tracekit rules` lists them")
+    click.echo(rulesdoc.render_rule(hit[0]))

@@ -1,0 +1,349 @@
+"""``tracekit.load(path) -> Trace``: the loader's public face. Resolves the path, decodes each host's XSpace,
+extracts the frames (:mod:`tracekit.ingest.frames`), decodes the HLO (:mod:`tracekit.ingest.hlo`), and joins them:
+module names by program id, HLO opcode and category per op, async windows, run ids, steps."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit import schema
+from tracekit.ingest import frames
+from tracekit.ingest import hlo
+from tracekit.ingest import paths as _load
+from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
+from tracekit.analysis.intervals import contain as _contain, frame_order as _order, sorted_frame as _sorted
+from tracekit.errors import TraceError
+
+ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
+                  "reduce-scatter", "all-to-all", "collective-broadcast")
+
+
+@dataclass
+class Trace:
+    ops: pd.DataFrame
+    hlo: pd.DataFrame
+    modules: pd.DataFrame
+    steps: pd.DataFrame
+    lines: pd.DataFrame
+    devices: pd.DataFrame
+    host_events: pd.DataFrame = None
+    hlo_modules: list = field(default_factory=list)
+    device_stats: dict = field(default_factory=dict)
+    hosts: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def has_hlo(self) -> bool:
+        return len(self.hlo) > 0
+
+    @property
+    def device_ops(self) -> pd.DataFrame:
+        """Synchronous op executions only (async windows overlap the ops that run inside them)."""
+        return self.ops[~self.ops["is_async"]]
+
+
+def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+         max_events: int | None = None) -> Trace:
+    """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``)."""
+    files = _load.resolve(path, run)
+    parts = []
+    warnings: list[str] = []
+    for hf in files:
+        parts.append(load_host(hf, warnings, max_bytes=max_bytes, max_events=max_events,
+                               use_hostname=len(files) == 1))
+    tr = _combine(parts, warnings)
+    tr.paths = [str(f.path) for f in files]
+    return tr
+
+
+def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+              max_events: int | None = None, use_hostname: bool = False) -> dict:
+    """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
+    name the host as the trace does rather than by its file name."""
+    planes, hostnames = _load.load_space(hf, max_bytes)
+    if max_events is not None:
+        n = sum(line.n_events for p in planes for line in p.lines)
+        if n > max_events:
+            raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
+                             "raise it with --max-events (or max_events=None)")
+    return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+
+
+def _host(planes, host: str, warnings: list[str]) -> dict:
+    ex = frames.extract(planes, host, warnings)
+    mods = _hlo_modules(planes, warnings)
+    for p in planes:  # the decoded event columns are in the frames now: free them before the joins
+        p.lines = []
+    h = hlo.hlo_frame(mods)
+    ops = ex["ops"]
+    devs = pd.DataFrame([{k: d[k] for k in ("host", "device", "device_kind", "plane")} for d in ex["devices"]],
+                        columns=["host", "device", "device_kind", "plane"])
+    dstats = {(d["host"], d["device"]): d["stats"] for d in ex["devices"]}
+    op_devices = set(ops["device"].cat.categories) if len(ops) else set()
+    if any(str(d).startswith("CPU") for d in op_devices):
+        cpu = sorted({str(d) for d in op_devices} - set(devs["device"]), key=_dev_key)
+        devs = pd.concat([devs, pd.DataFrame({"host": host, "device": cpu, "device_kind": "cpu", "plane": "/host:CPU"})])
+        for d in cpu:
+            dstats[(host, d)] = {}
+    # module names by program id (HLO metadata and XLA Modules lines)
+    names = {m.program_id: m.name for m in mods}
+    mx = ex["modules"]
+    for name, pid in unique_rows(mx, ["module", "program_id"])[1] if len(mx) else []:
+        names.setdefault(int(pid), str(name))
+    ops = _fill_modules(ops, names)
+    asyncs = _fill_modules(ex["async"], names)
+    ops = _join_hlo(ops, h)
+    asyncs = _join_hlo(asyncs, h)
+    if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
+        parts = [ops, *_async_windows(ops, asyncs, h)]
+        ops = concat_frames(parts, order=_order(parts))
+    kinds = dict(zip(devs["device"], devs["device_kind"]))
+    dinv, drows = unique_rows(ops, ["device"])
+    ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
+    if not len(mx):
+        mx = _module_runs(ops, host)
+    ops = _assign_runs(ops, mx)
+    steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
+    ops = _assign_steps(ops, steps)
+    _consistency_warnings(ops, h, host, warnings)
+    return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
+            "host_events": ex["host_events"],
+            "hlo_modules": mods, "device_stats": dstats, "host": host}
+
+
+def _hlo_modules(planes, warnings: list[str]) -> list:
+    """The HLO modules of every ``/host:metadata`` plane (a file may hold the plane twice), each once."""
+    mods, seen = [], set()
+    for p in planes:
+        if p.name == "/host:metadata":
+            for m in hlo.modules_from_plane(p.head, warnings):
+                if (m.name, m.program_id) not in seen:
+                    seen.add((m.name, m.program_id))
+                    mods.append(m)
+    return mods
+
+
+#: Devices of one host whose ops lie further apart than this from all the others' suggest a clock offset.
+CLOCK_GAP_PS = 1_000_000_000_000  # 1 s
+#: Share of op time that did not join to the HLO (when the trace has HLO) worth a warning.
+UNJOINED_SHARE = 0.001
+_HLO_SOURCES = ("xla_ops", "gpu_kernel", "cpu_thunk")
+
+
+def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warnings: list[str]) -> None:
+    """Warn about what makes the analysis less trustworthy: devices whose time ranges lie apart (clock offset),
+    ops that did not join to the trace's HLO, device ops without any HLO."""
+    if not len(ops):
+        return
+    sync = ~ops["is_async"].to_numpy(bool)
+    codes, devs = codes_of(ops["device"])
+    start = ops["start_ps"].to_numpy()
+    dur = ops["duration_ps"].to_numpy()
+    if len(devs) > 1:
+        # first start and last end of each device's sync ops (one run of rows per device in a sorted frame)
+        first: dict = {}
+        last: dict = {}
+        for d, rows in runs(codes):
+            ok = sync[rows]
+            if not ok.any():
+                continue
+            s_ = start[rows][ok]
+            lo_, hi_ = s_.min(), (s_ + dur[rows][ok]).max()
+            first[d], last[d] = min(first.get(d, lo_), lo_), max(last.get(d, hi_), hi_)
+        lo, hi = pd.Series(first, dtype="int64").sort_index(), pd.Series(last, dtype="int64").sort_index()
+        far = []
+        for d in lo.index:
+            others_lo, others_hi = lo.drop(d), hi.drop(d)
+            if not len(others_lo):
+                continue
+            gap = max(int(lo[d]) - int(others_hi.max()), int(others_lo.min()) - int(hi[d]), 0)
+            if gap > CLOCK_GAP_PS:
+                far.append((str(devs[d]), gap))
+        if far:
+            worst = max(g for _, g in far)
+            warnings.append(f"{host}: the ops of {', '.join(d for d, _ in far)} lie up to {worst / 1e12:.3g} s apart "
+                            "from the other devices' (a clock offset between devices?): cross-device comparisons "
+                            "(collectives, overlap, steps) may be off")
+    src_codes, srcs = codes_of(ops["source"])
+    real = sync & np.isin(src_codes, [i for i, v in enumerate(srcs) if v in _HLO_SOURCES])
+    total = int(dur[real].sum())
+    if not real.any() or total <= 0:
+        return
+    if len(h):
+        missed = real & ~ops["in_hlo"].to_numpy(bool)
+        share = int(dur[missed].sum()) / total
+        if share > UNJOINED_SHARE:
+            warnings.append(f"{host}: {share:.1%} of op time ({int(missed.sum()):,} op executions) did not match an "
+                            "instruction of the trace's HLO (ops not in their module's HLO, or HLO of another "
+                            "program): those ops have no HLO category or cost")
+    elif not np.isfinite(ops["trace_flops"].to_numpy(float)[real]).all():
+        warnings.append(f"{host}: the trace holds no HLO (no 'Hlo Proto' in a /host:metadata plane): ops without "
+                        "cost stats of their own have no FLOPs/bytes, so no roofline")
+
+
+def _dev_key(d: str):
+    kind, _, num = d.partition(":")
+    return (kind, int(num) if num.isdigit() else 0)
+
+
+def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """Rows without a module name get it from their program id (one lookup per distinct pair)."""
+    if not len(ops):
+        return ops
+    inv, rows = unique_rows(ops, ["module", "program_id"])
+    return with_columns(ops, {"module": cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)})
+
+
+def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
+    """opcode and category from the HLO instruction each op ran (joined on program id and instruction name, once
+    per distinct pair); ``in_hlo`` says which rows joined."""
+    if not len(ops):
+        return ops
+    table = {}
+    if len(h):
+        top = h[~h["is_fusion_computation"]]
+        table = {(int(p), n): (o, c) for p, n, o, c in zip(top["program_id"], top["name"], top["opcode"].astype(str),
+                                                           top["category"].astype(str))}
+    inv, rows = unique_rows(ops, ["program_id", "op", "opcode", "category", "source"])
+    out = []
+    for pid, op, opc, cat, src in rows:
+        hit = table.get((int(pid), op or ""))
+        if hit:
+            opc, cat = hit[0], (cat or hit[1])
+        cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
+        out.append((bool(hit), opc or "", cat))
+    return with_columns(ops, {"in_hlo": np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool),
+                              "opcode": cat_from([o[1] for o in out], inv),
+                              "category": cat_from([o[2] for o in out], inv)})
+
+
+def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> list[pd.DataFrame]:
+    """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
+    paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
+    device. A tie in time pairs the start with the done (a zero-length copy). Returns the frames of windows
+    (the caller concatenates them with the ops once)."""
+    have = {str(d) for d in asyncs["device"].unique()} if len(asyncs) else set()
+    base = cat_apply(ops["source"], lambda v: v == "xla_ops").astype(bool) & \
+        ~cat_apply(ops["device"], lambda v: v in have).astype(bool)
+    s_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-start")).astype(bool))[0]
+    d_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-done")).astype(bool))[0]
+    if not len(s_idx) or not len(d_idx):
+        return [asyncs]
+    done_to_start = hlo.done_to_start(h) if len(h) else {}
+    names: dict = {}
+    key_cols = ops[["device", "program_id", "op"]]  # a narrow view: the row selections below copy three columns
+    sinv, srows = unique_rows(key_cols.iloc[s_idx], ["device", "program_id", "op"])
+    skey = np.array([names.setdefault((d, int(p), o), len(names)) for d, p, o in srows], np.int64)[sinv]
+    dinv, drows = unique_rows(key_cols.iloc[d_idx], ["device", "program_id", "op"])
+    dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
+                     for d, p, o in drows], np.int64)[dinv]
+    t = ops["start_ps"].to_numpy()
+    end = t + ops["duration_ps"].to_numpy()
+    st, dt, de = t[s_idx], t[d_idx], end[d_idx]
+    keep_s, keep_end = [], []
+    dorder = np.lexsort((dt, dkey))
+    dk_sorted = dkey[dorder]
+    for k in np.unique(skey):
+        rows = np.nonzero(skey == k)[0]
+        lo, hi = np.searchsorted(dk_sorted, k, "left"), np.searchsorted(dk_sorted, k, "right")
+        if lo == hi:
+            continue
+        grp = dorder[lo:hi]
+        pos = np.searchsorted(dt[grp], st[rows], "left")
+        ok = pos < len(grp)
+        keep_s.append(rows[ok])
+        keep_end.append(de[grp[pos[ok]]])
+    if not keep_s:
+        return [asyncs]
+    rows = np.concatenate(keep_s)
+    order = np.argsort(rows, kind="stable")
+    rows, ends = rows[order], np.concatenate(keep_end)[order]
+    win = ops.iloc[s_idx[rows]]
+    win = with_columns(win.reset_index(drop=True), {
+        "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
+        "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
+        "line": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["XLA Ops"])})
+    return [asyncs, schema.conform(win, schema.OPS)]
+
+
+def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
+    """Module executions derived from ops that carry a run id (XLA:CPU): one per (device, module, run id)."""
+    o = ops[ops["source"] == "cpu_thunk"]  # XLA:CPU run ids can be negative: every value is real
+    if not len(o):
+        return schema.empty(schema.MODULES)
+    g = o.assign(end=o["start_ps"] + o["duration_ps"]).groupby(["device", "module", "program_id", "run_id"],
+                                                                 observed=True)
+    r = g.agg(start_ps=("start_ps", "min"), end=("end", "max")).reset_index()
+    r["duration_ps"] = r["end"] - r["start_ps"]
+    r["host"] = host
+    return schema.conform(r.drop(columns="end"), schema.MODULES, extra=False)
+
+
+def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
+    """TPU ops get the run id of the module execution (``XLA Modules`` line) that contains them."""
+    tpu = cat_apply(ops["source"], lambda v: v in ("xla_ops", "async_xla_ops", "async_pair")).astype(bool) \
+        if len(ops) else None
+    if not len(ops) or not len(mx) or not tpu.any():
+        return ops
+    run = ops["run_id"].to_numpy().copy()
+    run[tpu] = _contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
+    return with_columns(ops, {"run_id": run})
+
+
+def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
+    if len(dev_steps):
+        return dev_steps
+    devices = sorted({str(d) for d in ops["device"].unique()}, key=_dev_key) if len(ops) else []
+    if len(host_steps) and devices:
+        rep = pd.concat([host_steps.assign(device=d) for d in devices], ignore_index=True)
+        return schema.conform(rep.sort_values(["device", "start_ps"]), schema.STEPS)
+    if len(mx):
+        # the module that holds the most device time stands for a step, one per execution
+        codes, names = codes_of(ops["module"])
+        sync = ~ops["is_async"].to_numpy(bool) & (codes >= 0)
+        busy = np.bincount(codes[sync], weights=ops["duration_ps"].to_numpy()[sync], minlength=len(names))
+        busy[np.bincount(codes[sync], minlength=len(names)) == 0] = -1  # modules with no sync op never win
+        if sync.any():
+            top = names[int(np.argmax(busy))]  # first of the largest, as idxmax
+            m = mx[mx["module"].astype(str) == str(top)].sort_values(["device", "start_ps"]).copy()
+            m["step"] = m.groupby("device", observed=True).cumcount()
+            m["step_source"] = "module_execution"
+            return schema.conform(m, schema.STEPS, extra=False)
+    return schema.empty(schema.STEPS)
+
+
+def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    if len(ops) and len(steps):
+        ops = with_columns(ops, {"step": _contain(ops, steps, "step")})
+    return ops
+
+
+def _combine(parts: list[dict], warnings: list[str]) -> Trace:
+    def cat(key, sch):
+        frames_ = [p[key] for p in parts if len(p[key])]
+        if not frames_:
+            return schema.empty(sch)
+        return schema.conform(concat_frames(frames_), sch)
+
+    seen, mods = set(), []
+    for p in parts:
+        for m in p["hlo_modules"]:
+            if (m.name, m.program_id) not in seen:
+                seen.add((m.name, m.program_id))
+                mods.append(m)
+    h = [p["hlo"] for p in parts if len(p["hlo"])]
+    hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
+    ops = cat("ops", schema.OPS)
+    ops = _sorted(ops)
+    devs = pd.concat([p["devices"] for p in parts], ignore_index=True)
+    dstats = {}
+    for p in parts:
+        dstats.update(p["device_stats"])
+    return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
+                 steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
+                 host_events=cat("host_events", schema.HOST_EVENTS),
+                 hlo_modules=mods, device_stats=dstats, hosts=[p["host"] for p in parts], warnings=warnings)

@@ -1,0 +1,246 @@
+"""Measure this machine's CPU: achievable matmul FLOP/s (f32, bf16) and memory bandwidth, stored as a chip entry.
+
+``calibrate()`` times a jitted square matmul with JAX on the CPU (numpy for f32 when JAX is missing), sized so one
+run takes ~50-200 ms and keeping the best of several runs, and a numpy copy of a large array (bytes = read + write,
+the STREAM "copy" convention: write-allocate traffic is not counted). The result is written atomically as JSON to
+``path``, else ``$TRACEKIT_HOME/cpu_chip.json``, else ``$XDG_CONFIG_HOME/tracekit/cpu_chip.json`` (default
+``~/.config``). :func:`tracekit.model.chips.detect` uses it for CPU traces; without one it uses :func:`estimate_cpu`, a
+rough entry from the core count.
+
+These are achieved rates, not theoretical peaks: a CPU trace's ops are compared against what this machine can
+actually reach. They hold for the machine they were measured on only.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tracekit.model.chips import NAN, Chip
+from tracekit.errors import TraceError
+
+FILE_NAME = "cpu_chip.json"
+FORMAT_VERSION = 1
+TARGET_S = 0.1  # aim for one matmul of ~100 ms
+MIN_N, MAX_N = 128, 4096
+COPY_BYTES = 256 * 2**20
+
+#: Conservative CPU defaults when no calibration exists: two 256-bit FMA pipes (2 x 8 f32 lanes x 2 FLOP = 32
+#: FLOP/cycle) at 2.0 GHz per core, and ~12 GB/s of DRAM copy bandwidth per core, capped at 100 GB/s per host.
+CPU_F32_FLOPS_PER_CORE = 32 * 2.0e9
+CPU_BW_BYTES_PER_S_PER_CORE = 1.2e10
+CPU_BW_BYTES_PER_S_MAX = 1.0e11
+
+
+def calibration_path(path=None) -> Path:
+    """Where the calibration lives: ``path``, ``$TRACEKIT_HOME/cpu_chip.json`` or the user config folder."""
+    if path is not None:
+        return Path(path)
+    home = os.environ.get("TRACEKIT_HOME")
+    if home:
+        return Path(home) / FILE_NAME
+    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(config) / "tracekit" / FILE_NAME
+
+
+def _best(fn, budget_s: float, min_runs: int = 2, max_runs: int = 20) -> float:
+    """Best wall time of ``fn()`` over runs that fit in ``budget_s`` (at least ``min_runs``)."""
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < min_runs or (spent < budget_s and runs < max_runs):
+        t = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t
+        best, spent, runs = min(best, dt), spent + dt, runs + 1
+    return best
+
+
+def _copy_bandwidth(budget_s: float) -> tuple[float, dict]:
+    n = COPY_BYTES // 8
+    src = np.ones(n, dtype=np.float64)
+    dst = np.zeros_like(src)  # touch every page before timing
+    np.copyto(dst, src)
+    t = _best(lambda: np.copyto(dst, src), budget_s, min_runs=3)
+    return 2 * src.nbytes / t, {"array_bytes": int(src.nbytes), "best_s": t}
+
+
+def _matmul_rate(make_run, budget_s: float) -> tuple[float, dict]:
+    """Best FLOP/s of ``make_run(n)()`` (a square n x n matmul), growing n until one run takes ~TARGET_S."""
+    deadline = time.perf_counter() + budget_s
+    n = 256
+    for _ in range(4):
+        run = make_run(n)
+        run()  # compile / warm up
+        t = _best(run, 0.0, min_runs=1)
+        want = int(n * (TARGET_S / max(t, 1e-6)) ** (1 / 3)) // 128 * 128
+        want = max(MIN_N, min(MAX_N, want))
+        if t >= TARGET_S / 2 or want <= n or time.perf_counter() + 4 * t * (want / n) ** 3 > deadline:
+            break
+        n = want
+    left = max(deadline - time.perf_counter(), 0.0)
+    t = min(t, _best(run, left, min_runs=1))
+    return 2.0 * n**3 / t, {"n": n, "best_s": t}
+
+
+def _jax_runner(dtype_name: str):
+    import jax
+    import jax.numpy as jnp
+
+    cpu = jax.devices("cpu")[0]
+    dtype = getattr(jnp, dtype_name)
+    mm = jax.jit(lambda a, b: a @ b)
+
+    def make(n):
+        a = jax.device_put(jnp.ones((n, n), dtype) * 0.5, cpu)
+        b = jax.device_put(jnp.ones((n, n), dtype) * 0.25, cpu)
+        return lambda: mm(a, b).block_until_ready()
+
+    return make
+
+
+def _numpy_runner(n):
+    a = np.full((n, n), 0.5, dtype=np.float32)
+    b = np.full((n, n), 0.25, dtype=np.float32)
+    return lambda: a @ b
+
+
+def _processor() -> str:
+    """platform.processor(), else the model name from /proc/cpuinfo, else the machine type."""
+    name = platform.processor()
+    if not name:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+        except OSError:
+            name = ""
+    return name or platform.machine() or "unknown"
+
+
+def measure(seconds: float = 5.0) -> dict:
+    """Run the measurements (about ``seconds`` plus JAX's import and compile time) and return the record."""
+    seconds = max(float(seconds), 0.1)
+    bw, bw_detail = _copy_bandwidth(0.15 * seconds)
+    flops, details, engines = {}, {"copy": bw_detail}, {}
+    try:
+        import jax  # noqa: F401
+
+        for d in ("float32", "bfloat16"):
+            key = "f32" if d == "float32" else "bf16"
+            flops[key], details[key] = _matmul_rate(_jax_runner(d), 0.4 * seconds)
+            engines[key] = f"jax {jax.__version__} jit matmul"
+    except ImportError:
+        flops["f32"], details["f32"] = _matmul_rate(_numpy_runner, 0.8 * seconds)
+        engines["f32"] = f"numpy {np.__version__} matmul"
+    return {
+        "version": FORMAT_VERSION,
+        "measured_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "processor": _processor(),
+        "cpu_count": os.cpu_count() or 1,
+        "platform": platform.platform(),
+        "peak_flops_per_s": flops,
+        "hbm_bw_bytes_per_s": bw,
+        "engines": engines,
+        "details": details,
+    }
+
+
+def _write_atomic(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".cpu_chip.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def calibrate(seconds: float = 5.0, path=None) -> Chip:
+    """Measure this machine, store the result (atomically) and return it as a :class:`~tracekit.model.chips.Chip`."""
+    record = measure(seconds)
+    target = calibration_path(path)
+    try:
+        _write_atomic(target, record)
+    except OSError as e:
+        raise TraceError(f"cannot write the calibration: {e.strerror or e}", str(target),
+                         "set TRACEKIT_HOME to a writable folder")
+    return _to_chip(record, target)
+
+
+def load_calibration(path=None) -> Chip | None:
+    """The stored calibration as a Chip, or None when there is none. A corrupt file raises TraceError."""
+    target = calibration_path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise TraceError(f"cannot read the calibration: {e.strerror or e}", str(target))
+    try:
+        record = json.loads(text)
+        return _to_chip(record, target)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TraceError(f"corrupt calibration file ({e})", str(target), "delete it or run `tracekit calibrate` again")
+
+
+def _to_chip(record: dict, path: Path) -> Chip:
+    if record.get("version") != FORMAT_VERSION:
+        raise ValueError(f"format version {record.get('version')!r}, expected {FORMAT_VERSION}")
+    flops = {k: float(v) for k, v in record["peak_flops_per_s"].items()}
+    if not flops or not all(v > 0 for v in flops.values()):
+        raise ValueError("no positive FLOP/s")
+    bw = float(record["hbm_bw_bytes_per_s"])
+    if not bw > 0:
+        raise ValueError("no positive bandwidth")
+    on = f"{record['processor']}/{record['cpu_count']} cpus"
+    how = f"calibration: measured {record['measured_at']} on {on} ({path})"
+    chip = _cpu(f"cpu ({record['cpu_count']} cores, calibrated)", flops, bw, how,
+                how + " (numpy copy, bytes = read + write)", estimated=False)
+    engines = record.get("engines", {})
+    for d in flops:
+        if d in engines:
+            chip.sources[f"peak_flops_per_s.{d}"] = f"{how} ({engines[d]})"
+    return chip
+
+
+def estimate_cpu() -> Chip:
+    """A rough entry for this host's CPU from ``os.cpu_count()``, used until ``tracekit calibrate`` has run."""
+    n = os.cpu_count() or 1
+    f32 = n * CPU_F32_FLOPS_PER_CORE
+    bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
+    hint = "run `tracekit calibrate` to measure"
+    how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
+    bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
+    return _cpu(f"cpu ({n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how, bw_how, estimated=True)
+
+
+def _cpu(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bool) -> Chip:
+    src = {f"peak_flops_per_s.{d}": how for d in flops}
+    if "bf16" in flops and estimated:
+        src["peak_flops_per_s.bf16"] = how + " (bf16 dots assumed no faster than f32 on CPU)"
+    try:
+        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        src["hbm_bytes"] = "estimate: physical memory (os.sysconf)"
+    except (ValueError, OSError, AttributeError):
+        ram = NAN
+        src["hbm_bytes"] = "unknown: os.sysconf not available"
+    src["hbm_bw_bytes_per_s"] = bw_how
+    shared = "estimate: virtual CPU devices share host memory, so collectives are memory copies at DRAM bandwidth"
+    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a",
+               host_link_bw_bytes_per_s="estimate: a CPU device's 'host' is its own memory: DRAM bandwidth")
+    return Chip(name=name, vendor="cpu", family="cpu", peak_flops_per_s=dict(flops), hbm_bytes=ram,
+                hbm_bw_bytes_per_s=bw, link_bw_bytes_per_s=bw, links=1, topology="shared-memory",
+                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"),
+                host_link_bw_bytes_per_s=bw)

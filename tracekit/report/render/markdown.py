@@ -1,0 +1,246 @@
+"""Markdown for pull-request comments (GitHub-flavoured): a headline summary, the findings by savings, the top ops
+with their roofline columns (units in the headers), and a collapsible ``<details>`` per finding with its fix and
+evidence. Deterministic: the output depends only on the report's data.
+
+Every piece of trace text (op and kernel names hold ``<``, ``&``, ``|``, ``*``) is escaped for both Markdown
+and the HTML that GitHub lets through."""
+from __future__ import annotations
+
+import html
+
+from tracekit.units import fmt_num, fmt_pct, fmt_time
+
+EXTENSIONS = (".md", ".markdown")
+MAX_CELL = 70
+EVIDENCE_ROWS = 10
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|~"})
+_TIME_UNITS = (("s", 1e12), ("ms", 1e9), ("µs", 1e6), ("ns", 1e3), ("ps", 1.0))
+_SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0))
+OPS_NOTE = ("Efficiency is roofline time / measured time (100% = at the roofline); headroom is the time a perfect "
+            "op would save; intensity is FLOPs per byte accessed.")
+_SEVERITY_MARK = {"error": "🔴 error", "warning": "🟠 warning", "info": "🔵 info"}
+
+
+def esc(text, limit: int | None = MAX_CELL) -> str:
+    """Trace text made safe for a Markdown table cell: HTML-escaped, Markdown specials backslash-escaped,
+    newlines folded, cut to ``limit`` characters."""
+    s = " ".join(str(text).split())
+    if limit and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return html.escape(s, quote=False).translate(_MD_SPECIAL)
+
+
+def code(text, in_table: bool = True) -> str:
+    """A code span (shown verbatim: no entity or backslash escapes apply inside it; in a table a ``|`` still
+    needs its backslash)."""
+    s = " ".join(str(text).split())
+    tick = "``" if "`" in s else "`"
+    s = s.replace("|", "\\|") if in_table else s
+    return f"{tick} {s} {tick}" if tick == "``" else f"`{s}`"
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """A GFM table; ``right`` holds the indices of right-aligned (numeric) columns. Cells must be escaped."""
+    align = ["---:" if i in right else "---" for i in range(len(headers))]
+    return ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"] + \
+        ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def column_unit(values, units=_SI) -> tuple[str, float]:
+    """One prefix for a whole column, chosen from its largest value: (prefix, divisor)."""
+    vals = [abs(float(v)) for v in values if isinstance(v, (int, float)) and v]
+    top = max(vals, default=0.0)
+    for name, div in units:
+        if top >= div:
+            return name, div
+    return units[-1]
+
+
+def _scaled(v, div: float) -> str:
+    if v is None:
+        return "—"
+    x = float(v) / div
+    if x and abs(x) < 0.0005:
+        return "<0.001"
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def headline(d: dict) -> list[str]:
+    s = d["summary"]
+    lines = []
+    for c in d.get("chips") or []:
+        src = (c.get("sources") or {}).get("peak_flops_per_s.bf16") or \
+            (c.get("sources") or {}).get("peak_flops_per_s.f32") or ""
+        peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in (c.get("peak_flops_per_s") or {}).items()
+                          if k in ("bf16", "f32"))
+        est = " — **estimated peaks** (run `tracekit calibrate`)" if c.get("estimated") else ""
+        lines.append(f"- **Chip:** {esc(c['name'], None)} × {len(c.get('devices') or [])}; {peaks}; memory "
+                     f"{fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')} (peaks from {esc(src.split(':')[0], None)})"
+                     f"{est}")
+    prof = s.get("profiled_ps") or 0
+    lines.append(f"- **Profiled:** {fmt_time(prof)} of device time on {s['devices']} device(s); **busy** "
+                 f"{fmt_time(s['busy_ps'])} ({fmt_pct(s['busy_ps'] / prof if prof else None)}), **idle** "
+                 f"{fmt_time(s['idle_ps'])} ({fmt_pct(s['idle_ps'] / prof if prof else None)})")
+    steps = f"{s['steps']} step(s) from {esc(', '.join(s['step_source']), None)}" if s.get("steps") else "no steps"
+    lines.append(f"- **Steps:** {steps}")
+    by = s.get("time_by_bound_ps") or {}
+    tot = sum(by.values()) or 1
+    bound = ", ".join(f"{esc(k, None)} {fmt_pct(v / tot)}" for k, v in sorted(by.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines.append(f"- **Roofline coverage:** {fmt_pct(s.get('roofline_coverage'))} of op time"
+                 + (f" (time by bound: {bound})" if bound else "")
+                 + ("" if s.get("hlo_present") else " — no HLO in this trace: ops are kernels, with no roofline"))
+    if s.get("findings"):
+        lines.append(f"- **Findings:** {s['findings']}, together claiming {fmt_time(s.get('claimed_savings_ps'))} "
+                     f"({fmt_pct(s['claimed_savings_ps'] / prof if prof else None)} of profiled time)")
+    return lines
+
+
+def findings_table(findings: list[dict]) -> list[str]:
+    rows = [[str(i), _SEVERITY_MARK.get(f["severity"], esc(f["severity"])), f"{code(f['rule_id'])} "
+             f"{esc(f['name'], None)}", fmt_time(f.get("savings_ps")), fmt_pct(f.get("share")),
+             esc(f["message"], 400)] for i, f in enumerate(findings, 1)]
+    return table(["#", "severity", "rule", "savings", "of profiled", "message"], rows, right={0, 3, 4})
+
+
+def evidence_table(rows: list[dict]) -> list[str]:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    if "savings_ps" in cols:  # the estimate last
+        cols = [c for c in cols if c != "savings_ps"] + ["savings_ps"]
+    heads = [esc(c[:-3] if c.endswith("_ps") and c != "start_ps" else c.replace("_ps", " (ps)"), None)
+             for c in cols]
+    body = []
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if v is None:
+                cells.append("—")
+            elif c.endswith("_ps") and c != "start_ps" and isinstance(v, (int, float)):
+                cells.append(fmt_time(v))
+            elif isinstance(v, float):
+                cells.append(f"{v:.3g}")
+            else:
+                cells.append(esc(v))
+        body.append(cells)
+    right = {i for i, c in enumerate(cols) if all(isinstance(r.get(c), (int, float)) for r in rows if r.get(c)
+                                                  is not None) and c not in ("step",)}
+    return table(heads, body, right)
+
+
+def finding_details(i: int, f: dict) -> list[str]:
+    ev = f.get("evidence") or []
+    n = f.get("evidence_count", len(ev))
+    shown = ev[:EVIDENCE_ROWS]
+    out = ["<details>", f"<summary>{i}. {html.escape(f['rule_id'])} {html.escape(f['name'])}: fix and evidence "
+           f"({len(shown)} of {n} row(s))</summary>", "", f"**Fix:** {esc(f['fix'], None)}", ""]
+    params = f.get("params") or {}
+    if params:
+        out += ["Thresholds: " + ", ".join(code(f"{k}={v}", False) for k, v in sorted(params.items())),
+                ""]
+    if shown:
+        out += evidence_table(shown) + [""]
+    return out + ["</details>", ""]
+
+
+TOP_OP_COLUMNS = (  # header, key, kind (time | si | pct | text | int | float)
+    ("op", "op", "text"), ("module", "module", "text"), ("category", "category", "text"),
+    ("n", "occurrences", "int"), ("total", "total_ps", "time"), ("mean", "mean_ps", "time"),
+    ("busy share", "busy_share", "pct"), ("FLOPs", "flops", "si:FLOP"), ("bytes", "bytes_accessed", "si:B"),
+    ("intensity (FLOP/B)", "intensity_flops_per_byte", "float"), ("bound by", "bound_by", "text"),
+    ("efficiency", "efficiency", "pct"), ("headroom", "headroom_ps", "time"), ("cost from", "cost_source", "text"),
+    ("source", "source_file", "source"))
+
+
+def top_ops_table(ops: list[dict]) -> list[str]:
+    heads, cols, right = [], [], set()
+    for j, (head, key, kind) in enumerate(TOP_OP_COLUMNS):
+        vals = [r.get(key) for r in ops]
+        if (kind == "source" and not any(vals)) or all(v is None for v in vals):
+            continue
+        if kind == "time":
+            unit, div = column_unit(vals, _TIME_UNITS)
+            head = f"{head} ({unit})"
+        elif kind.startswith("si:"):
+            prefix, div = column_unit(vals)
+            head = f"{head} ({prefix}{kind[3:]})"
+        elif kind == "pct":
+            div, head = 0.01, f"{head} (%)"
+        else:
+            div = 1.0
+        if kind not in ("text", "source"):
+            right.add(len(heads))
+        heads.append(head)
+        cols.append((key, kind, div))
+    rows = []
+    for r in ops:
+        cells = []
+        for key, kind, div in cols:
+            v = r.get(key)
+            if kind == "text":
+                cells.append(esc(v) if v not in (None, "") else "—")
+            elif kind == "source":
+                cells.append(esc(f"{_basename(v)}:{r.get('source_line')}") if v else "—")
+            elif kind == "int":
+                cells.append("—" if v is None else f"{int(v):,}")
+            elif kind == "float":
+                cells.append("—" if v is None else fmt_num(v))
+            else:
+                cells.append(_scaled(v, div))
+        rows.append(cells)
+    return table(heads, rows, right)
+
+
+def _basename(path: str) -> str:
+    return str(path).replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def render(report, *, top: int = 12, **_) -> str:
+    d = report.data if hasattr(report, "data") else report
+    if d.get("schema", "").startswith("tracekit.diff/"):
+        return render_diff(d, top=top)
+    inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
+    out = [f"## tracekit report: {inputs}", "", *headline(d), ""]
+    f = d.get("findings") or []
+    if f:
+        out += [f"### Findings ({len(f)}), by the time they would win back", "", *findings_table(f), ""]
+        for i, x in enumerate(f, 1):
+            out += finding_details(i, x)
+    else:
+        out += ["### Findings", "", "No rule fired.", ""]
+    ops = (d.get("top_ops") or [])[:top]
+    if ops:
+        out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
+                OPS_NOTE, "", *top_ops_table(ops), ""]
+    for w in d.get("warnings") or []:
+        out.append(f"> **warning:** {esc(w, None)}")
+    g = d.get("gate") or {}
+    if g.get("fail_on", "never") != "never":
+        out += ["", f"**Gate** {code('--fail-on ' + g['fail_on'], False)}: {'❌ failed' if g['failed'] else '✅ passed'}"]
+    out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · report schema {esc(d['schema'], None)} · "
+            "times summed over devices</sub>"]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_diff(d: dict, *, top: int = 20) -> str:
+    """Markdown for the ``tracekit.diff/1`` envelope of ``tracekit diff``."""
+    from tracekit.analysis import diff as diff_mod
+    st = d["step_time"]
+    mark = "❌" if d["failed"] else "✅"
+    out = [f"## tracekit diff: {mark} {esc(diff_mod.verdict(d), None)}", ""]
+    out += [f"- {esc(line, None)}" for line in diff_mod.headline(d)]
+    if st["status"] != "unknown":
+        out += ["", *table(["", "steps", "mean step", "median step"],
+                           [[side, str(st[side]["steps"]), fmt_time(st[side]["mean_ps"]),
+                             fmt_time(st[side]["median_ps"])] for side in ("base", "new")], right={1, 2, 3})]
+    for status, title in diff_mod.TITLES.items():
+        rows = [r for r in d["ops"] if r["status"] == status]
+        if not rows:
+            continue
+        out += ["", f"### {title}: {len(rows)}", ""]
+        out += table(diff_mod.OP_HEADERS, [[esc(c) for c in diff_mod.op_cells(r)] for r in rows[:top]],
+                     right={3, 4, 5, 6, 7})
+        if len(rows) > top:
+            out.append(f"\n…and {len(rows) - top} more (see the JSON output).")
+    out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · diff schema {esc(d['schema'], None)} · impact = "
+            "change of the mean × executions in NEW</sub>"]
+    return "\n".join(out) + "\n"
