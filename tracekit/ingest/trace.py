@@ -64,13 +64,14 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
               max_events: int | None = None, use_hostname: bool = False) -> dict:
     """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
-    planes, hostnames = _load.load_space(hf, max_bytes)
-    if max_events is not None:
-        n = sum(line.n_events for p in planes for line in p.lines)
-        if n > max_events:
-            raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
-                             "raise it with --max-events (or max_events=None)")
-    return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+    planes, hostnames = _load.load_space(hf, max_bytes, max_events)  # the limits are checked while decoding
+    from tracekit.ingest import limits
+    need = limits.work_of(planes)  # _host frees the decoded lines as it goes
+    try:
+        return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+    except MemoryError:
+        planes = None
+        raise limits.out_of_memory(str(hf.path), need) from None
 
 
 def _host(planes, host: str, warnings: list[str]) -> dict:
