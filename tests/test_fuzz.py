@@ -1001,7 +1001,7 @@ def _diff_inputs(n: int, seed: int):
         kw = {}
         if rng.random() < 0.3:  # limits too: the same decision, from the same counts
             kw = {"max_events": rng.choice([-1, 0, 10, 100, 1000]), "budget": rng.choice([-1, 0, 10**4, 10**6]),
-                  "weights": rng.choice([wire.WEIGHTS, (1, 1, 1, 1, 1)])}
+                  "weights": rng.choice([wire.WEIGHTS, (1, 1, 1, 1, 1)]), "max_stats": rng.choice([-1, 50, 2000])}
         yield data, kw, rng.choice([1, 2])
 
 
@@ -1058,7 +1058,8 @@ ASAN_CHILD = textwrap.dedent("""
         buf = (ctypes.c_char * len(data)).from_buffer_copy(data)  # exactly its size: a read past it is caught
         for threads in (1, 3):
             try:
-                w.read_space(buf, threads, rng.choice([-1, 10, 1000]), rng.choice([-1, 10**4, 10**7]), weights)
+                w.read_space(buf, threads, rng.choice([-1, 10, 1000]), rng.choice([-1, 10**4, 10**7]), weights,
+                             rng.choice([-1, 100, 10**5]))
             except (ValueError, MemoryError, pywire.LimitError):
                 pass
         n += 1

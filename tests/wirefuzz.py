@@ -197,7 +197,7 @@ def outcome(read_space, data: bytes, **kw):
     from tracekit.ingest.pywire import LimitError
     try:
         planes, hostnames = read_space(data, kw.get("threads", 1), kw.get("max_events", -1), kw.get("budget", -1),
-                                       kw.get("weights", (0, 0, 0, 0, 0)))
+                                       kw.get("weights", (0, 0, 0, 0, 0)), kw.get("max_stats", -1))
     except LimitError as e:
         return ("limit", e.args[0], e.args[2])
     except ValueError as e:

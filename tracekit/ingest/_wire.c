@@ -1,7 +1,8 @@
 /* tracekit.ingest._wire: a bounds-checked decoder for the XSpace wire format (tracekit/proto/xplane.proto).
  * Written for tracekit; see tracekit/ingest/wire.py for the Python-facing API and the pure-Python twin.
  *
- * read_space(buffer, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0)) -> (planes, hostnames)
+ * read_space(buffer, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1)
+ *   -> (planes, hostnames)
  *   planes:    list of (id, name, head, lines)
  *     head:    bytes, the plane's own fields minus every `lines` (field 3) entry, in their original order,
  *              ready for XPlane.FromString (metadata maps and plane stats stay upb's business)
@@ -22,10 +23,11 @@
  * pure-Python decoder in wire.py follows the same rules, byte for byte.
  *
  * Limits, counted while reading, before the memory they stand for is allocated: `max_events` (-1: none) bounds
- * the events, `budget` (-1: none) the work, where weights = (plane, metadata entry, line, event, stat) give
- * what each costs. Planes, metadata entries, lines and events are counted in phase 1 (before a line's columns
- * are allocated), stats in phase 2 (before a line's stat columns grow). Over a limit: LimitError(kind, count,
- * limit, planes, lines, events, stats), kind "events" or "work". The decision depends only on the input.
+ * the events, `max_stats` (-1: none) the stats, `budget` (-1: none) the work, where weights = (plane, metadata
+ * entry, line, event, stat) give what each costs. Planes, metadata entries, lines and events are counted in phase
+ * 1 (before a line's columns are allocated), stats in phase 2 (before a line's stat columns grow). Over a limit:
+ * LimitError(kind, count, limit, planes, lines, events, stats), kind "events", "stats" or "work". Whether a
+ * valid input passes depends only on the input.
  *
  * A memory-mapped input whose file shrinks while it is read (SIGBUS on the pages past the new end) raises
  * InputChanged instead of killing the process (POSIX: a SIGBUS handler, armed only while this decoder reads,
@@ -275,7 +277,7 @@ typedef struct Pool Pool;
 /* What the limits count (phase 1 in Dec, phase 2 in the Pool). Work is unsigned: no overflow to worry about
  * (a total past the budget is refused long before it could wrap). */
 typedef struct {
-    int64_t max_events, budget;                        /* -1: no limit */
+    int64_t max_events, max_stats, budget;             /* -1: no limit */
     uint64_t w_plane, w_meta, w_line, w_event, w_stat; /* work per item */
     uint64_t work, planes, lines, events;
     const char *kind;                                  /* the limit passed: "events" or "work" */
@@ -380,7 +382,8 @@ raise_failure(int failed, Py_ssize_t at, const char *err, const Limits *l, uint6
         PyErr_SetString(InputChanged, "the input changed while it was being read (a memory-mapped file shrank)");
     else if (failed == FAIL_LIMIT) {
         PyObject *args = Py_BuildValue("(sKLKKKK)", l->kind, (unsigned long long)l->count,
-                                       (long long)(strcmp(l->kind, "events") ? l->budget : l->max_events),
+                                       (long long)(!strcmp(l->kind, "events") ? l->max_events
+                                                   : !strcmp(l->kind, "stats") ? l->max_stats : l->budget),
                                        (unsigned long long)l->planes, (unsigned long long)l->lines,
                                        (unsigned long long)l->events, (unsigned long long)stats);
         if (args) {
@@ -869,7 +872,7 @@ struct Pool {
     int threaded;
     int stop;        /* a worker failed for a reason that ends the whole decode (limit, input changed) */
     uint64_t stats;  /* stats committed by all workers */
-    uint64_t stat_room; /* how many stats the budget leaves after phase 1 (UINT64_MAX: no limit) */
+    uint64_t stat_room; /* how many stats the budget and max_stats allow after phase 1 (UINT64_MAX: no limit) */
 };
 
 static uint64_t
@@ -1429,6 +1432,8 @@ decode_all(Ctx *c, cptr p, cptr end, int threads)
     c->pool.stat_room = UINT64_MAX;
     if (c->lim.budget >= 0 && c->lim.w_stat)
         c->pool.stat_room = ((uint64_t)c->lim.budget - c->lim.work) / c->lim.w_stat;
+    if (c->lim.max_stats >= 0 && (uint64_t)c->lim.max_stats < c->pool.stat_room)
+        c->pool.stat_room = (uint64_t)c->lim.max_stats;
     if (js->n_jobs) {
         if (!(c->order = (size_t *)malloc(js->n_jobs * sizeof(size_t)))) {
             PyErr_NoMemory();
@@ -1476,8 +1481,14 @@ decode_all(Ctx *c, cptr p, cptr end, int threads)
                 bad = j;
         }
         if (worst == FAIL_LIMIT) {
-            c->lim.kind = "work";
-            c->lim.count = c->lim.work + c->pool.stats * c->lim.w_stat;
+            if (c->lim.max_stats >= 0 && c->pool.stats > (uint64_t)c->lim.max_stats) {
+                c->lim.kind = "stats";
+                c->lim.count = c->pool.stats;
+            }
+            else {
+                c->lim.kind = "work";
+                c->lim.count = c->lim.work + c->pool.stats * c->lim.w_stat;
+            }
         }
         if (worst) {
             raise_failure(worst, 0, "", &c->lim, c->pool.stats);
@@ -1536,10 +1547,10 @@ ctx_free(Ctx *c)
 static PyObject *
 read_space(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"data", "threads", "max_events", "budget", "weights", NULL};
+    static char *kwlist[] = {"data", "threads", "max_events", "budget", "weights", "max_stats", NULL};
     PyObject *data, *result;
     int threads = 1;
-    long long max_events = -1, budget = -1;
+    long long max_events = -1, budget = -1, max_stats = -1;
     unsigned long long w[5] = {0, 0, 0, 0, 0};
     Py_buffer view;
     Ctx *c;
@@ -1549,8 +1560,8 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
 #endif
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iLL(KKKKK):read_space", kwlist, &data, &threads, &max_events,
-                                     &budget, &w[0], &w[1], &w[2], &w[3], &w[4]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iLL(KKKKK)L:read_space", kwlist, &data, &threads, &max_events,
+                                     &budget, &w[0], &w[1], &w[2], &w[3], &w[4], &max_stats))
         return NULL;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -1562,6 +1573,7 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
     c->dec.hard_end = c->dec.base + view.len;
     c->dec.lim = &c->lim;
     c->lim.max_events = max_events < 0 ? -1 : max_events;
+    c->lim.max_stats = max_stats < 0 ? -1 : max_stats;
     c->lim.budget = budget < 0 ? -1 : budget;
     c->lim.w_plane = w[0];
     c->lim.w_meta = w[1];
@@ -1590,7 +1602,8 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
 
 static PyMethodDef methods[] = {
     {"read_space", (PyCFunction)(void (*)(void))read_space, METH_VARARGS | METH_KEYWORDS,
-     "read_space(data, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0)) -> (planes, hostnames); "
+     "read_space(data, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1) -> "
+     "(planes, hostnames); "
      "see tracekit/ingest/wire.py."},
     {NULL, NULL, 0, NULL},
 };

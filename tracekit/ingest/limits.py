@@ -56,6 +56,11 @@ def limit_error(args, size: int, where: str) -> TraceError:
     if kind == "events":
         return TraceError(f"trace holds more than {limit:,} events ({count:,} counted when reading stopped)", where,
                           "raise the limit with --max-events (or max_events=None)")
+    if kind == "stats":
+        from tracekit.ingest.wire import STATS_PER_EVENT
+        return TraceError(f"trace holds more than {limit:,} stats ({count:,} counted on {events:,} events; --max-events "
+                          f"allows {STATS_PER_EVENT} per event)", where,
+                          "raise the limit with --max-events (or max_events=None)")
     return TraceError(f"a {fmt_size(size)} trace that needs more than {fmt_size(limit)} of work ({planes:,} planes, "
                       f"{lines:,} lines, {events:,} events, {stats:,} stats counted): over {work_per_byte():g} bytes "
                       "of work per byte, where real traces need 7-14 (crafted or corrupt?)", where,
@@ -70,6 +75,29 @@ def out_of_memory(where: str | None, need: int | None = None) -> TraceError:
     return TraceError(f"out of memory{need_s}{avail_s}", where,
                       "analyze the hosts of a run folder in separate processes (--jobs N), on a Dask cluster "
                       "(--dask ADDR), or on a machine with more memory")
+
+
+def out_of_memory_for(source, run: str | None = None) -> TraceError:
+    """:func:`out_of_memory` for an analysis of ``source`` (a path, or a loaded Trace): the need estimated from the
+    size of its files (TYPICAL_WORK_PER_BYTE per byte; a .gz counts 5 times its size)."""
+    paths = list(getattr(source, "paths", None) or [])
+    if not paths:
+        try:
+            from tracekit.ingest import paths as loader
+            paths = [str(hf.path) for hf in loader.resolve(source, run)]
+        except Exception:  # noqa: BLE001 — only for the message
+            paths = []
+    need = 0
+    for p in paths:
+        try:
+            need += os.stat(p).st_size * TYPICAL_WORK_PER_BYTE * (5 if str(p).endswith(".gz") else 1)
+        except (OSError, TypeError, ValueError):
+            pass
+    if paths:
+        where = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
+    else:
+        where = None if hasattr(source, "paths") else str(source)
+    return out_of_memory(where, need or None)
 
 
 def available_memory() -> int | None:

@@ -20,7 +20,7 @@ from array import array
 
 class LimitError(Exception):
     """A limit was passed while decoding. ``args``: (kind, count, limit, planes, lines, events, stats), kind
-    ``"events"`` (``max_events``) or ``"work"`` (``budget``)."""
+    ``"events"`` (``max_events``), ``"stats"`` (``max_stats``) or ``"work"`` (``budget``)."""
 
 
 class InputChanged(Exception):
@@ -122,11 +122,11 @@ def _str(buf, p: int, end: int) -> str:
 class _Limits:
     """What the limits count, in the C decoder's order (``count_work`` there)."""
 
-    def __init__(self, max_events: int, budget: int, weights):
-        self.max_events, self.budget = max_events, budget
+    def __init__(self, max_events: int, budget: int, weights, max_stats: int = -1):
+        self.max_events, self.budget, self.max_stats = max_events, budget, max_stats
         self.w_plane, self.w_meta, self.w_line, self.w_event, self.w_stat = (int(w) for w in weights)
         self.work = self.planes = self.lines = self.events = self.stats = 0
-        self.stat_room = -1  # stats the budget leaves after the framing; -1: no limit
+        self.stat_room = -1  # stats the budget and max_stats allow after the framing; -1: no limit
 
     def add(self, w: int, events: int = 0) -> None:
         self.events += events
@@ -298,6 +298,8 @@ def _decode_line(buf, job: tuple, lim: _Limits) -> tuple:
                         r = skip(buf, tr, r, se, tag, KNOWN_STAT)
                 lim.stats += 1
                 if 0 <= lim.stat_room < lim.stats:
+                    if 0 <= lim.max_stats < lim.stats:
+                        lim.fail("stats", lim.stats, lim.max_stats)
                     lim.fail("work", lim.work + lim.stats * lim.w_stat, lim.budget)
                 if kind == 5 or kind == 6:
                     iv = len(s_str)
@@ -319,10 +321,12 @@ def _decode_line(buf, job: tuple, lim: _Limits) -> tuple:
     return (lid, name, dname, ts, dur, did, mids, offs, durs, s_ev, s_id, s_kind, s_int, s_dbl, s_str)
 
 
-def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, weights=(0, 0, 0, 0, 0)):
+def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, weights=(0, 0, 0, 0, 0),
+               max_stats: int = -1):
     """Same arguments, result and errors as ``tracekit.ingest._wire.read_space`` (``threads`` is ignored)."""
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
-    lim = _Limits(max_events if max_events >= 0 else -1, budget if budget >= 0 else -1, weights)
+    lim = _Limits(max_events if max_events >= 0 else -1, budget if budget >= 0 else -1, weights,
+                  max_stats if max_stats >= 0 else -1)
     planes, hostnames = [], []
     p, end = 0, len(buf)
     while p < end:  # phase 1
@@ -340,6 +344,8 @@ def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, w
             p = _skip(buf, tp, p, end, tag, KNOWN_SPACE)
     if lim.budget >= 0 and lim.w_stat:
         lim.stat_room = (lim.budget - lim.work) // lim.w_stat
+    if lim.max_stats >= 0 and (lim.stat_room < 0 or lim.max_stats < lim.stat_room):
+        lim.stat_room = lim.max_stats
     out = []  # phase 2, in file order: the first error is the one earliest in the input, as in C
     for pid, name, head, jobs in planes:
         out.append((pid, name, head, [_decode_line(buf, j, lim) for j in jobs]))

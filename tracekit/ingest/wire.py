@@ -25,8 +25,9 @@ on input that no profiler writes (a known field with an unexpected wire type, gr
 that upb rejects.
 
 Limits are counted while decoding, before the memory they stand for is allocated (:func:`read_space`'s
-``max_events`` and ``budget``): planes, metadata entries, lines and events as the framing is read, stats as they
-are decoded, each weighted by :data:`WEIGHTS`. Over a limit: :class:`LimitError`.
+``max_events``, which also allows :data:`STATS_PER_EVENT` stats per event, and ``budget``): planes, metadata
+entries, lines and events as the framing is read, stats as they are decoded, each weighted by :data:`WEIGHTS`.
+Over a limit: :class:`LimitError`.
 """
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ KIND_UNSET, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF
 #: crafted traces of a single kind of item: `tracekit analyze` peak RSS over the start-up's, per item).
 WORK_PLANE, WORK_META, WORK_LINE, WORK_EVENT, WORK_STAT = 1024, 256, 3072, 320, 32
 WEIGHTS = (WORK_PLANE, WORK_META, WORK_LINE, WORK_EVENT, WORK_STAT)
+#: With ``max_events`` N, at most this many stats per allowed event (N * 64 in all): the stats are most of the work
+#: of an event, and real traces carry 1-5 per event on average.
+STATS_PER_EVENT = 64
 
 
 @dataclass(eq=False)
@@ -137,6 +141,7 @@ def _planes(raw_planes) -> list[PlaneData]:
 
 def _limits(max_events: int | None, budget: int | None) -> dict:
     return {"max_events": -1 if max_events is None else int(max_events),
+            "max_stats": -1 if max_events is None else int(max_events) * STATS_PER_EVENT,
             "budget": -1 if budget is None else int(budget), "weights": WEIGHTS}
 
 
