@@ -85,15 +85,15 @@ def attention_cost(a: Attention, read: float, written: float, model: str, dtype:
     windowed = 0 < a.window < a.s_kv
     half = 1.0 if windowed else 0.5  # a limiting window already bounds the keys per query
     full = pairs * per_pair
-    parts = [f"{'backward' if a.backward else 'forward'} B={a.batch} H={a.heads} S_q={a.s_q} S_kv={a.s_kv} "
-             f"D_qk={a.d_qk} D_v={a.d_v}" + (f" window={a.window}" if a.window > 0 else "")]
-    if a.causal is None and not windowed:
+    sizes = (f"{'backward' if a.backward else 'forward'} B={a.batch} H={a.heads} S_q={a.s_q} S_kv={a.s_kv} "
+             f"D_qk={a.d_qk} D_v={a.d_v}" + (f" window={a.window}" if a.window > 0 else ""))
+    if a.causal is None and not windowed:  # the range first: it is what a reader must not miss
         frac = half
-        parts.append(f"causality unknown: FLOPs {full * half:.4g} (causal) to {full:.4g} (no mask); "
-                     "the roofline uses the lower end")
+        parts = [f"causality unknown: FLOPs {full * half:.4g} (causal) to {full:.4g} (no mask), the roofline "
+                 "uses the lower end", sizes]
     else:
         frac = half if a.causal else 1.0
-        parts.append("causal mask" if a.causal else "no causal mask")
+        parts = [sizes, "causal mask" if a.causal else "no causal mask"]
     if note:
         parts.append(note)
     return Cost(flops=full * frac, transcendentals=pairs * frac, bytes_read=read, bytes_written=written,

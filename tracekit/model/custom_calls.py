@@ -82,8 +82,8 @@ def cost(inst, oshapes) -> Cost:
         if c is not None:
             return c
     except (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
-        return io_cost(inst, oshapes).unknown(f"custom call {t}: backend config not understood ({type(e).__name__})",
-                                              "flops", "transcendentals")
+        why = f"{type(e).__name__}: {e}"[:120]
+        return io_cost(inst, oshapes).unknown(f"custom call {t}: no cost ({why})", "flops", "transcendentals")
     return io_cost(inst, oshapes, note="bytes are the operand and result sizes").unknown(
         f"opaque custom call {t}", "flops", "transcendentals")
 
