@@ -1110,17 +1110,16 @@ def test_c_decoder_under_address_sanitizer(tmp_path):
     seeds = [s for s in seeds if os.path.exists(s)]
     if not seeds:
         pytest.skip("no fixtures")
-    env = {**os.environ, "LD_PRELOAD": runtime, "PYTHONMALLOC": "malloc",
+    env = {**os.environ, "PYTHONMALLOC": "malloc",
            "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:exitcode=86:allow_user_segv_handler=1",
            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87"}
     seconds = 600 if LONG else 30
-
-    def unlimited():  # the sanitizer reserves terabytes of address space for its shadow memory
-        if resource is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (resource.getrlimit(resource.RLIMIT_AS)[1],) * 2)
-    p = subprocess.run([sys.executable, "-c", ASAN_CHILD, str(so), str(ROOT / "tests"), str(seconds), *seeds],
-                       capture_output=True, text=True, timeout=seconds + 300, env=env, cwd=ROOT,
-                       preexec_fn=unlimited)
+    # the sanitizer reserves terabytes of address space for its shadow memory: a shell lifts this module's RLIMIT_AS
+    # (the soft limit, up to the hard one), then runs Python with the sanitizer's runtime preloaded
+    unlimited = ["sh", "-c", 'ulimit -v "$(ulimit -H -v)" 2>/dev/null; export LD_PRELOAD="$1"; shift; exec "$@"',
+                 "sh", runtime]
+    p = subprocess.run([*unlimited, sys.executable, "-c", ASAN_CHILD, str(so), str(ROOT / "tests"), str(seconds),
+                        *seeds], capture_output=True, text=True, timeout=seconds + 300, env=env, cwd=ROOT)
     report = p.stderr[-4000:]
     assert p.returncode == 0 and "asan cases" in p.stdout, report
     assert "AddressSanitizer" not in p.stderr and "runtime error" not in p.stderr, report
