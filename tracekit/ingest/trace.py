@@ -64,6 +64,11 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
               max_events: int | None = None, use_hostname: bool = False) -> dict:
     """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
+    from tracekit.ingest import formats
+    if formats.is_json_name(os.fspath(hf.path)) or _looks_json(hf, max_bytes):
+        from tracekit.ingest import tracejson
+        planes, hostnames = tracejson.load(hf, warnings, max_bytes=max_bytes, max_events=max_events)
+        return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
     planes, hostnames = _load.load_space(hf, max_bytes)
     if max_events is not None:
         n = sum(line.n_events for p in planes for line in p.lines)
@@ -71,6 +76,23 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
             raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
                              "raise it with --max-events (or max_events=None)")
     return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+
+
+def _looks_json(hf, max_bytes) -> bool:
+    """A file whose name says nothing of its format (``trace.gz``) that starts like JSON."""
+    name = os.fspath(hf.path)
+    if "://" in name or name.endswith((".pb", ".pb.gz")):
+        return False
+    try:
+        import gzip
+        with open(name, "rb") as f:
+            head = f.read(64)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(name, "rb") as g:
+                head = g.read(64)
+    except (OSError, EOFError):
+        return False
+    return head.lstrip()[:1] in (b"{", b"[")
 
 
 def _host(planes, host: str, warnings: list[str]) -> dict:
