@@ -36,6 +36,18 @@ class Trace:
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        ops = self.ops
+        n_sync = int((~ops["is_async"]).sum()) if len(ops) else 0
+        kinds = sorted({str(k) for k in self.devices["device_kind"]}) if len(self.devices) else []
+        span = int((ops["start_ps"] + ops["duration_ps"]).max() - ops["start_ps"].min()) if len(ops) else 0
+        from tracekit.units import fmt_time
+        return (f"<tracekit Trace {', '.join(self.hosts) or '?'}: {len(self.devices)} device(s)"
+                f"{' (' + ', '.join(kinds) + ')' if kinds else ''}; {n_sync:,} op executions over {fmt_time(span)}; "
+                f"{len(self.modules['module'].unique()) if len(self.modules) else 0} module(s); "
+                f"{self.steps['step'].nunique() if len(self.steps) else 0} step(s); "
+                f"HLO {'yes' if self.has_hlo else 'no'}; {len(self.warnings)} warning(s)>")
+
     @property
     def has_hlo(self) -> bool:
         return len(self.hlo) > 0
