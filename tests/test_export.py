@@ -15,7 +15,7 @@ from conftest import cpu_fixture
 from tracekit import pipeline
 from tracekit.analysis import rule_checks, rules
 from tracekit.cli.commands import main
-from tracekit.report import export
+from tracekit.report import trace_events
 
 
 def _read(path):
@@ -104,7 +104,7 @@ def test_async_arrows_and_window(v6e, tmp_path):
     """v6e: every async window is a b/e pair and, where its -done op is on the device, a flow arrow whose ends sit
     on the -start op and inside the -done op; --steps/--device keep only what overlaps that window."""
     out = tmp_path / "v6e.json"
-    res = export.export(v6e, out)
+    res = pipeline.export(v6e, out)
     ev = _read(out)
     tr = tracekit.load(v6e)
     n_async = int(tr.ops["is_async"].sum())
@@ -124,7 +124,7 @@ def test_async_arrows_and_window(v6e, tmp_path):
         assert _ps(f["ts"]) >= _ps(s["ts"])
     # a window: steps 3-4 of TPU:1
     small = tmp_path / "w.json.gz"
-    res = export.export(v6e, small, steps=(3, 4), devices=("TPU:1",))
+    res = pipeline.export(v6e, small, steps=(3, 4), devices=("TPU:1",))
     ev = _read(small)
     procs, _ = _names(ev)
     assert [n.split(" ")[-1] for n in procs.values() if n != "tracekit findings"] == ["TPU:1"]
@@ -149,8 +149,8 @@ def test_bad_window_one_line(tmp_path):
 
 
 def test_exact_microseconds():
-    assert export.us(0) == "0.000000" and export.us(1) == "0.000001" and export.us(12_345_678_901) == "12345.678901"
-    assert export.us(-2_500_000) == "-2.500000"
+    assert trace_events.us(0) == "0.000000" and trace_events.us(1) == "0.000001" and trace_events.us(12_345_678_901) == "12345.678901"
+    assert trace_events.us(-2_500_000) == "-2.500000"
 
 
 def test_readme_window_command(tmp_path):

@@ -352,10 +352,11 @@ def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, ma
     """Write the trace with tracekit's analysis as Chrome/Perfetto trace-event JSON (ui.perfetto.dev,
     chrome://tracing): every op with its roofline, steps, findings, exposed collectives, idle gaps, async
     start->done arrows."""
+    from tracekit import pipeline
     from tracekit.report import export
     lim = _limits(max_size, max_events)
-    out = export.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
-                        rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
+    out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
+                          rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
     click.echo(f"wrote {out.path}: {out.ops:,} ops, {out.async_windows:,} async windows, {out.steps:,} step rows, "
                f"{out.finding_windows:,} windows of {out.findings} finding(s), {out.gaps:,} idle gaps, "
                f"{out.exposed_windows:,} exposed-collective windows", err=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -31,13 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.intervals import merge
 from tracekit.errors import TraceError
+from tracekit.report import export_tracks
+from tracekit.report.trace_events import Writer, args_json, meta, num, us
 
-CHUNK = 50_000
-#: op executions drawn per evidence row of an aggregated finding (one row per op, not per execution)
-EXECUTIONS_PER_EVIDENCE = 20
-_TIME_COLUMNS = ("duration_ps", "span_ps", "step_ps")
 
 
 @dataclass(frozen=True)
@@ -50,58 +46,6 @@ class Exported:
     finding_windows: int
     gaps: int
     exposed_windows: int
-
-
-def us(ps) -> str:
-    """Integer picoseconds as exact decimal microseconds ('12.000345')."""
-    ps = int(ps)
-    sign, ps = ("-", -ps) if ps < 0 else ("", ps)
-    return f"{sign}{ps // 1_000_000}.{ps % 1_000_000:06d}"
-
-
-def _num(v) -> str | None:
-    if v is None:
-        return None
-    f = float(v)
-    if not math.isfinite(f):
-        return None
-    return str(int(f)) if f == int(f) and abs(f) < 2**53 else f"{f:.6g}"
-
-
-def _args(pairs) -> str:
-    parts = []
-    for k, v in pairs:
-        if isinstance(v, str):
-            if v:
-                parts.append(f'"{k}":{json.dumps(v, ensure_ascii=False)}')
-        else:
-            n = _num(v)
-            if n is not None:
-                parts.append(f'"{k}":{n}')
-    return "{" + ",".join(parts) + "}"
-
-
-class _Writer:
-    """Comma-separated events into ``traceEvents``, a chunk at a time."""
-
-    def __init__(self, f):
-        self.f, self.n, self.first = f, 0, True
-
-    def many(self, events) -> None:
-        buf = []
-        for e in events:
-            buf.append(e)
-            if len(buf) >= CHUNK:
-                self._flush(buf)
-                buf = []
-        self._flush(buf)
-
-    def _flush(self, buf) -> None:
-        if not buf:
-            return
-        self.f.write(("\n" if self.first else ",\n") + ",\n".join(buf))
-        self.first = False
-        self.n += len(buf)
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -118,7 +62,9 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
     return lo, hi
 
 
-def _window(tr_steps: pd.DataFrame, steps: tuple[int, int] | None, devices: tuple) -> tuple[int, int] | None:
+def step_window(tr_steps: pd.DataFrame, steps: tuple[int, int] | None, devices: tuple):
+    """(start, end) in ps from the first start to the last end of steps ``steps`` = (A, B) on ``devices``;
+    None when ``steps`` is None (everything)."""
     if steps is None:
         return None
     s = tr_steps
@@ -144,49 +90,20 @@ def _keep(df: pd.DataFrame, win, devices: tuple, time_col: str = "duration_ps") 
     return df[m]
 
 
-def intersect(a0, a1, b0, b1) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two sorted lists of disjoint intervals [a0, a1) and [b0, b1)."""
-    lo = np.searchsorted(b1, a0, "right")
-    hi = np.searchsorted(b0, a1, "left")
-    n = np.maximum(hi - lo, 0)
-    ai = np.repeat(np.arange(len(a0)), n)
-    bi = lo[ai] + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
-    s, e = np.maximum(a0[ai], b0[bi]), np.minimum(a1[ai], b1[bi])
-    keep = e > s
-    return s[keep], e[keep]
+def check_devices(ops: pd.DataFrame, devices: tuple) -> None:
+    known = set(ops["device"].astype(str))
+    missing = [d for d in devices if d not in known]
+    if missing:
+        raise TraceError(f"no ops on device {missing[0]!r}", hint=f"devices: {', '.join(sorted(known))}")
 
 
-def minus(a0, a1, b0, b1) -> tuple[np.ndarray, np.ndarray]:
-    """[a0, a1) minus [b0, b1), both sorted lists of disjoint intervals."""
-    if not len(a0):
-        return a0, a1
-    lo, hi = int(a0.min()), int(a1.max())
-    g0, g1 = np.r_[lo, b1], np.r_[b0, hi]
-    keep = g1 > g0
-    return intersect(a0, a1, g0[keep], g1[keep])
-
-
-def export(source, out: str | os.PathLike, *, chip: str | None = None, run: str | None = None,
-           steps: tuple[int, int] | None = None, devices=(), rules_dirs=(), max_bytes=None,
-           max_events=None) -> Exported:
-    """Write the Chrome/Perfetto JSON of ``source`` (a path or a loaded Trace) to ``out`` (``.gz``: gzipped)."""
-    from tracekit import pipeline
-    from tracekit.analysis import rule_checks, rules, timeline as tl
-    from tracekit.ingest import hlo, paths
-    from tracekit.ingest.trace import Trace, load
-    tr = source if isinstance(source, Trace) else load(
-        source, run=run, max_bytes=max_bytes if max_bytes is not None else paths.DEFAULT_MAX_BYTES,
-        max_events=max_events)
+def write(out: str | os.PathLike, ops: pd.DataFrame, frames: dict, findings: list, done_to_start: dict, *,
+          window: tuple[int, int] | None = None, devices=()) -> Exported:
+    """Write the trace-event JSON (``.gz``: gzipped) of ``ops`` (with roofline columns), the rule ``frames``
+    (steps breakdown, gaps, devices) and ``findings``; ``window`` (ps) and ``devices`` restrict what is written.
+    ``done_to_start`` maps (program id, -done op) to the -start op it completes (the HLO's; else by name)."""
+    from tracekit.analysis import timeline as tl
     devices = tuple(devices or ())
-    if devices:
-        known = set(tr.ops["device"].astype(str))
-        missing = [d for d in devices if d not in known]
-        if missing:
-            raise TraceError(f"no ops on device {missing[0]!r}", hint=f"devices: {', '.join(sorted(known))}")
-    win = _window(tr.steps, steps, devices)
-    ops = pipeline.with_roofline(tr, chip)
-    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
-    findings = rules.run_rules(frames, rules.load_rules(extra_dirs=rules_dirs))
     out = os.fspath(out)
     folder = os.path.dirname(os.path.abspath(out))
     try:
@@ -201,9 +118,7 @@ def export(source, out: str | os.PathLike, *, chip: str | None = None, run: str 
             open(raw.fileno(), "w", encoding="utf-8", closefd=False)
         try:
             f.write('{"displayTimeUnit":"ns","otherData":{"producer":"tracekit export"},"traceEvents":[')
-            w = _Writer(f)
-            d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
-            counts = _write_all(w, ops, frames, findings, win, devices, tl, d2s)
+            counts = _write_all(Writer(f), ops, frames, findings, window, devices, tl, done_to_start)
             f.write("\n]}\n")
         finally:
             f.close()
@@ -221,31 +136,31 @@ def export(source, out: str | os.PathLike, *, chip: str | None = None, run: str 
     return Exported(out, **counts)
 
 
-def _write_all(w: _Writer, ops, frames, findings, win, devices, tl, d2s) -> dict:
+def _write_all(w: Writer, ops, frames, findings, win, devices, tl, d2s) -> dict:
     sel = _keep(ops, win, devices)
     # processes: one per (host, device); threads: one per line the ops ran on, then tracekit's own
     keys = sorted({(str(h), str(d)) for h, d in zip(sel["host"], sel["device"])}) if len(sel) else []
     pid = {k: i + 1 for i, k in enumerate(keys)}
     multi_host = len({h for h, _ in keys}) > 1
     tids: dict = {}
-    meta = []
+    head = []
     for k in keys:
-        meta.append(_meta("process_name", pid[k], None, f"{k[0]} {k[1]}" if multi_host or k[0] else k[1]))
-        meta.append(_meta("process_sort_index", pid[k], None, None, sort=pid[k]))
+        head.append(meta("process_name", pid[k], None, f"{k[0]} {k[1]}" if multi_host or k[0] else k[1]))
+        head.append(meta("process_sort_index", pid[k], None, None, sort=pid[k]))
     for h, d, ln in sorted({(str(h), str(d), str(ln)) for h, d, ln in zip(sel["host"], sel["device"], sel["line"])}):
         t = tids.setdefault((h, d, ln), len([x for x in tids if x[:2] == (h, d)]) + 1)
-        meta.append(_meta("thread_name", pid[(h, d)], t, ln or "ops"))
+        head.append(meta("thread_name", pid[(h, d)], t, ln or "ops"))
     extra = {"Steps": 1000, "tracekit: exposed collectives": 1001, "tracekit: idle gaps": 1002}
     for k in keys:
         for name, t in extra.items():
-            meta.append(_meta("thread_name", pid[k], t, name))
-            meta.append(_meta("thread_sort_index", pid[k], t, None, sort=t))
+            head.append(meta("thread_name", pid[k], t, name))
+            head.append(meta("thread_sort_index", pid[k], t, None, sort=t))
     fpid = len(keys) + 1
-    meta.append(_meta("process_name", fpid, None, "tracekit findings"))
-    meta.append(_meta("process_sort_index", fpid, None, None, sort=0))
+    head.append(meta("process_name", fpid, None, "tracekit findings"))
+    head.append(meta("process_sort_index", fpid, None, None, sort=0))
     for k, f in enumerate(findings):
-        meta.append(_meta("thread_name", fpid, k + 1, f"{f.rule_id} {f.name}"))
-    w.many(meta)
+        head.append(meta("thread_name", fpid, k + 1, f"{f.rule_id} {f.name}"))
+    w.many(head)
     sync = ~sel["is_async"].to_numpy(bool)
     n_ops = _write_ops(w, sel[sync], pid, tids)
     n_async = _write_async(w, sel, sync, pid, tids, d2s)
@@ -253,16 +168,10 @@ def _write_all(w: _Writer, ops, frames, findings, win, devices, tl, d2s) -> dict
     w.many(_step_events(st, pid))
     gaps = _keep(frames["gaps"], win, devices)
     w.many(_gap_events(gaps, pid))
-    n_exp = _write_exposed(w, sel, pid, tl)
-    nf, nwin = _write_findings(w, findings, ops, frames, win, devices, fpid)
+    n_exp = export_tracks.write_exposed(w, sel, pid, tl)
+    nf, nwin = export_tracks.write_findings(w, findings, ops, frames, win, devices, fpid)
     return {"ops": n_ops, "async_windows": n_async, "steps": len(st), "findings": nf, "finding_windows": nwin,
             "gaps": len(gaps), "exposed_windows": n_exp}
-
-
-def _meta(kind, pid, tid, name, sort=None) -> str:
-    t = "" if tid is None else f',"tid":{tid}'
-    a = f'{{"name":{json.dumps(name, ensure_ascii=False)}}}' if sort is None else f'{{"sort_index":{sort}}}'
-    return f'{{"ph":"M","name":"{kind}","pid":{pid}{t},"args":{a}}}'
 
 
 def _escaped(o: pd.DataFrame, name: str) -> tuple[np.ndarray, list, list]:
@@ -275,7 +184,7 @@ def _escaped(o: pd.DataFrame, name: str) -> tuple[np.ndarray, list, list]:
     return c.cat.codes.to_numpy(), cats, [json.dumps(v, ensure_ascii=False) for v in cats] + ['""']
 
 
-def _write_ops(w: _Writer, o: pd.DataFrame, pid: dict, tids: dict) -> int:
+def _write_ops(w: Writer, o: pd.DataFrame, pid: dict, tids: dict) -> int:
     if not len(o):
         return 0
     (hc, hr, _), (dc, dr, _), (lc, lr, _) = (_escaped(o, c) for c in ("host", "device", "line"))
@@ -299,7 +208,7 @@ def _write_ops(w: _Writer, o: pd.DataFrame, pid: dict, tids: dict) -> int:
                 loc = where[key] = f'"pid":{pid[(h, d)]},"tid":{tids[(h, d, lr[lc[i]])]}'
             args = [f'"module":{mn[mc[i]]}', f'"bound_by":{bn[bc[i]]}', f'"cost_source":{sn[sc[i]]}']
             for k, name in (("efficiency", "efficiency"), ("flops", "flops"), ("bytes_accessed", "bytes")):
-                n = _num(cols[k][i])
+                n = num(cols[k][i])
                 if n is not None:
                     args.append(f'"{name}":{n}')
             for k, name in (("roofline_ps", "predicted_us"), ("headroom_ps", "headroom_us")):
@@ -314,7 +223,7 @@ def _write_ops(w: _Writer, o: pd.DataFrame, pid: dict, tids: dict) -> int:
     return len(o)
 
 
-def _write_async(w: _Writer, sel: pd.DataFrame, sync: np.ndarray, pid: dict, tids: dict, d2s: dict) -> int:
+def _write_async(w: Writer, sel: pd.DataFrame, sync: np.ndarray, pid: dict, tids: dict, d2s: dict) -> int:
     """Async windows as b/e async events on their device, and a flow arrow from the window's -start op to the
     first -done op completing it (by the HLO's operand, else by name) that starts at or after it on the device."""
     win = sel[~sync]
@@ -363,7 +272,7 @@ def _step_events(st: pd.DataFrame, pid: dict):
         p = pid.get((str(r.host), str(r.device)))
         if p is None:
             continue
-        args = _args([("compute_us", r.compute_ps / 1e6), ("exposed_collectives_us", r.collective_exposed_ps / 1e6),
+        args = args_json([("compute_us", r.compute_ps / 1e6), ("exposed_collectives_us", r.collective_exposed_ps / 1e6),
                       ("wait_us", r.wait_ps / 1e6), ("idle_us", r.idle_ps / 1e6)])
         yield (f'{{"ph":"X","pid":{p},"tid":1000,"ts":{us(r.start_ps)},"dur":{us(r.step_ps)},'
                f'"name":"step {int(r.step)}","cat":"step","args":{args}}}')
@@ -374,84 +283,8 @@ def _gap_events(gaps: pd.DataFrame, pid: dict):
         p = pid.get((str(r.host), str(r.device)))
         if p is None:
             continue
-        args = _args([("kind", str(r.kind)), ("step", r.step if r.step >= 0 else None)])
+        args = args_json([("kind", str(r.kind)), ("step", r.step if r.step >= 0 else None)])
         yield (f'{{"ph":"X","pid":{p},"tid":1002,"ts":{us(r.start_ps)},"dur":{us(r.duration_ps)},'
                f'"name":"idle","cat":"tracekit idle gap","args":{args}}}')
 
 
-def _write_exposed(w: _Writer, sel: pd.DataFrame, pid: dict, tl) -> int:
-    """Per device: the union of collective time (sync collectives, async collective windows) minus the union of
-    compute ops — the step breakdown's exposed collective time, as windows."""
-    if not len(sel):
-        return 0
-    coll = tl.is_collective(sel)
-    comp = tl.compute_mask(sel)
-    st = sel["start_ps"].to_numpy(np.int64)
-    en = st + sel["duration_ps"].to_numpy(np.int64)
-    keys = list(zip(sel["host"].astype(str), sel["device"].astype(str)))
-    groups = pd.Series(range(len(sel))).groupby(pd.Series(keys, dtype=object)).indices if len(sel) else {}
-    n = 0
-    for key, idx in groups.items():
-        idx = np.asarray(idx)
-        k0, k1 = merge(st[idx][coll[idx]], en[idx][coll[idx]])
-        c0, c1 = merge(st[idx][comp[idx]], en[idx][comp[idx]])
-        a, b = minus(k0, k1, c0, c1)
-        p = pid[key]
-        w.many(f'{{"ph":"X","pid":{p},"tid":1001,"ts":{us(x)},"dur":{us(y - x)},"name":"exposed collective",'
-               f'"cat":"tracekit exposed collective"}}' for x, y in zip(a, b))
-        n += len(a)
-    return n
-
-
-def evidence_windows(f, ops: pd.DataFrame, devices_frame: pd.DataFrame) -> list[tuple[str, str, int, int, float]]:
-    """(host, device, start_ps, end_ps, savings_ps) of each evidence row of finding ``f``: the row's own window
-    when it has ``start_ps`` and a time column; for rows that name an op (module, op) without a time, its longest
-    executions (at most :data:`EXECUTIONS_PER_EVIDENCE`); for rows that name only a device, the device's
-    profiled window."""
-    ev = f.evidence
-    out = []
-    cols = set(ev.columns)
-    tcol = next((c for c in _TIME_COLUMNS if c in cols), None)
-    for r in ev.to_dict("records"):
-        host, dev = str(r.get("host", "") or ""), str(r.get("device", "") or "")
-        sav = float(r.get("savings_ps") or 0.0)
-        if "start_ps" in cols and tcol is not None and r.get("start_ps") is not None:
-            s = int(r["start_ps"])
-            out.append((host, dev, s, s + int(r[tcol] or 0), sav))
-        elif {"module", "op"} <= cols and len(ops):
-            m = (ops["module"].astype(str) == str(r["module"])) & (ops["op"].astype(str) == str(r["op"])) & \
-                ~ops["is_async"]
-            if dev:
-                m &= ops["device"].astype(str) == dev
-            hit = ops[m.to_numpy()].nlargest(EXECUTIONS_PER_EVIDENCE, "duration_ps")
-            for h, d, s, du in zip(hit["host"].astype(str), hit["device"].astype(str), hit["start_ps"],
-                                   hit["duration_ps"]):
-                out.append((h, d, int(s), int(s + du), sav / max(len(hit), 1)))
-        elif dev and len(devices_frame):
-            row = devices_frame[(devices_frame["device"].astype(str) == dev) &
-                                (devices_frame["host"].astype(str) == host if host else True)]
-            for s, span in zip(row["window_start_ps"], row["span_ps"]):
-                out.append((host, dev, int(s), int(s + span), sav))
-    return out
-
-
-def _write_findings(w: _Writer, findings, ops, frames, win, devices, fpid: int) -> tuple[int, int]:
-    n_win, aid = 0, 1 << 40  # ids apart from the async windows'
-    for k, f in enumerate(findings):
-        name = json.dumps(f"{f.rule_id} {f.name}", ensure_ascii=False)
-        events = []
-        for host, dev, s, e, sav in evidence_windows(f, ops, frames["devices"]):
-            if devices and dev and dev not in devices:
-                continue
-            if win is not None and not (e > win[0] and s < win[1] or s == e and win[0] <= s < win[1]):
-                continue
-            aid += 1
-            args = _args([("rule", f.rule_id), ("severity", f.severity), ("host", host), ("device", dev),
-                          ("message", f.message), ("savings_us", sav / 1e6)])
-            events.append(f'{{"ph":"b","pid":{fpid},"tid":{k + 1},"ts":{us(s)},"name":{name},'
-                          f'"cat":"tracekit finding","id":{aid},"args":{args}}}')
-            events.append(f'{{"ph":"e","pid":{fpid},"tid":{k + 1},"ts":{us(e)},"name":{name},'
-                          f'"cat":"tracekit finding","id":{aid}}}')
-        w.many(events)
-        n_win += len(events) // 2
-    return len(findings), n_win
