@@ -274,7 +274,7 @@ def _warn(reader: _Reader, planes, host: str, warnings: list[str]) -> None:
         gaps.append("no device properties (chip and peaks from the chip table: pass --chip NAME)")
     if reader.has_model_flops and not reader.has_flops:
         gaps.append("FLOPs are the ops' model_flops")
-    if devices and not reader.has_costs:
+    if any(p.name.startswith("/device:TPU") for p in devices) and not reader.has_costs:
         gaps.append("no op costs (a streaming trace-viewer export carries none: analyze the .xplane.pb)")
     warnings.append(f"{host}: read from trace-viewer JSON, which has " + "; ".join(gaps))
     if reader.skipped:
