@@ -20,7 +20,8 @@ WORK_FLOOR = 32 << 20
 TYPICAL_WORK_PER_BYTE = 16
 
 
-def fmt_size(n: int) -> str:
+def size_text(n: int) -> str:
+    """A byte count for a message: '1.5 GiB', '12 bytes'."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -61,7 +62,7 @@ def limit_error(args, size: int, where: str) -> TraceError:
         return TraceError(f"trace holds more than {limit:,} stats ({count:,} counted on {events:,} events; --max-events "
                           f"allows {STATS_PER_EVENT} per event)", where,
                           "raise the limit with --max-events (or max_events=None)")
-    return TraceError(f"a {fmt_size(size)} trace that needs more than {fmt_size(limit)} of work ({planes:,} planes, "
+    return TraceError(f"a {size_text(size)} trace that needs more than {size_text(limit)} of work ({planes:,} planes, "
                       f"{lines:,} lines, {events:,} events, {stats:,} stats counted): over {work_per_byte():g} bytes "
                       "of work per byte, where real traces need 7-14 (crafted or corrupt?)", where,
                       "if it is a real trace, set TRACEKIT_WORK_PER_BYTE=0 (or load it with max_bytes=None)")
@@ -70,8 +71,8 @@ def limit_error(args, size: int, where: str) -> TraceError:
 def out_of_memory(where: str | None, need: int | None = None) -> TraceError:
     """The one line for a MemoryError: how much the trace needs (about), how much there is, what to do."""
     avail = available_memory()
-    need_s = f"; the trace needs about {fmt_size(need)}" if need else ""
-    avail_s = f", {fmt_size(avail)} available" if avail else ""
+    need_s = f"; the trace needs about {size_text(need)}" if need else ""
+    avail_s = f", {size_text(avail)} available" if avail else ""
     return TraceError(f"out of memory{need_s}{avail_s}", where,
                       "analyze the hosts of a run folder in separate processes (--jobs N), on a Dask cluster "
                       "(--dask ADDR), or on a machine with more memory")

@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError
 from tracekit.proto import xplane_pb2
 
 from tracekit.ingest import pywire
-from tracekit.ingest.pywire import InputChanged, LimitError
+from tracekit.ingest.pywire import InputChanged, LimitError  # noqa: F401 — re-exported: what read_space raises
 
 try:  # pragma: no cover - depends on the build
     from tracekit.ingest import _wire
