@@ -262,7 +262,14 @@ def _findings(o: _Out, d: dict) -> None:
 
 
 def _cut(v: str, w: int) -> str:
-    return v if len(v) <= w else v[:max(w - 1, 0)] + "…"
+    """``v`` in ``w`` characters: the middle replaced by an ellipsis, so the ends (``fusion.1`` vs ``fusion.2``)
+    still tell names apart."""
+    if len(v) <= w:
+        return v
+    if w < 6:
+        return v[:max(w - 1, 0)] + "…"
+    tail = (w - 1) // 2
+    return v[:w - 1 - tail] + "…" + v[-tail:]
 
 
 def _widths(need: list[int], keep: list[int], shrink: tuple, width: int) -> dict | None:
