@@ -90,11 +90,16 @@ def test_color_flag_and_no_color(rep, monkeypatch):
     path = str(cpu_fixture("allreduce_exposed"))
     res = CliRunner().invoke(main, ["analyze", path, "--color", "always"])
     assert res.exit_code == 0 and ANSI.search(res.output)
-    res = CliRunner().invoke(main, ["analyze", path, "--color", "never"])
-    assert res.exit_code == 0 and not ANSI.search(res.output)
     monkeypatch.setenv("NO_COLOR", "1")
-    res = CliRunner().invoke(main, ["analyze", path, "--color", "auto"])
-    assert not ANSI.search(res.output)
     monkeypatch.setenv("COLUMNS", "80")
-    res = CliRunner().invoke(main, ["analyze", path])
+    res = CliRunner().invoke(main, ["analyze", path, "--color", "auto"])
+    assert res.exit_code == 0 and not ANSI.search(res.output)
     assert max(len(l) for l in res.output.splitlines()) <= 80
+    assert not ANSI.search(text.render(rep, color=False)) and ANSI.search(text.render(rep, color=True))
+    # on a terminal: auto means colour unless NO_COLOR is set; never and always win over both
+    from tracekit.cli import commands
+    monkeypatch.setattr(commands.sys.stdout, "isatty", lambda: True, raising=False)
+    assert commands._terminal("auto")["color"] is False and commands._terminal("always")["color"] is True
+    monkeypatch.delenv("NO_COLOR")
+    assert commands._terminal("auto")["color"] is True and commands._terminal("never")["color"] is False
+    assert commands._terminal("auto")["width"] == 80
