@@ -74,7 +74,7 @@ def replica_groups(instr: hlo_pb2.HloInstructionProto) -> tuple[str, int]:
     return "", -1
 
 
-def _source(module: hlo_pb2.HloModuleProto, md: hlo_pb2.OpMetadata) -> tuple[str, int]:
+def source_location(module: hlo_pb2.HloModuleProto, md: hlo_pb2.OpMetadata) -> tuple[str, int]:
     if md.source_file:
         return md.source_file, md.source_line
     sfi = module.stack_frame_index
@@ -214,7 +214,7 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
             is_entry = comp.id == m.entry_computation_id or comp.name == m.entry_computation_name
             for ins in comp.instructions:
                 groups, gsize = replica_groups(ins)
-                src_file, src_line = _source(m, ins.metadata)
+                src_file, src_line = source_location(m, ins.metadata)
                 cols["module"].append(mod.name)
                 cols["program_id"].append(mod.program_id)
                 cols["computation"].append(comp.name)
