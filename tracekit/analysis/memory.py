@@ -34,7 +34,7 @@ from tracekit.ingest.hlo import HOST_MEMORY_SPACE
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
                    "temp_bytes", "constant_bytes", "thread_local_bytes", "footprint_bytes", "live_peak_bytes",
                    "live_peak_source", "largest_buffer_bytes", "largest_temp_bytes", "largest_temp_instruction",
-                   "largest_temp_opcode", "undonated_bytes", "undonated_parameters"]
+                   "largest_temp_opcode", "largest_temp_source", "undonated_bytes", "undonated_parameters"]
 CURVE_POINTS = 200
 
 
@@ -128,6 +128,8 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
                          "largest_temp_bytes": int(top["size_bytes"]) if top is not None else 0,
                          "largest_temp_instruction": str(top["instruction"]) if top is not None else "",
                          "largest_temp_opcode": str(top["opcode"]) if top is not None else "",
+                         "largest_temp_source": f"{top['source_file']}:{int(top['source_line'])}"
+                         if top is not None and top["source_file"] else "",
                          "undonated_bytes": undonated, "undonated_parameters": params})
     out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
     return out.astype({c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}), curves

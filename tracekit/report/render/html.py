@@ -19,6 +19,7 @@ import html
 import json
 import math
 
+from tracekit.report.render import sections
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".html", ".htm")
@@ -341,6 +342,7 @@ def render(report, *, top: int = 25, **_) -> str:
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>tracekit report: {e(paths)}</title><style>{CSS}</style></head><body>\n"
         f"<h1>tracekit report</h1><p class=\"inputs\">{e(paths)}</p>\n"
+        f"{sections.html_sections(d)}"
         f"<section id=\"summary\">{summary_html(d)}{warn}{gate}</section>\n"
         f"<section id=\"findings\"><h2>Findings, by the time they would win back</h2>"
         f"{findings_html(d.get('findings') or [])}</section>\n"
