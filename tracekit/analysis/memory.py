@@ -86,70 +86,83 @@ def _downsample(seq, live, names, k: int = CURVE_POINTS) -> pd.DataFrame:
                          "live_bytes": np.asarray(live)[keep]})
 
 
+def _by_program(df: pd.DataFrame) -> dict:
+    """(module, program_id) -> list of row dicts (the buffer tables are small: plain records beat pandas here)."""
+    out: dict = {}
+    for r in df.to_dict("records"):
+        out.setdefault((r["module"], int(r["program_id"])), []).append(r)
+    return out
+
+
+_SUMS = (("argument_bytes", ("argument", "argument+output")), ("output_bytes", ("output", "argument+output")),
+         ("alias_bytes", ("argument+output",)), ("temp_bytes", ("temp",)), ("constant_bytes", ("constant",)),
+         ("thread_local_bytes", ("thread-local",)))
+
+
 def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """The per-program summary (:data:`PROGRAM_COLUMNS`) and the device-space live curves of the heap simulator.
     ``module_aliases``: (module, program_id) -> set of parameter numbers whose buffer an output may reuse (the
     module's input/output alias config), for ``undonated_*``."""
-    al, bu, hp = tables.allocations, tables.buffers, tables.heap
     rows, curves = [], {}
-    if not len(al):
+    if not len(tables.allocations):
         return pd.DataFrame(columns=PROGRAM_COLUMNS), curves
-    kind_of = dict(zip(zip(al["module"], al["program_id"], al["allocation"]), al["kind"]))
-    for (mod, pid), a in al.groupby(["module", "program_id"], sort=True, observed=True):
-        b = bu[(bu["module"] == mod) & (bu["program_id"] == pid)]
-        h = hp[(hp["module"] == mod) & (hp["program_id"] == pid)]
-        sizes = dict(zip(b["buffer_id"], b["size_bytes"]))
-        color = dict(zip(b["buffer_id"], b["color"]))
-        temp_buf = {int(x) for x, al_ in zip(b["buffer_id"], b["allocation"])
-                    if kind_of.get((mod, pid, al_)) == "temp"}
+    als, bus, hps = (_by_program(t) for t in (tables.allocations, tables.buffers, tables.heap))
+    for key in sorted(als):
+        mod, pid = key
+        a, b = als[key], bus.get(key, [])
+        kind_of = {x["allocation"]: x["kind"] for x in a}
+        sizes = {x["buffer_id"]: x["size_bytes"] for x in b}
+        color = {x["buffer_id"]: x["color"] for x in b}
+        temp_buf = {x["buffer_id"] for x in b if kind_of.get(x["allocation"]) == "temp"}
         peaks: dict = {}
-        for t, ev in h.groupby("trace", sort=True):
+        h = pd.DataFrame(hps.get(key, []), columns=["trace", "seq", "kind", "buffer_id", "share_with", "instruction"])
+        for _, ev in h.groupby("trace", sort=True):
             for c in sorted({color.get(int(x), -1) for x in ev["buffer_id"]} - {-1}):
                 seq, live, names = live_curve(ev, sizes, lambda x, c=c: x in temp_buf and color.get(x) == c)
                 if len(live) and live.max() > 0:
                     peaks[c] = peaks.get(c, 0) + int(live.max())
-                    if c == 0 and ((mod, pid) not in curves or live.max() > curves[(mod, pid)]["live_bytes"].max()):
-                        curves[(mod, pid)] = _downsample(seq, live, names)
-        for c, g in a.groupby("color", sort=True):
-            s = {k: int(g.loc[g["kind"].isin(v), "size_bytes"].sum()) for k, v in (
-                ("argument_bytes", ("argument", "argument+output")), ("output_bytes", ("output", "argument+output")),
-                ("alias_bytes", ("argument+output",)), ("temp_bytes", ("temp",)), ("constant_bytes", ("constant",)),
-                ("thread_local_bytes", ("thread-local",)))}
-            base = s["argument_bytes"] + s["output_bytes"] - s["alias_bytes"] + s["constant_bytes"]
-            tb = b[(b["color"] == c) & b["buffer_id"].isin(temp_buf)]
-            top = tb.loc[tb["size_bytes"].idxmax()] if len(tb) else None
-            undonated, params = _undonated(g, a, (module_aliases or {}).get((mod, int(pid))))
-            rows.append({"module": mod, "program_id": pid, "memory_space": buf.space_name(c), **s,
-                         "footprint_bytes": base + s["temp_bytes"],
-                         "live_peak_bytes": base + peaks[c] if c in peaks else base + s["temp_bytes"],
+                    if c == 0 and (key not in curves or live.max() > curves[key]["live_bytes"].max()):
+                        curves[key] = _downsample(seq, live, names)
+        for c in sorted({x["color"] for x in a}):
+            g = [x for x in a if x["color"] == c]
+            sm = {k: sum(x["size_bytes"] for x in g if x["kind"] in v) for k, v in _SUMS}
+            base = sm["argument_bytes"] + sm["output_bytes"] - sm["alias_bytes"] + sm["constant_bytes"]
+            inc = [x for x in b if x["color"] == c]
+            tb = [x for x in inc if x["buffer_id"] in temp_buf]
+            top = max(tb, key=lambda x: x["size_bytes"]) if tb else None
+            undonated, params = _undonated(g, a, (module_aliases or {}).get(key))
+            rows.append({"module": mod, "program_id": pid, "memory_space": buf.space_name(c), **sm,
+                         "footprint_bytes": base + sm["temp_bytes"],
+                         "live_peak_bytes": base + (peaks[c] if c in peaks else sm["temp_bytes"]),
                          "live_peak_source": "heap simulator" if c in peaks else "allocations",
-                         "largest_buffer_bytes": int(b.loc[b["color"] == c, "size_bytes"].max())
-                         if (b["color"] == c).any() else 0,
-                         "largest_temp_bytes": int(top["size_bytes"]) if top is not None else 0,
-                         "largest_temp_instruction": str(top["instruction"]) if top is not None else "",
-                         "largest_temp_opcode": str(top["opcode"]) if top is not None else "",
-                         "largest_temp_source": f"{top['source_file']}:{int(top['source_line'])}"
-                         if top is not None and top["source_file"] else "",
+                         "largest_buffer_bytes": max((x["size_bytes"] for x in inc), default=0),
+                         "largest_temp_bytes": top["size_bytes"] if top else 0,
+                         "largest_temp_instruction": top["instruction"] if top else "",
+                         "largest_temp_opcode": top["opcode"] if top else "",
+                         "largest_temp_source": f"{top['source_file']}:{top['source_line']}"
+                         if top and top["source_file"] else "",
                          "undonated_bytes": undonated, "undonated_parameters": params})
     out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
-    return out.astype({c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}), curves
+    return out.astype({"program_id": "uint64", **{c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}), \
+        curves
 
 
-def _undonated(g: pd.DataFrame, a: pd.DataFrame, aliased: set | None) -> tuple[int, str]:
-    """Arguments (in this space) that no output aliases although an output allocation of exactly their size
-    exists that is not itself an argument: candidates for donation (``donate_argnums``). Each output is matched
-    at most once."""
-    args = g[(g["kind"] == "argument") & (g["size_bytes"] > 0)]
-    outs = sorted(int(x) for x in a.loc[(a["kind"] == "output") & ~a["is_tuple"] & (a["color"] == g["color"].iloc[0]),
-                                        "size_bytes"] if x > 0)
+def _undonated(g: list, a: list, aliased: set | None) -> tuple[int, str]:
+    """Arguments (in this space, ``g``) that no output aliases although an output allocation of exactly their size
+    exists that is not itself an argument (``a``: every allocation of the program): candidates for donation
+    (``donate_argnums``). Each output is matched at most once."""
+    c = g[0]["color"]
+    outs = sorted(x["size_bytes"] for x in a if x["kind"] == "output" and not x["is_tuple"] and x["color"] == c
+                  and x["size_bytes"] > 0)
     total, names = 0, []
-    for p, size in sorted(zip(args["parameter_number"], args["size_bytes"]), key=lambda t: (-t[1], t[0])):
-        if aliased and int(p) in aliased:
+    args = [(x["parameter_number"], x["size_bytes"]) for x in g if x["kind"] == "argument" and x["size_bytes"] > 0]
+    for p, size in sorted(args, key=lambda t: (-t[1], t[0])):
+        if aliased and p in aliased:
             continue
-        if int(size) in outs:
-            outs.remove(int(size))
-            total += int(size)
-            names.append(str(int(p)))
+        if size in outs:
+            outs.remove(size)
+            total += size
+            names.append(str(p))
     return total, ",".join(names)
 
 
@@ -175,8 +188,11 @@ def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
     other["size_bytes"] = [int(sizes[k]) for k in zip(other["module"], other["program_id"], other["allocation"])]
     out = pd.concat([temp, other.drop(columns="_p")], ignore_index=True)[cols]
     out = out[out["size_bytes"] > 0]
-    return out.sort_values(["size_bytes", "module", "instruction"], ascending=[False, True, True],
-                           kind="stable", ignore_index=True)
+    # equal sizes: buffers of the program with the largest footprint first (the step, not a helper program)
+    foot = al.groupby(["module", "program_id"], observed=True)["size_bytes"].sum()
+    out = out.assign(_f=[foot.get((m, p), 0) for m, p in zip(out["module"], out["program_id"])])
+    return out.sort_values(["size_bytes", "_f", "module", "instruction"], ascending=[False, False, True, True],
+                           kind="stable", ignore_index=True).drop(columns="_f")
 
 
 def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFrame, capacity: dict) -> pd.DataFrame:

@@ -56,8 +56,11 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         out.append(("bandwidth", "; ".join(parts) + " (bytes from the cost model per step / step time)"))
     r = ov.get("roofline") or {}
     if r.get("possible_step_ps"):
+        ratio = r.get("ratio") or 0
+        odd = (" — faster than the roofline allows, so a peak is too low (an estimate? run `tracekit calibrate` "
+               "or pass --chip)") if 0 < ratio < 1 else ""
         out.append(("roofline", f"{fmt_time(r['possible_step_ps'])} per step is possible ({r.get('bound_by')} at its "
-                                f"roofline, the rest hidden): the steps take {r.get('ratio', 0):.2g}x that; "
+                                f"roofline, the rest hidden): the steps take {ratio:.2g}x that{odd}; "
                                 f"{(f.get('label') or 'utilization')} would be "
                                 f"{_util(r.get('utilization_at_possible'))}"))
     return out
@@ -85,7 +88,7 @@ def memory_facts(d: dict) -> list[tuple[str, str]]:
     devs = m.get("devices") or []
     if devs:
         top = max(devs, key=lambda r: (r.get("peak_bytes") or 0))
-        out.append(("device peak", f"{_b(top['peak_bytes'])} ({_util(top.get('share'))} of HBM) on {top['device']} "
+        out.append(("device peak", f"{_b(top['peak_bytes'])} ({_util(top.get('share'))} of device memory) on {top['device']} "
                                    f"while {top['programs_at_peak']} runs; up to {_b(top.get('upper_bytes'))} if the "
                                    "other programs' arguments stay live"))
     for o in m.get("offload") or []:
