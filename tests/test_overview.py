@@ -3,6 +3,7 @@ capture script measured, the trace's own model_flops, --model-flops-per-step, an
 every fixture (every bucket >= 0, the buckets sum to the step time exactly, "other" under 5%)."""
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -16,21 +17,26 @@ from tracekit.analysis import timeline as tl
 from tracekit.model import chips
 from tracekit.report import render
 
+@functools.lru_cache(maxsize=None)
+def _analyze(path: str, chip: str | None = None):
+    """One analysis per trace for the whole module (the reports are read, never changed)."""
+    return pipeline.analyze(path, chip=chip)
+
+
 CASES = json.loads((FIXTURES / "cpu" / "cases.json").read_text())["cases"]
 BUCKETS = ["collective_exposed_ps", *tl.REFINED]
 
 
 def _traces():
-    for c in CPU_CASES:
+    for c in sorted(set(CASES) | set(CPU_CASES)):  # every recorded fixture
         yield pytest.param(lambda c=c: cpu_fixture(c), id=c)
     for rel in ("tpu/v6e-4_jax_inference.xplane.pb", "gpu/v100x8_tf_bert.xplane.pb"):
-        yield pytest.param(lambda rel=rel: shared_trace(rel), id=rel.split("/")[-1].split(".")[0], marks=pytest.mark.slow
-                           if False else ())
+        yield pytest.param(lambda rel=rel: shared_trace(rel), id=rel.split("/")[-1].split(".")[0])
 
 
 @pytest.mark.parametrize("get", list(_traces()))
 def test_breakdown_partitions_every_step(get):
-    rep = pipeline.analyze(get())
+    rep = _analyze(str(get()))
     steps = rep.data["device_steps"]
     assert steps, "no steps"
     bd = rep.data["overview"]["breakdown"]
@@ -47,13 +53,13 @@ def test_breakdown_partitions_every_step(get):
 
 
 def test_sleepy_steps_idle_is_the_host():
-    rep = pipeline.analyze(cpu_fixture("sleepy_steps"))
+    rep = _analyze(str(cpu_fixture("sleepy_steps")))
     bd = rep.data["overview"]["breakdown"]
     assert bd["host_idle_ps"] > 0.8 * bd["step_ps"]  # the host sleeps 20 ms inside each step
 
 
 def test_v6e_breakdown_is_waiting_on_host_offload():
-    rep = pipeline.analyze(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
+    rep = _analyze(str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")))
     bd = rep.data["overview"]["breakdown"]
     assert bd["offload_wait_ps"] > 0.9 * bd["step_ps"]
 
@@ -89,7 +95,7 @@ def test_model_flops_per_step_option():
 
 
 def test_v6e_mfu_from_the_traces_model_flops():
-    rep = pipeline.analyze(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
+    rep = _analyze(str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")))
     f = rep.data["overview"]["flops"]
     assert f["label"] == "MFU" and f["source"].startswith("trace: model_flops")
     # per step: 3 elementwise adds over f32[5,1024,1024,256] on each of the 4 chips
@@ -105,7 +111,7 @@ def test_v6e_mfu_from_the_traces_model_flops():
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
 def test_overview_is_the_first_section(fmt):
-    rep = pipeline.analyze(cpu_fixture("train_step"))
+    rep = _analyze(str(cpu_fixture("train_step")))
     out = render.render(rep, fmt)
     if fmt == "text":
         lines = out.splitlines()

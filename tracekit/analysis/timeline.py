@@ -222,8 +222,7 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
     return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
 
 
-#: the refined buckets: an exact partition of the step (``compute_ps`` = the first three, ``wait_ps + idle_ps`` =
-#: the last five); exposed collectives come between them
+#: the refined buckets (+ exposed collectives: a partition of the step; compute_ps = the first 3, wait + idle the rest)
 REFINED = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
            "host_idle_ps", "launch_idle_ps", "other_idle_ps")
 _BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
@@ -248,22 +247,15 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame
     ``compute_ps + collective_exposed_ps + wait_ps + idle_ps == step_ps``. An exposed async collective window is
     collective time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle.
 
-    Refined (:data:`REFINED`; each ≥ 0, together with ``collective_exposed_ps`` exactly ``step_ps``):
-
-    * ``compute_bound_ps`` = |C_compute|, ``memory_bound_ps`` = |C_memory \\ C_compute|, ``compute_other_ps`` =
-      the rest of C (roofline unknown, host-link or network bound), by the ops' ``bound_by`` (all "other" when
-      the frame has no roofline);
-    * ``offload_wait_ps``: no compute and no collective, but a host transfer (``is_host_transfer``: a host-offload
-      copy) in flight or waited for; ``async_wait_ps``: the same for other async ops (X = non-collective async
-      windows, plus W);
-    * the idle rest, split by the module executions ``modules`` (program runs per device): ``host_idle_ps`` = idle
-      with no program running on the device (it waits for the host: input pipeline, Python, dispatch);
-      inside a program, ``launch_idle_ps`` on devices whose ops the host launches one by one
-      (:data:`HOST_LAUNCHED`: XLA:CPU thunks, GPU kernels) and ``other_idle_ps`` elsewhere (TPU) or when the
-      device's program runs are unknown.
-
-    With a ``collective_level`` column (the interconnect level of each collective), ``collective_exposed_<level>_ps``
-    splits ``collective_exposed_ps`` by level (levels in sorted order take the time first)."""
+    Refined (:data:`REFINED`; each ≥ 0, with ``collective_exposed_ps`` exactly ``step_ps``): C split by the ops'
+    ``bound_by`` into ``compute_bound_ps`` = |C_compute|, ``memory_bound_ps`` = |C_memory \\ C_compute| and
+    ``compute_other_ps`` (unknown, host-link or network bound); ``offload_wait_ps`` = no compute or collective
+    while a host transfer (``is_host_transfer``) is in flight or waited for, ``async_wait_ps`` the same for other
+    async ops (non-collective async windows, W); the idle rest split by the program executions ``modules``:
+    ``host_idle_ps`` with no program running (the device waits for the host: input, Python, dispatch),
+    ``launch_idle_ps`` inside a program on devices whose ops the host launches one by one (:data:`HOST_LAUNCHED`),
+    ``other_idle_ps`` inside a program elsewhere (TPU) or when the device's program runs are unknown. With a
+    ``collective_level`` column, ``collective_exposed_<level>_ps`` splits the exposed time by level (sorted)."""
     coll = is_collective(ops)
     sync = _sync(ops)
     marker = is_async_marker(ops)
@@ -290,8 +282,7 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame
         cb, cbm = cov(cm & (bound[oi] == "compute")), cov(cm & np.isin(bound[oi], ["compute", "memory"]))
         off = cov(cm | km | ((wm | xm) & hostx[oi]))
         act = cov(cm | km | wm | xm)
-        mi = mg.get((h, d))
-        if mi is not None:
+        if (mi := mg.get((h, d))) is not None:
             mst = modules["start_ps"].to_numpy(np.int64)[mi]
             mm = merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi])
             am = merge(np.r_[st[oi][cm | km | wm | xm], mm[0]], np.r_[en[oi][cm | km | wm | xm], mm[1]])
@@ -300,13 +291,13 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame
             outside = np.zeros(len(a), np.int64)
         inside = (b - a) - act - outside
         host_launched = bool(launched[oi].any()) and mi is not None
-        row = {"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si], "start_ps": a,
-               "step_ps": b - a, "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c,
-               "collective_hidden_ps": c + k - u, "wait_ps": w - u, "idle_ps": (b - a) - w,
-               "compute_bound_ps": cb, "memory_bound_ps": cbm - cb, "compute_other_ps": c - cbm,
-               "offload_wait_ps": off - u, "async_wait_ps": act - off, "host_idle_ps": outside,
-               "launch_idle_ps": inside if host_launched else 0 * inside,
-               "other_idle_ps": 0 * inside if host_launched else inside}
+        zero = np.zeros_like(inside)
+        row = {"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si], "start_ps": a, "step_ps": b - a,
+               "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
+               "wait_ps": w - u, "idle_ps": (b - a) - w, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
+               "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
+               "host_idle_ps": outside, "launch_idle_ps": inside if host_launched else zero,
+               "other_idle_ps": zero if host_launched else inside}
         if level is not None:
             done = c
             for lv in sorted(set(level[oi][km]) - {""}):
