@@ -67,6 +67,9 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
+    from tracekit.analysis import customcalls
+    from tracekit.model import roofline
+    custom = customcalls.summary(ops, tr.hlo, roofline.costs(tr) if tr.has_hlo else None)
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
@@ -75,7 +78,8 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},
-        warnings=tr.warnings, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem)
+        warnings=tr.warnings, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem,
+        custom_calls=custom)
 
 
 def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
