@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import re
 
+from tracekit.report.render import sections
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
@@ -160,6 +161,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     s = d["summary"]
     o = _Out(width or DEFAULT_WIDTH, color)
     o.para(f"tracekit {d['tool']['version']} — ", _safe(", ".join(i["path"] for i in d["inputs"])))
+    _overview(o, d)
     for c in d["chips"]:
         peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in c["peak_flops_per_s"].items()
                           if k in ("bf16", "f32"))
@@ -181,6 +183,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _steps(o, d)
     _ops(o, d, s, top)
     _custom_calls(o, d.get("custom_calls") or {})
+    _memory(o, d)
     _findings(o, d)
     for w in d.get("warnings") or []:
         o.para(("warning: ", "yellow" if color else ""), _safe(w))
@@ -247,6 +250,37 @@ def _custom_calls(o: _Out, cc: dict, top: int = 8) -> None:
             o.para(f"{_safe(t['target'])}: ", _safe(note), indent=2)
     for name, why in (cc.get("models") or {}).items():
         o.para(f"model:{_safe(name)}: ", _safe(why), indent=2)
+
+
+def _overview(o: _Out, d: dict) -> None:
+    """The headline block (:mod:`tracekit.report.render.sections`): MFU/utilization facts and the step split."""
+    facts = sections.overview_facts(d)
+    if not facts:
+        return
+    o.para("Overview")
+    for k, v in facts:
+        o.para(f"{k}: ", _safe(v), indent=2)
+    rows = sections.breakdown_rows(d)
+    if rows:
+        o.para("step breakdown (all steps and devices): " + ", ".join(
+            f"{label} {fmt_pct(share)}" for label, _, share in rows), indent=2)
+    o.blank()
+
+
+def _memory(o: _Out, d: dict) -> None:
+    """XLA's buffer assignment (:mod:`tracekit.report.render.sections`): facts, programs, largest buffers."""
+    facts = sections.memory_facts(d)
+    if not facts:
+        return
+    o.blank()
+    o.para("Memory (XLA's buffer assignment)")
+    for k, v in facts:
+        o.para(f"{k}: ", _safe(v), indent=2)
+    o.table("", sections.PROGRAM_HEADERS, [[_safe(c) for c in r] for r in sections.program_rows(d)],
+            right={2, 3, 4, 5, 6, 7}, shrink=(0,))
+    if (d.get("memory") or {}).get("buffers"):
+        o.table("largest buffers:", sections.BUFFER_HEADERS, [[_safe(c) for c in r] for r in sections.buffer_rows(d)],
+                right={0}, shrink=(3, 4, 5, 2), drop=(5, 4))
 
 
 def _findings(o: _Out, d: dict) -> None:
