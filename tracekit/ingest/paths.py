@@ -384,7 +384,7 @@ def _mapped(path, max_bytes: int | None):
     import stat
     from tracekit.ingest import wire
     where = os.fspath(path)
-    if "://" in where or where.endswith(".gz") or not wire.HAVE_C or not getattr(wire._wire, "HAVE_BUS_GUARD", 0):
+    if "://" in where or where.endswith(".gz") or not wire.HAVE_BUS_GUARD:
         return None
     try:
         with _open_regular(path) as f:

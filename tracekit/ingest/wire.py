@@ -50,6 +50,8 @@ except ImportError:  # pragma: no cover
 
 _NO_C = os.environ.get("TRACEKIT_NO_C", "") not in ("", "0")
 HAVE_C: bool = _wire is not None and not _NO_C
+#: the C decoder turns a SIGBUS on a memory-mapped input that shrinks into InputChanged (POSIX builds)
+HAVE_BUS_GUARD: bool = HAVE_C and bool(getattr(_wire, "HAVE_BUS_GUARD", 0))
 
 KIND_UNSET, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF = 0, 2, 3, 4, 5, 6, 7
 

@@ -2,8 +2,9 @@
 
 Laid out with rich (imported only here, when a text report is rendered): paragraphs wrap at word boundaries to the
 width, tables shrink their widest columns (names end in an ellipsis) so every line fits and columns stay aligned.
-Names from the trace are plain text to rich (never markup: ``[...]`` in an op name prints as it is) and pass
-through :func:`_safe` (control and bidi characters escaped). Devices whose rows are
+Names from the trace are plain text to rich (never markup: ``[...]`` in an op name prints as it is), and every
+string of the report passes through :mod:`tracekit.report.termsafe` first (control and bidi characters escaped,
+newlines as ``\n``). Devices whose rows are
 identical are folded into one row (``CPU:0–7 (8 devices)``). Colour only when asked (``color=True``: the CLI's
 ``--color always``, or ``auto`` on a terminal without ``NO_COLOR``).
 """
@@ -13,6 +14,7 @@ import io
 import re
 
 from tracekit.report.render import sections
+from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
@@ -75,21 +77,6 @@ def device_range(names: list[str]) -> str:
             return f"{prefix}{nums[0]}–{nums[-1]} ({len(nums)} devices)"
         return f"{prefix}{','.join(map(str, nums))} ({len(nums)} devices)"
     return f"{', '.join(names)} ({len(names)} devices)"
-
-
-_UNSAFE = ("Cc", "Cf", "Zl", "Zp", "Cs")
-
-
-def _safe(x) -> str:
-    """Text from the trace with control, format (bidi, zero-width) and separator characters written as escapes
-    (``\\x1b``, ``\\u202e``), so nothing in a name can drive the terminal."""
-    import unicodedata
-    s = "" if x is None else x if isinstance(x, str) else str(x)
-    if s.isprintable():
-        return s
-    return "".join(c if unicodedata.category(c) not in _UNSAFE else
-                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
-                    else f"\\U{ord(c):08x}") for c in s)
 
 
 class _Out:
@@ -157,7 +144,7 @@ class _Out:
 
 
 def render(report, *, top: int = 12, color: bool = False, width: int | None = None, **_) -> str:
-    d = report.data if hasattr(report, "data") else report
+    d = safe_tree(report.data if hasattr(report, "data") else report)  # nothing from the trace drives the terminal
     s = d["summary"]
     o = _Out(width or DEFAULT_WIDTH, color)
     o.para(f"tracekit {d['tool']['version']} — ", _safe(", ".join(i["path"] for i in d["inputs"])))
