@@ -146,6 +146,20 @@ def test_unreadable_trace_file_is_one_line(tmp_path):
     one_line(p, "not readable")
 
 
+# ---- click's usage errors ------------------------------------------------------------------------------------
+
+def test_output_naming_a_folder_is_one_line(tmp_path):
+    one_line(cli("analyze", cpu_fixture("big_matmul"), "-o", tmp_path), "folder")
+
+
+def test_usage_errors_are_one_line():
+    one_line(cli("analyze"), "PATH")  # a missing argument
+    one_line(cli("ops", cpu_fixture("big_matmul"), "--limit", "-3"), "--limit")
+    one_line(cli("analyze", cpu_fixture("big_matmul"), "--no-such-option"), "--no-such-option")
+    one_line(cli("analyze", cpu_fixture("big_matmul"), "--rules", "/no/such/rules/dir"), "--rules")
+    assert cli("--help").returncode == 0 and "Usage" in cli("--help").stdout
+
+
 # ---- a trace that changes while it is read --------------------------------------------------------------------
 
 def _tiled(tmp_path, min_size=(1 << 20) + 4096) -> tuple[Path, bytes]:

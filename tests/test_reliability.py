@@ -183,7 +183,8 @@ def test_renderer_failing_midway_leaves_every_old_report(old_reports, monkeypatc
 
 
 def test_disk_full_midway_leaves_the_old_report(old_reports, monkeypatch):
-    real = os.fdopen
+    from tracekit import fileio
+    real = open
 
     class HalfWriter:
         def __init__(self, f):
@@ -200,7 +201,7 @@ def test_disk_full_midway_leaves_the_old_report(old_reports, monkeypatch):
             self.f.flush()
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: HalfWriter(real(fd, *a, **k)))
+    monkeypatch.setattr(fileio, "open", lambda *a, **k: HalfWriter(real(*a, **k)), raising=False)
     one_line_error(*cli_run("analyze", trace_file(), *outputs(old_reports)), "No space left on device")
     assert_untouched(old_reports)
 
@@ -217,8 +218,9 @@ def test_interrupt_while_writing_removes_the_temporary(old_reports, monkeypatch)
     def interrupted(fd):
         raise KeyboardInterrupt
     monkeypatch.setattr(os, "fsync", interrupted)
+    from tracekit import fileio
     with pytest.raises(KeyboardInterrupt):
-        cli._write_atomic(str(old_reports["json"]), "{}")
+        fileio.write_atomic(str(old_reports["json"]), "{}")
     assert_untouched(old_reports)
 
 

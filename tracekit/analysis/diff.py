@@ -258,7 +258,8 @@ TITLES = {"regression": "Regressions", "added": "Added (only in NEW)", "removed"
 
 def render_text(diff: Diff, *, top: int = 20) -> str:
     from tracekit.report.render.text import _table
-    d = diff.data
+    from tracekit.report.termsafe import safe_tree
+    d = safe_tree(diff.data)  # names from the traces, printed on a terminal
     out = [f"tracekit {d['tool']['version']} diff", *headline(d)]
     for status in STATUSES[:-1]:
         rows = [r for r in d["ops"] if r["status"] == status]

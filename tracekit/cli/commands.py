@@ -12,20 +12,27 @@ import sys
 
 import click
 
+from tracekit.cli.console import OneLineErrors, echo_out, gate_lines, quiet_opt, regression_lines, write_reports
 from tracekit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, TraceError
+from tracekit.report.termsafe import safe as safe_terminal, safe_tree
 
 EXIT_INTERNAL = 3
 
 
 def guarded(fn):
-    """Turn TraceError into one stderr line + exit 2, and any other exception into one line + exit 3."""
+    """Turn TraceError (and MemoryError) into one stderr line + exit 2, and any other exception into one line +
+    exit 3. The line is made safe for a terminal (it may quote names from the trace)."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
             return fn(*a, **kw)
         except TraceError as e:
-            click.echo(f"tracekit: error: {e}", err=True)
+            click.echo(f"tracekit: error: {safe_terminal(e)}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except MemoryError:
+            from tracekit.ingest import limits
+            click.echo(f"tracekit: error: {safe_terminal(limits.out_of_memory(None))}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
@@ -34,8 +41,8 @@ def guarded(fn):
         except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
             if os.environ.get("TRACEKIT_DEBUG"):
                 raise
-            click.echo(f"tracekit: internal error: {type(e).__name__}: {e} (set TRACEKIT_DEBUG=1 for the traceback, "
-                       "and please report it)", err=True)
+            click.echo(f"tracekit: internal error: {type(e).__name__}: {safe_terminal(e)} (set TRACEKIT_DEBUG=1 for "
+                       "the traceback, and please report it)", err=True)
             sys.exit(EXIT_INTERNAL)
 
     return wrapper
@@ -71,17 +78,18 @@ def _limits(max_size, max_events) -> dict:
 
 
 def _table(df, columns=None, max_width: int = 60) -> str:
-    """Plain aligned text table (what non-TTY output and tests read)."""
+    """Plain aligned text table (what non-TTY output and tests read); every cell made safe for a terminal."""
     cols = columns or list(df.columns)
-    rows = [[str(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     num = [df[c].dtype.kind in "iuf" for c in cols]
+    rows = [[safe_terminal(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
+    heads = [safe_terminal(c) for c in cols]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(heads)]
     def fmt(vals):
         return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
-    return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+    return "\n".join([fmt(heads), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracekit")
 def main():
     """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
@@ -104,7 +112,7 @@ def info(path, run, fmt, max_size, max_events):
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
     else:
-        click.echo(inventory.render_text(inv))
+        click.echo(inventory.render_text(safe_tree(inv)))
 
 
 @main.command()
@@ -133,9 +141,9 @@ def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
     if limit:
         table = table.head(limit)
     if fmt == "csv":
-        click.echo(table.to_csv(index=False), nl=False)
+        echo_out(table.to_csv(index=False))
     elif fmt == "json":
-        click.echo(table.to_json(orient="records", indent=1))
+        echo_out(table.to_json(orient="records", indent=1) + "\n")
     else:
         click.echo(_table(_format_ops(table)))
 
@@ -153,34 +161,6 @@ def _format_ops(t):
         out["efficiency"] = t["efficiency"].map(fmt_pct)
         out["headroom"] = t["headroom_ps"].map(fmt_time)
     return out
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename: never half a file."""
-    import tempfile
-    d = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tracekit-", dir=d)
-    except OSError as e:
-        raise TraceError(f"cannot write the output ({e.strerror})", path, "check the folder exists and is writable")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report gets the usual permissions
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):  # disk full, a folder in the way, ...: the old file is untouched
-            raise TraceError(f"cannot write the output ({e.strerror or type(e).__name__})", path,
-                             "check the free space and that the path is a writable file") from None
-        raise
 
 
 def _params(values: tuple[str, ...]) -> dict:
@@ -202,8 +182,9 @@ def _params(values: tuple[str, ...]) -> dict:
 @main.command()
 @path_arg
 @run_opt
-@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
-              help="Write the report here; the format follows the extension (.json .md .html .sarif .txt). Repeatable.")
+@click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
+              help="Write the report here; the format follows the extension (.json .md .html .sarif .txt); - is "
+                   "stdout. Repeatable: all are written, or none is replaced.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default=None,
               help="Format of stdout (or of -o when its extension does not say).")
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
@@ -224,16 +205,18 @@ def _params(values: tuple[str, ...]) -> dict:
               help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
+@quiet_opt
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
-            model_flops, max_size, max_events, jobs, dask_address):
+            model_flops, max_size, max_events, jobs, dask_address, quiet):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
     from tracekit.run import hosts
     from tracekit.report import render
     from tracekit.progress import Progress
-    progress = Progress()  # a status line on a terminal only
+    out_fmts = [_out_format(render, out, fmt, len(outputs) == 1) for out in outputs]  # bad names fail first
+    progress = Progress(enabled=False if quiet else None)  # a status line on a terminal only
     try:
         rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
@@ -241,15 +224,39 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
                             progress=progress, model_flops_per_step=model_flops)
     finally:
         progress.done()
-    texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
-    for out, text in zip(outputs, texts):  # every report rendered before any file is replaced
-        _write_atomic(out, text)
-    if not outputs or fmt:
-        stdout_fmt = render.format_for(None, fmt) if fmt else "text"
+    texts = [render.render(rep, f) for f in out_fmts]  # every report rendered before any file is replaced
+    write_reports(list(zip(outputs, texts)), out_fmts)
+    if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
+        _print_report(render, rep, render.format_for(None, fmt) if fmt else "text", top, color)
+    if rep.fails(fail_on):
+        for line in [] if quiet else gate_lines(rep.findings, fail_on):
+            click.echo(line, err=True)
+        sys.exit(EXIT_FINDINGS)
+
+
+def _out_format(render, out: str, fmt: str | None, single: bool) -> str:
+    """The format of ``-o out``: its extension's (``--format`` for a single output); for stdout or a device,
+    ``--format`` or text. A path that cannot take a report (a folder, a block device) is refused here, first."""
+    from tracekit import fileio
+    kind = fileio.target(out, what="the report").kind
+    if kind in ("stdout", "stderr"):
+        return render.format_for(None, fmt)
+    if kind == "device" and not (single and fmt) and not any(out.lower().endswith(e) for e in render.EXTENSIONS):
+        return render.format_for(None, fmt)  # /dev/null, a pipe without an extension: --format, or text
+    return render.format_for(out, fmt if single and fmt else None)
+
+
+def _to_stdout(outputs) -> bool:
+    from tracekit import fileio
+    return any(o in fileio.STDOUT_PATHS for o in outputs)
+
+
+def _print_report(render, rep, stdout_fmt: str, top: int, color: str) -> None:
+    if stdout_fmt == "text":  # already safe for a terminal, in colour when asked
         term = _terminal(color)
         click.echo(render.render(rep, stdout_fmt, top=top, **term), nl=False, color=term["color"])
-    if rep.fails(fail_on):
-        sys.exit(EXIT_FINDINGS)
+    else:
+        echo_out(render.render(rep, stdout_fmt, top=top))
 
 
 @main.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -260,7 +267,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
               help="How long to record from the server (--port).")
 @click.option("--logdir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Where the trace goes (<logdir>/plugins/profile/<run>/); default: a new temporary folder, kept.")
-@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
               help="Also write the report here; the format follows the extension (.json .md .html .sarif .txt). "
                    "Repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default="text",
@@ -270,9 +277,10 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
               show_default=True, help="Exit 1 when a finding reaches this severity.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @color_opt
+@quiet_opt
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @guarded
-def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, color, command):
+def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, color, quiet, command):
     """Record a trace and analyze it: from a running job (--port), or by running a script under the profiler.
 
     \b
@@ -288,7 +296,7 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         raise TraceError("give --port or a command after --, not both")
     if port is None and not command:
         raise TraceError("nothing to capture", hint="give --port PORT (a running job) or -- python script.py ARGS")
-    out_fmts = [render.format_for(out, None) for out in outputs]  # bad extensions fail before capturing
+    out_fmts = [_out_format(render, out, None, False) for out in outputs]  # bad names fail before capturing
     rc = 0
     if port is not None:
         run_dir = cap.remote(port, duration_ms, logdir, host=host)
@@ -300,16 +308,17 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
                 sys.exit(rc)
             raise TraceError("the command ran no JAX computation while traced: no trace was written", d,
                              "check that the script runs jitted code (and does not end with os._exit)")
-    click.echo(f"tracekit: trace in {run_dir}", err=True)
+    if not quiet:
+        click.echo(f"tracekit: trace in {safe_terminal(run_dir)}", err=True)
     rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
-    texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
-    for out, text in zip(outputs, texts):
-        _write_atomic(out, text)
-    term = _terminal(color)
-    click.echo(render.render(rep, render.format_for(None, fmt), top=top, **term), nl=False, color=term["color"])
+    write_reports([(out, render.render(rep, f)) for out, f in zip(outputs, out_fmts)], out_fmts)
+    if not quiet and not _to_stdout(outputs):
+        _print_report(render, rep, render.format_for(None, fmt), top, color)
     if rc:
         sys.exit(rc)
     if rep.fails(fail_on):
+        for line in [] if quiet else gate_lines(rep.findings, fail_on):
+            click.echo(line, err=True)
         sys.exit(EXIT_FINDINGS)
 
 
@@ -321,14 +330,16 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
               help="Relative slowdown of an op's mean time (or of the mean step time) that is a regression.")
 @click.option("--min-time", "min_time_ps", type=click.IntRange(min=0), default=1_000_000, show_default=True,
               help="...and by at least this many picoseconds per execution (default 1 us).")
-@click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
-              help="Write the comparison here; the format follows the extension (.json .md .txt). Repeatable.")
+@click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
+              help="Write the comparison here; the format follows the extension (.json .md .txt); - is stdout. "
+                   "Repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default=None,
               help="Format of stdout (or of -o when its extension does not say).")
 @click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True, help="Rows per table.")
 @limit_opts
+@quiet_opt
 @guarded
-def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size, max_events):
+def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size, max_events, quiet):
     """Compare two traces of the same program: ops matched by (module, op), else by (opcode, shape); per-op mean
     time and mean step time; regressions, improvements, and ops only on one side.
 
@@ -336,16 +347,15 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
     from tracekit import load
     from tracekit.analysis import diff as diff_mod
     from tracekit.report import render
-    formats = [diff_mod.check_format(render.format_for(out, fmt if len(outputs) == 1 and fmt else None))
-               for out in outputs]
+    formats = [diff_mod.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
     base_tr, new_tr = (load(p, run=run, **_limits(max_size, max_events)) for p in (base, new))
     d = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run)
-    texts = [diff_mod.render(d, out_fmt, top=top) for out_fmt in formats]
-    for out, text in zip(outputs, texts):
-        _write_atomic(out, text)
-    if not outputs or fmt:
-        click.echo(diff_mod.render(d, render.format_for(None, fmt), top=top), nl=False)
+    write_reports([(out, diff_mod.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
+    if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
+        echo_out(diff_mod.render(d, render.format_for(None, fmt), top=top))
     if d.failed:
+        for line in [] if quiet else regression_lines(d.data):
+            click.echo(line, err=True)
         sys.exit(EXIT_FINDINGS)
 
 

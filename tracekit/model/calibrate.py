@@ -16,7 +16,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -148,26 +147,10 @@ def measure(seconds: float = 5.0) -> dict:
 
 
 def write_json_atomic(path: Path, record: dict) -> None:
-    """Write ``record`` as JSON to ``path`` through a temporary file in the same folder (never a partial file)."""
-    _write_atomic(Path(path), record)
-
-
-def _write_atomic(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".cpu_chip.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``record`` as JSON to ``path`` whole or not at all (:mod:`tracekit.fileio`); the folder is created."""
+    from tracekit import fileio
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fileio.write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", what="the calibration")
 
 
 def calibrate(seconds: float = 5.0, path=None) -> Chip:
@@ -175,8 +158,8 @@ def calibrate(seconds: float = 5.0, path=None) -> Chip:
     record = measure(seconds)
     target = calibration_path(path)
     try:
-        _write_atomic(target, record)
-    except OSError as e:
+        write_json_atomic(target, record)
+    except OSError as e:  # the folder cannot be made (fileio's own failures are TraceErrors already)
         raise TraceError(f"cannot write the calibration: {e.strerror or e}", str(target),
                          "set TRACEKIT_HOME to a writable folder")
     return _to_chip(record, target)

@@ -344,7 +344,8 @@ def _summary_lines(rep, written: list[str]) -> list[str]:
         msg = " ".join(str(f.get("message", "")).split())
         lines.append(f"{n}. [{f['severity']}] {f.get('rule_id')} {f.get('name')}: ~{fmt_time(f.get('savings_ps'))} "
                      f"({fmt_pct(f.get('share'))}) — {msg[:160]}")
-    return lines
+    from tracekit.report.termsafe import safe
+    return [safe(line) for line in lines]  # the job's log is often a terminal: nothing from the trace drives it
 
 
 def _analysis_main() -> None:
@@ -358,20 +359,20 @@ def _analysis_main() -> None:
         raise RuntimeError("TRACEKIT_HOOK_FAIL is set: failing the analysis on purpose")
     from tracekit import pipeline
     from tracekit.report import render
-    from tracekit.cli.commands import _write_atomic
+    from tracekit import fileio
     fail_on = spec.get("fail_on") or "never"
     rep = pipeline.analyze(run, fail_on=fail_on)
-    written, skipped, json_path = [], {}, None
+    items, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])
         try:
-            text = render.render(rep, fmt)
+            items.append((path, render.render(rep, fmt)))
         except ImportError as e:  # a renderer that has not landed yet
             skipped[fmt] = f"renderer not available ({e})"
             continue
-        _write_atomic(path, text)
-        written.append(path)
         json_path = path if fmt == "json" else json_path
+    fileio.write_all(items, what="the report")  # all written, or none replaced
+    written = [p for p, _ in items]
     print(json.dumps({"run": run, "written": written, "skipped": skipped, "json": json_path,
                       "worst": rep.worst_severity(), "fails": rep.fails(fail_on),
                       "findings": [{k: f.get(k) for k in ("rule_id", "name", "severity", "savings_ps", "share")}
