@@ -222,7 +222,7 @@ def test_calibrate_writes_file_and_detect_uses_it(tmp_path, monkeypatch):
     assert record["peak_flops_per_s"]["f32"] > 1e8 and record["hbm_bw_bytes_per_s"] > 1e8
     assert not list(tmp_path.glob("*.tmp"))  # the temp file was renamed
     assert not chip.estimated
-    c = chips.detect("cpu", {})
+    c = chips.detect("cpu", {}, cpu=cal.cpu_chip)
     assert not c.estimated and c.peak_flops_per_s["f32"] == pytest.approx(record["peak_flops_per_s"]["f32"])
     assert c.sources["peak_flops_per_s.f32"].startswith("calibration: measured")
     assert c.sources["hbm_bw_bytes_per_s"].startswith("calibration: measured")

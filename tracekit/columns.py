@@ -49,7 +49,7 @@ class _Acc:
         for k in self.chunks[0]:
             parts = [c[k] if k in c else None for c in self.chunks]
             if any(isinstance(p, Cat) or isinstance(p, str) for p in parts):
-                data[k] = _concat_cat(parts, [len(c["start_ps"]) for c in self.chunks])
+                data[k] = concat_categorical(parts, [len(c["start_ps"]) for c in self.chunks])
             elif all(isinstance(p, np.ndarray) for p in parts):
                 data[k] = np.concatenate(parts)
             else:
@@ -68,18 +68,24 @@ def _recode(codes: np.ndarray, cats, table: dict) -> np.ndarray:
     return np.append(remap, np.int32(-1))[codes]  # code -1 picks the appended -1
 
 
-def _concat_cat(parts, lens) -> pd.Categorical:
+def concat_categorical(parts: list, lens: list) -> pd.Categorical:
+    """Chunks of one column concatenated as one categorical, categories (as text) in first-seen order and codes
+    remapped in one gather per chunk. A chunk is a :class:`Cat` (codes, categories; code -1 = missing), a pandas
+    Series (categorical or not), a single value for the chunk's ``lens[i]`` rows, or None (empty text)."""
     table: dict = {}
     out = []
     for p, n in zip(parts, lens):
-        if not isinstance(p, Cat):
-            p = const("" if p is None else p, n)
-        out.append(_recode(p.codes, p.categories, table))
-    cats = [str(c) for c in table]
-    # keys are str already in practice; guard against duplicates after str()
-    if len(set(cats)) != len(cats):
-        return pd.Categorical(np.array(cats, dtype=object)[np.concatenate(out)])
-    return pd.Categorical.from_codes(np.concatenate(out), categories=cats)
+        if isinstance(p, pd.Series):
+            if isinstance(p.dtype, pd.CategoricalDtype):
+                codes, cats = p.cat.codes.to_numpy(), list(p.cat.categories)
+            else:
+                codes, cats = pd.factorize(p.astype(str), use_na_sentinel=True)
+        elif isinstance(p, tuple):
+            codes, cats = p
+        else:
+            codes, cats = np.zeros(n, np.int32), ["" if p is None else p]
+        out.append(_recode(codes, [str(c) for c in cats], table))
+    return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))
 
 
 # ----------------------------------------------------------------------------------------- event stat columns
@@ -365,7 +371,7 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
     for c in cols:
         present = [f[c] for f in frames if c in f.columns]
         if any(isinstance(s.dtype, pd.CategoricalDtype) for s in present):
-            data[c] = _concat_series_cat([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames])
+            data[c] = concat_categorical([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames])
         elif len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
                                                  for s in present):
             data[c] = np.concatenate([s.to_numpy() for s in present])
@@ -375,19 +381,3 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
         if order is not None:
             data[c] = data[c][order]
     return pd.DataFrame(data, copy=False)
-
-
-def _concat_series_cat(parts: list, lens: list) -> pd.Categorical:
-    """Concatenate categorical (or string) series as one categorical: categories in first-seen order."""
-    table: dict = {}
-    out = []
-    for s, n in zip(parts, lens):
-        if s is None:
-            codes, cats = np.zeros(n, np.int32), [""]
-        elif isinstance(s.dtype, pd.CategoricalDtype):
-            codes, cats = s.cat.codes.to_numpy(), [str(c) for c in s.cat.categories]
-        else:
-            codes, cats = pd.factorize(s.astype(str), use_na_sentinel=True)
-            cats = list(cats)
-        out.append(_recode(codes, cats, table))
-    return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))

@@ -2,8 +2,6 @@
 Each stage is a function of plain data; this module only wires them together."""
 from __future__ import annotations
 
-import os
-
 import pandas as pd
 
 from tracekit.report import envelope as report_mod
@@ -34,7 +32,7 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
             if c.hbm_bw_bytes_per_s else None,
             "sources": dict(sorted(c.sources.items()))})
         g["devices"].append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
-    return [report_mod._clean(g) for g in groups.values()]
+    return [report_mod.clean(g) for g in groups.values()]
 
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
@@ -63,7 +61,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
-    inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
+    inputs = [{"path": report_mod.display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
         inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
         steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
@@ -71,15 +69,4 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},
         warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
-        fail_on=fail_on)
-
-
-def _display_path(p: str) -> str:
-    """The path relative to the working directory when it is inside it (stable across machines); URLs as given."""
-    if "://" in p:
-        return p
-    try:
-        rel = os.path.relpath(p)
-        return rel if not rel.startswith("..") else p
-    except ValueError:
-        return p
+        fail_on=fail_on, rules=rule_list)

@@ -78,7 +78,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     # core helps (TRACEKIT_THREADS=1 runs them one after the other); each is a pure function of its inputs
     from concurrent.futures import ThreadPoolExecutor
 
-    from tracekit.ingest.wire import default_threads
+    from tracekit.threads import default_threads
     jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
             "collectives": (tl.collective_overlap, narrow, hidden, exposed),
             "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),

@@ -30,21 +30,12 @@ import pandas as pd
 
 from tracekit.columns import unique_rows
 from tracekit.errors import TraceError
+from tracekit.units import fmt_time
 from tracekit.analysis.rule_checks import CHECKS, HOST_EVENTS, frames_for_rules  # noqa: F401  (re-exported)
 from tracekit.analysis.rule_model import (FIELDS, FRAMES, SEVERITIES, TIME_COLUMN, Finding, Param, Rule,  # noqa: F401
                                  _DEFAULT_EVIDENCE, builtin_rules_dir, load_rules, parse_rule)
 
 # ------------------------------------------------------------------------------------------------------- running
-def fmt_ps(ps: float) -> str:
-    """A duration in ps as text with a unit: ``1.50 ms``."""
-    if ps is None or (isinstance(ps, float) and math.isnan(ps)):
-        return "?"
-    for unit, scale in (("s", 1e12), ("ms", 1e9), ("us", 1e6), ("ns", 1e3)):
-        if abs(ps) >= scale:
-            return f"{ps / scale:.3g} {unit}"
-    return f"{ps:.0f} ps"
-
-
 class _Values(dict):
     """Template values: fixed keys, ``sum_/mean_/min_/max_/median_<column>`` of the evidence, ``top_<column>`` of
     the evidence row with the largest savings, and ``t_`` in front of any of those for the value formatted as a
@@ -56,7 +47,7 @@ class _Values(dict):
 
     def __missing__(self, key: str):
         if key.startswith("t_"):
-            return fmt_ps(self[key[2:]])
+            return fmt_time(self[key[2:]])
         if key.startswith("top_") and key[4:] in self["top"]:
             return self["top"][key[4:]]
         agg, _, col = key.partition("_")
@@ -190,7 +181,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
     # so a second core helps (TRACEKIT_THREADS=1: one after the other); results are taken in rule order
     from concurrent.futures import ThreadPoolExecutor
 
-    from tracekit.ingest.wire import default_threads
+    from tracekit.threads import default_threads
     with ThreadPoolExecutor(max_workers=max(1, min(2, default_threads()))) as pool:
         results = list(pool.map(run_one, todo))
     for (rule, params), (ev, err) in zip(todo, results):
@@ -205,7 +196,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         share = savings / profiled if 0 < profiled < math.inf else math.nan
         # the evidence shown: the rows with the largest savings (the rest only feed counts and aggregates)
         top = ev.take(top_rows(ev["savings_ps"].to_numpy(), max(max_evidence, 1))).reset_index(drop=True)
-        values = _Values(ev, {**params, "count": len(ev), "savings_ps": savings, "savings": fmt_ps(savings),
+        values = _Values(ev, {**params, "count": len(ev), "savings_ps": savings, "savings": fmt_time(savings),
                               "share": share, "profiled_ps": profiled, "top": top.iloc[0].to_dict(),
                               "devices": len(per_dev) if {"host", "device"} <= set(ev.columns) else 0,
                               "hosts": ev["host"].nunique() if "host" in ev.columns else 0})

@@ -1,83 +1,17 @@
-"""The ``tracekit`` command. Thin: every command calls the pure pipeline and a renderer.
-
-Exit codes: 0 ok; 1 a finding reached ``--fail-on`` (``analyze``) or a regression (``diff``); 2 bad input or usage
-(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it).
-"""
+"""The analysis commands: ``tracekit info``, ``ops``, ``analyze``, ``capture`` and ``diff``. Thin: every command
+calls the pure pipeline and a renderer (:mod:`tracekit.cli.app` gathers them under ``tracekit``)."""
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 
 import click
 
-from tracekit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, TraceError
+from tracekit.cli.options import frame_table, guarded, limit_opts, limits, path_arg, run_opt
+from tracekit.errors import EXIT_FINDINGS, TraceError
+from tracekit.fileio import write_atomic
 
-EXIT_INTERNAL = 3
-
-
-def guarded(fn):
-    """Turn TraceError into one stderr line + exit 2, and any other exception into one line + exit 3."""
-
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except TraceError as e:
-            click.echo(f"tracekit: error: {e}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
-            raise
-        except BrokenPipeError:
-            sys.exit(0)
-        except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
-            if os.environ.get("TRACEKIT_DEBUG"):
-                raise
-            click.echo(f"tracekit: internal error: {type(e).__name__}: {e} (set TRACEKIT_DEBUG=1 for the traceback, "
-                       "and please report it)", err=True)
-            sys.exit(EXIT_INTERNAL)
-
-    return wrapper
-
-
-path_arg = click.argument("path", type=click.Path(path_type=str))
-run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
-
-
-def limit_opts(fn):
-    """--max-size / --max-events: the limits a trace must stay within (the refusal message names them)."""
-    fn = click.option("--max-events", type=click.IntRange(min=1), default=None,
-                      help="Refuse traces with more events.")(fn)
-    return click.option("--max-size", type=click.IntRange(min=1), default=None,
-                        help="Refuse traces larger than this many MiB (default 8192; a .gz: decompressed).")(fn)
-
-
-def _limits(max_size, max_events) -> dict:
-    from tracekit.ingest import paths as loader
-    return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
-
-
-def _table(df, columns=None, max_width: int = 60) -> str:
-    """Plain aligned text table (what non-TTY output and tests read)."""
-    cols = columns or list(df.columns)
-    rows = [[str(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    num = [df[c].dtype.kind in "iuf" for c in cols]
-    def fmt(vals):
-        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
-    return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tracekit")
-def main():
-    """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
-    from tracekit.run import alloc
-    alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
-
-
-@main.command()
+@click.command()
 @path_arg
 @run_opt
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -87,7 +21,7 @@ def info(path, run, fmt, max_size, max_events):
     """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
     from tracekit import load
     from tracekit.ingest import inventory
-    tr = load(path, run=run, **_limits(max_size, max_events))
+    tr = load(path, run=run, **limits(max_size, max_events))
     inv = inventory.summarize(tr)
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
@@ -95,7 +29,7 @@ def info(path, run, fmt, max_size, max_events):
         click.echo(inventory.render_text(inv))
 
 
-@main.command()
+@click.command()
 @path_arg
 @run_opt
 @click.option("--sort", type=click.Choice(["total", "mean", "count", "share", "headroom", "efficiency", "flops",
@@ -111,7 +45,7 @@ def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
     and the roofline columns when the chip and costs are known."""
     from tracekit import load, pipeline
     from tracekit.analysis import opstats
-    tr = load(path, run=run, **_limits(max_size, max_events))
+    tr = load(path, run=run, **limits(max_size, max_events))
     o = pipeline.with_roofline(tr, chip=chip)
     if device:
         o = o[o["device"].astype(str) == device]
@@ -125,7 +59,7 @@ def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
     elif fmt == "json":
         click.echo(table.to_json(orient="records", indent=1))
     else:
-        click.echo(_table(_format_ops(table)))
+        click.echo(frame_table(_format_ops(table)))
 
 
 def _format_ops(t):
@@ -141,34 +75,6 @@ def _format_ops(t):
         out["efficiency"] = t["efficiency"].map(fmt_pct)
         out["headroom"] = t["headroom_ps"].map(fmt_time)
     return out
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename: never half a file."""
-    import tempfile
-    d = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tracekit-", dir=d)
-    except OSError as e:
-        raise TraceError(f"cannot write the output ({e.strerror})", path, "check the folder exists and is writable")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report gets the usual permissions
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):  # disk full, a folder in the way, ...: the old file is untouched
-            raise TraceError(f"cannot write the output ({e.strerror or type(e).__name__})", path,
-                             "check the free space and that the path is a writable file") from None
-        raise
 
 
 def _params(values: tuple[str, ...]) -> dict:
@@ -187,7 +93,7 @@ def _params(values: tuple[str, ...]) -> dict:
     return out
 
 
-@main.command()
+@click.command()
 @path_arg
 @run_opt
 @click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
@@ -227,7 +133,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
         progress.done()
     texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
     for out, text in zip(outputs, texts):  # every report rendered before any file is replaced
-        _write_atomic(out, text)
+        write_atomic(out, text)
     if not outputs or fmt:
         stdout_fmt = render.format_for(None, fmt) if fmt else "text"
         click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
@@ -235,7 +141,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
         sys.exit(EXIT_FINDINGS)
 
 
-@main.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Record from a job that called jax.profiler.start_server(PORT).")
 @click.option("--host", default="localhost", show_default=True, help="Host of that job's profiler server.")
@@ -286,7 +192,7 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
     rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
     texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
     for out, text in zip(outputs, texts):
-        _write_atomic(out, text)
+        write_atomic(out, text)
     click.echo(render.render(rep, render.format_for(None, fmt), top=top, color=sys.stdout.isatty()), nl=False)
     if rc:
         sys.exit(rc)
@@ -294,14 +200,14 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         sys.exit(EXIT_FINDINGS)
 
 
-@main.command("diff")
+@click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
 @run_opt
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.1, show_default=True,
               help="Relative slowdown of an op's mean time (or of the mean step time) that is a regression.")
 @click.option("--min-time", "min_time_ps", type=click.IntRange(min=0), default=1_000_000, show_default=True,
-              help="...and by at least this many picoseconds per execution (default 1 us).")
+              help="...and by at least this many picoseconds per execution (default 1 µs).")
 @click.option("-o", "--output", "outputs", multiple=True, type=click.Path(dir_okay=False),
               help="Write the comparison here; the format follows the extension (.json .md .txt). Repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default=None,
@@ -316,21 +222,17 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
     from tracekit import load
     from tracekit.analysis import diff as diff_mod
+    from tracekit.report import diff as diff_report
     from tracekit.report import render
-    formats = [diff_mod.check_format(render.format_for(out, fmt if len(outputs) == 1 and fmt else None))
+    formats = [diff_report.check_format(render.format_for(out, fmt if len(outputs) == 1 and fmt else None))
                for out in outputs]
-    base_tr, new_tr = (load(p, run=run, **_limits(max_size, max_events)) for p in (base, new))
-    d = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run)
-    texts = [diff_mod.render(d, out_fmt, top=top) for out_fmt in formats]
+    base_tr, new_tr = (load(p, run=run, **limits(max_size, max_events)) for p in (base, new))
+    d = diff_report.build(diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run))
+    texts = [diff_report.render(d, out_fmt, top=top) for out_fmt in formats]
     for out, text in zip(outputs, texts):
-        _write_atomic(out, text)
+        write_atomic(out, text)
     if not outputs or fmt:
-        click.echo(diff_mod.render(d, render.format_for(None, fmt), top=top), nl=False)
+        click.echo(diff_report.render(d, render.format_for(None, fmt), top=top), nl=False)
     if d.failed:
         sys.exit(EXIT_FINDINGS)
 
-
-from tracekit.cli import reference as cli_reference  # noqa: E402,F401  (registers chips, calibrate, rules)
-
-if __name__ == "__main__":
-    main()

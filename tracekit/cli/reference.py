@@ -5,24 +5,25 @@ import json
 
 import click
 
-from tracekit.cli.commands import _table, guarded, main
+from tracekit.cli.options import frame_table, guarded
 from tracekit.errors import TraceError
 
 
-@main.command("chips")
+@click.command("chips")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--sources", is_flag=True, help="Show where every number comes from.")
 @guarded
 def chips_cmd(fmt, sources):
     """The chip table: peak FLOP/s per dtype, HBM, interconnect — every number with its source."""
     from tracekit.model import chips
-    df = chips.chips_frame()
+    from tracekit.model import calibrate as cal
+    df = chips.chips_frame(cpu=cal.cpu_chip)
     if fmt == "csv":
         click.echo(df.to_csv(index=False), nl=False)
         return
     if fmt == "json" or sources:
         recs = []
-        for c in chips.table() + [chips.get("cpu")]:
+        for c in chips.table() + [cal.cpu_chip()]:
             recs.append({"name": c.name, "vendor": c.vendor, "family": c.family,
                          "peak_flops_per_s": c.peak_flops_per_s, "hbm_bytes": c.hbm_bytes,
                          "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
@@ -45,11 +46,11 @@ def chips_cmd(fmt, sources):
     out["HBM B/s"] = df["hbm_bw_bytes_per_s"].map(fmt_num)
     out["link B/s (one-way)"] = df["link_bw_bytes_per_s"].map(fmt_num)
     out["topology"] = df["topology"].astype(str)
-    click.echo(_table(out))
+    click.echo(frame_table(out))
     click.echo("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace has them")
 
 
-@main.command()
+@click.command()
 @click.option("--seconds", type=click.FloatRange(1, 120), default=5.0, show_default=True,
               help="Time budget for the measurements.")
 @click.option("--path", type=click.Path(dir_okay=False), default=None,
@@ -67,7 +68,7 @@ def calibrate(seconds, path):
 
 
 
-@main.group("rules", invoke_without_command=True)
+@click.group("rules", invoke_without_command=True)
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="Also list the rules in this folder. Repeatable.")
 @click.pass_context
@@ -84,7 +85,7 @@ def rules_cmd(ctx, rules_dirs):
     df = pd.DataFrame([{"id": r.id, "name": r.name, "severity": r.severity, "groups": ",".join(r.groups),
                         "frame": r.frame, "params": ", ".join(f"{k}={p.default}" for k, p in r.params.items())}
                        for r in rs])
-    click.echo(_table(df, max_width=70))
+    click.echo(frame_table(df, max_width=70))
     click.echo("\n`tracekit rules explain ID` for one rule; docs/rules.md has them all")
 
 

@@ -3,7 +3,7 @@
 Two implementations with identical results:
 
 * the C extension ``tracekit.ingest._wire`` (built by ``pip install`` when a C compiler is present; about 15 M
-  events/s per thread, GIL released, lines decoded on :func:`default_threads` threads), used by
+  events/s per thread, GIL released, lines decoded on :func:`tracekit.threads.default_threads` threads), used by
   :func:`read_space` when it is importable and ``TRACEKIT_NO_C`` is unset, empty or ``0``;
 * :func:`read_space_python`, which walks upb's ``XEvent`` objects (slow, ~0.3-0.5 M events/s).
 
@@ -34,6 +34,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from tracekit.proto import xplane_pb2
+from tracekit.threads import default_threads
 
 try:  # pragma: no cover - depends on the build
     from tracekit.ingest import _wire
@@ -93,25 +94,10 @@ def _line_from_c(t) -> LineData:
     )
 
 
-def default_threads() -> int:
-    """Decoder threads: ``TRACEKIT_THREADS`` if set, else the CPUs this process may use (at most 8)."""
-    env = os.environ.get("TRACEKIT_THREADS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
-
-
 def read_space_c(data, threads: int | None = None) -> tuple[list[PlaneData], list[str]]:
     """The C decoder (RuntimeError when the extension is not built). ``data``: any bytes-like object (bytes,
     mmap, memoryview); the event columns do not refer to it. ``threads``: lines decoded in parallel (the GIL is
-    released meanwhile); default :func:`default_threads`."""
+    released meanwhile); default :func:`tracekit.threads.default_threads`."""
     if _wire is None:
         raise RuntimeError("tracekit.ingest._wire is not built")
     if threads is None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import yaml
@@ -60,6 +62,53 @@ class Chip:
     def ridge_flops_per_byte(self, dtype: str = "bf16") -> float:
         """Arithmetic intensity above which an op of ``dtype`` is compute-bound on this chip."""
         return peak_flops(self, dtype)[0] / self.hbm_bw_bytes_per_s
+
+
+#: Who hands over this machine's CPU entry: a function of no arguments returning a :class:`Chip`.
+CpuSource = Callable[[], Chip]
+
+
+# ----------------------------------------------------------------------------------------------- CPU
+
+#: Conservative CPU defaults when no calibration exists: two 256-bit FMA pipes (2 x 8 f32 lanes x 2 FLOP = 32
+#: FLOP/cycle) at 2.0 GHz per core, and ~12 GB/s of DRAM copy bandwidth per core, capped at 100 GB/s per host.
+CPU_F32_FLOPS_PER_CORE = 32 * 2.0e9
+CPU_BW_BYTES_PER_S_PER_CORE = 1.2e10
+CPU_BW_BYTES_PER_S_MAX = 1.0e11
+
+
+def estimate_cpu() -> Chip:
+    """A rough entry for this host's CPU from ``os.cpu_count()``: what a CPU trace uses unless it is handed a
+    measured one (:func:`tracekit.model.calibrate.cpu_chip`, after ``tracekit calibrate``)."""
+    n = os.cpu_count() or 1
+    f32 = n * CPU_F32_FLOPS_PER_CORE
+    bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
+    hint = "run `tracekit calibrate` to measure"
+    how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
+    bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
+    return cpu_entry(f"cpu ({n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how, bw_how, estimated=True)
+
+
+def cpu_entry(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bool) -> Chip:
+    """A CPU chip: ``flops`` (dtype -> FLOP/s) and memory bandwidth ``bw`` with their sources ``how``/``bw_how``;
+    virtual CPU devices share host memory, so links and the host link run at that bandwidth."""
+    src = {f"peak_flops_per_s.{d}": how for d in flops}
+    if "bf16" in flops and estimated:
+        src["peak_flops_per_s.bf16"] = how + " (bf16 dots assumed no faster than f32 on CPU)"
+    try:
+        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        src["hbm_bytes"] = "estimate: physical memory (os.sysconf)"
+    except (ValueError, OSError, AttributeError):
+        ram = NAN
+        src["hbm_bytes"] = "unknown: os.sysconf not available"
+    src["hbm_bw_bytes_per_s"] = bw_how
+    shared = "estimate: virtual CPU devices share host memory, so collectives are memory copies at DRAM bandwidth"
+    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a",
+               host_link_bw_bytes_per_s="estimate: a CPU device's 'host' is its own memory: DRAM bandwidth")
+    return Chip(name=name, vendor="cpu", family="cpu", peak_flops_per_s=dict(flops), hbm_bytes=ram,
+                hbm_bw_bytes_per_s=bw, link_bw_bytes_per_s=bw, links=1, topology="shared-memory",
+                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"),
+                host_link_bw_bytes_per_s=bw)
 
 
 # ----------------------------------------------------------------------------------------------- the table
@@ -142,7 +191,7 @@ def _copy(chip: Chip, **changes) -> Chip:
 
 
 def table() -> list[Chip]:
-    """Every chip of the sourced table (TPUs, NVIDIA and AMD GPUs; the CPU entry is :func:`cpu_chip`)."""
+    """Every chip of the sourced table (TPUs, NVIDIA and AMD GPUs; the CPU entry is handed in: ``cpu``)."""
     return [_copy(c) for c in _load()[0]]
 
 
@@ -162,10 +211,11 @@ def _match_name(text: str, family: str | None = None) -> Chip | None:
     return None
 
 
-def get(name: str) -> Chip:
-    """The chip called ``name`` (its name or an alias, any case); ``cpu`` is this machine's CPU entry."""
+def get(name: str, *, cpu: CpuSource = estimate_cpu) -> Chip:
+    """The chip called ``name`` (its name or an alias, any case); ``cpu``/``host`` is this machine's CPU: what
+    ``cpu()`` hands over (:func:`tracekit.model.calibrate.cpu_chip` gives the calibration; default the estimate)."""
     if _norm(name) in ("cpu", "host"):
-        return cpu_chip()
+        return cpu()
     chip = _match_name(name) if _norm(name) in _all_names() else None
     if chip is None:
         valid = ", ".join([c.name for c in _load()[0]] + ["cpu"])
@@ -177,9 +227,9 @@ def _all_names() -> set[str]:
     return {_norm(a) for c in _load()[0] for a in (c.name, *c.aliases)}
 
 
-def chips_frame(include_cpu: bool = True) -> pd.DataFrame:
+def chips_frame(include_cpu: bool = True, *, cpu: CpuSource = estimate_cpu) -> pd.DataFrame:
     """One row per chip with the main numbers, units in the column names (for ``tracekit chips``)."""
-    chips = table() + ([cpu_chip()] if include_cpu else [])
+    chips = table() + ([cpu()] if include_cpu else [])
     rows = []
     for c in chips:
         row = {"name": c.name, "vendor": c.vendor, "family": c.family, "aliases": ", ".join(c.aliases)}
@@ -219,25 +269,28 @@ def _vendor(stats: dict, kind: str) -> str:
     return ""
 
 
-def detect(device_kind: str, plane_stats: dict, override: str | None = None) -> Chip:
+def detect(device_kind: str, plane_stats: dict, override: str | None = None, *,
+           cpu: CpuSource = estimate_cpu) -> Chip:
     """The chip of one device plane: its table entry with the trace's own peaks laid over it.
 
     ``device_kind`` is what the trace calls the device ('TPU v6 Lite', 'AMD gfx942', 'cpu', ...); ``plane_stats``
-    the device plane's stats by name. With ``override`` (``--chip NAME``) the table entry is used as is. A TPU's
+    the device plane's stats by name. With ``override`` (``--chip NAME``) the table entry is used as is. A CPU
+    device is what ``cpu()`` hands over (the calibration, from :func:`tracekit.model.calibrate.cpu_chip`; by
+    default the estimate, :func:`estimate_cpu`). A TPU's
     ``peak_teraflops_per_second`` is its bf16 peak: other dtypes are scaled by the table's ratios. A GPU's FLOP/s are
     scaled by the trace's clock_rate x core_count over the table part's. A chip not in the table gives an
     ``estimated`` entry built from the trace's stats, with FLOP/s unknown (NaN).
     """
     stats = dict(plane_stats or {})
     if override:
-        chip = get(override)
+        chip = get(override, cpu=cpu)
         src = {k: (s.replace("table:", "table (--chip):", 1) if s.startswith("table:") else s)
                for k, s in chip.sources.items()}
         return _copy(chip, sources=src)
     kind = str(device_kind or "").strip()
     lk = kind.lower()
     if lk.startswith("cpu") or lk in ("host", "/host:cpu"):
-        return cpu_chip()
+        return cpu()
     if lk.startswith("tpu") or "device_type_string" in stats or "peak_teraflops_per_second" in stats:
         return _detect_tpu(kind, stats)
     gpu_keys = ("compute_cap_major", "core_count", "memory_bandwidth", "device_vendor", "clock_rate")
@@ -333,16 +386,6 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
         changes["hbm_bytes"] = mem
         src["hbm_bytes"] = "trace: memory_size"
     return replace(chip, **changes)
-
-
-# ----------------------------------------------------------------------------------------------- CPU
-
-def cpu_chip(path=None) -> Chip:
-    """This machine's CPU: the calibration file when one exists, else :func:`tracekit.model.calibrate.estimate_cpu`."""
-    from tracekit.model.calibrate import estimate_cpu, load_calibration  # calibrate imports this module
-
-    chip = load_calibration(path)
-    return chip if chip is not None else estimate_cpu()
 
 
 # ----------------------------------------------------------------------------------------------- dtype peaks

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.model import chips
+from tracekit.model import calibrate, chips
 from tracekit.ingest import hlo
 from tracekit.columns import distinct_rows, unique_rows, with_columns
 from tracekit.ingest.trace import Trace
@@ -51,10 +51,12 @@ def costs(tr: Trace) -> pd.DataFrame:
 
 
 def device_chips(tr: Trace, chip: str | None = None) -> dict:
-    """(host, device) -> Chip for every device in the trace."""
+    """(host, device) -> Chip for every device in the trace; CPU devices get this machine's calibration when
+    there is one (:func:`tracekit.model.calibrate.cpu_chip`), else the estimate."""
     out = {}
     for r in tr.devices.itertuples(index=False):
-        out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip)
+        out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip,
+                                               cpu=calibrate.cpu_chip)
     return out
 
 

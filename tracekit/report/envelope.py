@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ ROOFLINE_POINTS = 200
 STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggregates all of them
 
 
-def _clean(v):
+def clean(v):
     """JSON-safe scalar: NaN/inf -> None, numpy -> Python, floats rounded to 6 significant digits (stable)."""
     if isinstance(v, (np.integer,)):
         return int(v)
@@ -34,9 +35,9 @@ def _clean(v):
             return int(f)
         return float(f"{f:.6g}")
     if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
+        return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
+        return [clean(x) for x in v]
     if v is None or isinstance(v, (int, str)):
         return v
     if v is pd.NA:
@@ -46,14 +47,17 @@ def _clean(v):
 
 def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+    return [{c: clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
 
 
 @dataclass
 class Report:
-    """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it."""
+    """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it. ``rules``: the
+    rules that ran (:class:`tracekit.analysis.rule_model.Rule`), for renderers that describe them (SARIF); empty
+    for a report read back from its JSON."""
 
     data: dict = field(default_factory=dict)
+    rules: tuple = ()
 
     @property
     def findings(self) -> list[dict]:
@@ -81,7 +85,8 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
 
 def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
           steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
-          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str) -> Report:
+          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
+          rules=()) -> Report:
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
@@ -110,14 +115,14 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     finding_dicts = []
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
-        finding_dicts.append(_clean(d))
+        finding_dicts.append(clean(d))
     total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
     data = {
         "schema": SCHEMA,
-        "tool": {"name": "tracekit", "version": _version()},
+        "tool": {"name": "tracekit", "version": version()},
         "inputs": inputs,
         "chips": chips,
-        "summary": _clean({
+        "summary": clean({
             "hosts": int(ops["host"].nunique()) if len(ops) else 0,
             "devices": int(len(devices)),
             "steps": int(steps["step"].nunique()) if len(steps) else 0,
@@ -139,10 +144,10 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "steps": records(_first_steps(steps, STEP_ROWS))
         if len(steps) else [],
         "top_ops": records(top, OP_COLUMNS),
-        "roofline": {"points": _clean(points), "roofs": chips},
+        "roofline": {"points": clean(points), "roofs": chips},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
         "findings": finding_dicts,
-        "params": _clean(params),
+        "params": clean(params),
         "gate": {"fail_on": fail_on, "failed": False},
         "warnings": list(warnings),
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
@@ -154,7 +159,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
         },
     }
-    rep = Report(data)
+    rep = Report(data, tuple(rules))
     data["gate"]["failed"] = rep.fails(fail_on)
     return rep
 
@@ -181,6 +186,19 @@ def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return out.join(g[[c for c in cols if c in steps.columns]].sum()).reset_index()
 
 
-def _version() -> str:
+def version() -> str:
+    """tracekit's version, as every envelope states it."""
     from tracekit import __version__
     return __version__
+
+
+def display_path(p: str) -> str:
+    """A path as a report shows it: relative to the working directory when it is inside it (stable across
+    machines), else as given; URLs as given."""
+    if "://" in p:
+        return p
+    try:
+        rel = os.path.relpath(p)
+        return rel if not rel.startswith("..") else p
+    except ValueError:
+        return p

@@ -338,7 +338,7 @@ def _analysis_main() -> None:
         raise RuntimeError("TRACEKIT_HOOK_FAIL is set: failing the analysis on purpose")
     from tracekit import pipeline
     from tracekit.report import render
-    from tracekit.cli.commands import _write_atomic
+    from tracekit.fileio import write_atomic
     fail_on = spec.get("fail_on") or "never"
     rep = pipeline.analyze(run, fail_on=fail_on)
     written, skipped, json_path = [], {}, None
@@ -349,7 +349,7 @@ def _analysis_main() -> None:
         except ImportError as e:  # a renderer that has not landed yet
             skipped[fmt] = f"renderer not available ({e})"
             continue
-        _write_atomic(path, text)
+        write_atomic(path, text)
         written.append(path)
         json_path = path if fmt == "json" else json_path
     print(json.dumps({"run": run, "written": written, "skipped": skipped, "json": json_path,

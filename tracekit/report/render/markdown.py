@@ -196,8 +196,6 @@ def _basename(path: str) -> str:
 
 def render(report, *, top: int = 12, **_) -> str:
     d = report.data if hasattr(report, "data") else report
-    if d.get("schema", "").startswith("tracekit.diff/"):
-        return render_diff(d, top=top)
     inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
     out = [f"## tracekit report: {inputs}", "", *headline(d), ""]
     f = d.get("findings") or []
@@ -219,28 +217,3 @@ def render(report, *, top: int = 12, **_) -> str:
     out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · report schema {esc(d['schema'], None)} · "
             "times summed over devices</sub>"]
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-def render_diff(d: dict, *, top: int = 20) -> str:
-    """Markdown for the ``tracekit.diff/1`` envelope of ``tracekit diff``."""
-    from tracekit.analysis import diff as diff_mod
-    st = d["step_time"]
-    mark = "❌" if d["failed"] else "✅"
-    out = [f"## tracekit diff: {mark} {esc(diff_mod.verdict(d), None)}", ""]
-    out += [f"- {esc(line, None)}" for line in diff_mod.headline(d)]
-    if st["status"] != "unknown":
-        out += ["", *table(["", "steps", "mean step", "median step"],
-                           [[side, str(st[side]["steps"]), fmt_time(st[side]["mean_ps"]),
-                             fmt_time(st[side]["median_ps"])] for side in ("base", "new")], right={1, 2, 3})]
-    for status, title in diff_mod.TITLES.items():
-        rows = [r for r in d["ops"] if r["status"] == status]
-        if not rows:
-            continue
-        out += ["", f"### {title}: {len(rows)}", ""]
-        out += table(diff_mod.OP_HEADERS, [[esc(c) for c in diff_mod.op_cells(r)] for r in rows[:top]],
-                     right={3, 4, 5, 6, 7})
-        if len(rows) > top:
-            out.append(f"\n…and {len(rows) - top} more (see the JSON output).")
-    out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · diff schema {esc(d['schema'], None)} · impact = "
-            "change of the mean × executions in NEW</sub>"]
-    return "\n".join(out) + "\n"

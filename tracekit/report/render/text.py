@@ -7,7 +7,9 @@ from tracekit.units import fmt_num, fmt_pct, fmt_time
 EXTENSIONS = (".txt",)
 
 
-def _table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """A plain aligned text table as lines: a header, a rule of dashes, the rows; the columns whose index is in
+    ``right`` are right-aligned (numbers), the others left-aligned; two spaces between columns."""
     w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     def line(vals):
         return "  ".join(v.rjust(w[i]) if i in right else v.ljust(w[i]) for i, v in enumerate(vals)).rstrip()
@@ -37,7 +39,7 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
     st = d.get("step_stats") or []
     if st:
         out += ["", "Step time per device"]
-        out += _table(["device", "steps", "mean", "median", "p90", "max"],
+        out += table(["device", "steps", "mean", "median", "p90", "max"],
                       [[r["device"], str(r["steps"]), fmt_time(r["mean_ps"]), fmt_time(r["median_ps"]),
                         fmt_time(r["p90_ps"]), fmt_time(r["max_ps"])] for r in st[:16]], right={1, 2, 3, 4, 5})
         steps = d.get("device_steps") or []
@@ -60,7 +62,7 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
                          fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
                          r.get("bound_by") or "—", fmt_pct(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
                          r.get("cost_source") or ""])
-        out += _table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
+        out += table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
                       rows, right={2, 3, 4, 5, 6, 8, 9})
     f = d.get("findings") or []
     out += ["", f"Findings ({len(f)}), by time they would win back" if f else "Findings: none"]
