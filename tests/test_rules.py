@@ -15,7 +15,8 @@ import yaml
 from tracekit import schema
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_checks import CHECKS, frames_for_rules
-from tracekit.analysis.rules import TIME_COLUMN, builtin_rules_dir, load_rules, parse_rule, run_rules
+from tracekit.analysis.rule_model import TIME_COLUMN, builtin_rules_dir, load_rules, parse_rule
+from tracekit.analysis.rules import run_rules
 from tracekit.report.rulesdoc import render_rules_doc
 
 ROOT = Path(__file__).resolve().parents[1]

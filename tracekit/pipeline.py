@@ -41,7 +41,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import rule_checks
-    from tracekit.analysis import rules
+    from tracekit.analysis import rule_model, rules
     from tracekit.analysis import timeline
     from tracekit.progress import NULL
     progress = progress or NULL
@@ -53,7 +53,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
     ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
-    rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
+    rule_list = rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps)

@@ -9,7 +9,7 @@
 * ``steps``: :func:`tracekit.analysis.timeline.step_breakdown` (``step_ps`` is the step's duration).
 * ``devices``: :func:`tracekit.analysis.timeline.device_summary` (its ``span_ps`` is the profiled time of a device).
 * ``gaps``: :func:`tracekit.analysis.timeline.gaps`.
-* ``host_events``: host-side events (:data:`HOST_EVENTS`) when the caller has them.
+* ``host_events``: host-side events (:data:`tracekit.schema.HOST_EVENTS`) when the caller has them.
 
 A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check`; the engine then
 evaluates the rule's ``savings`` expression on those rows.
@@ -21,13 +21,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit import schema
-from tracekit.columns import with_columns
-from tracekit.analysis.opstats import DOT_DIMS, chip_f32_slower, op_stats  # noqa: F401 (re-exported)
 from tracekit.analysis import timeline as tl
-
-#: Host-side events: declared in tracekit.schema (the input of ``compilation-in-trace``).
-HOST_EVENTS = schema.HOST_EVENTS
+from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
+from tracekit.analysis.opstats import op_stats
+from tracekit.columns import with_columns
 
 CHECKS: dict = {}
 
@@ -40,19 +37,24 @@ def check(name: str):
     return deco
 
 
-def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
-    """True where the op starts inside a step window of its own device."""
+def in_steps(ops, steps) -> np.ndarray:
+    """True where the op starts inside a step window of its own device. ``ops``/``steps``: frames or their
+    :class:`~tracekit.analysis.intervals.DeviceIndex` (shared with the timeline jobs: grouped once)."""
+    ix = device_index(ops)
+    ops = ix.df
     out = np.zeros(len(ops), bool)
-    if steps is None or steps.empty:
+    if steps is None or device_index(steps).df.empty:
         return out
+    sx = device_index(steps)
+    steps = sx.df
     st = ops["start_ps"].to_numpy(np.int64)
     dur = steps["duration_ps"] if "duration_ps" in steps.columns else steps["step_ps"]
-    sg = tl._groups(steps)
-    for key, oi in tl._groups(ops).items():  # (the same frame as the timeline jobs: grouped once)
+    sg = sx.groups()
+    for key, oi in ix.groups().items():
         si = sg.get(key)
         if si is None:
             continue
-        ms, me = tl.merge(steps["start_ps"].to_numpy(np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
+        ms, me = merge(steps["start_ps"].to_numpy(np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
         k = np.searchsorted(ms, st[oi], "right") - 1
         out[oi] = (k >= 0) & (st[oi] < me[np.maximum(k, 0)])
     return out
@@ -79,10 +81,12 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     from concurrent.futures import ThreadPoolExecutor
 
     from tracekit.threads import default_threads
-    jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
-            "collectives": (tl.collective_overlap, narrow, hidden, exposed),
-            "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
-            "in_step": (in_steps, narrow, steps)}
+    # one index per frame, handed to every job that reads it by device: grouped once, dropped when this returns
+    ix, sx = DeviceIndex(narrow), DeviceIndex(steps)
+    jobs = {"devices": (tl.device_summary, ix, sx), "op_stats": (op_stats, ops),
+            "collectives": (tl.collective_overlap, ix, hidden, exposed),
+            "steps": (tl.step_breakdown, ix, sx), "gaps": (tl.gaps, ix, sx, min_gap_ps),
+            "in_step": (in_steps, ix, sx)}
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
         flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
@@ -122,13 +126,14 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     (``launch_gap_ps``; longer gaps are host waits). Devices with at least ``min_kernels`` tiny kernels, a tiny
     fraction of at least ``min_tiny_fraction`` and launch gaps of at least ``min_gap_share`` of their span."""
     ops = frames["ops"]
-    gpu = tl._cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
+    gpu = tl.cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
         np.zeros(len(ops), bool)
-    gpu = gpu | tl._cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
+    gpu = gpu | tl.cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
     k = ops[gpu & ~ops["is_async"].to_numpy(bool)]
-    st, en = k["start_ps"].to_numpy(np.int64), tl._ends(k)
+    kx = DeviceIndex(k)
+    st, en = k["start_ps"].to_numpy(np.int64), kx.ends()
     rows = []
-    for (h, d), idx in tl._groups(k).items():
+    for (h, d), idx in kx.groups().items():
         o = idx[np.argsort(st[idx], kind="stable")]
         s, e = st[o], en[o]
         gap = np.r_[0, np.maximum(s[1:] - np.maximum.accumulate(e)[:-1], 0)]
@@ -149,7 +154,7 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
     ev, steps = frames["host_events"], frames["steps"]
     rx = re.compile(p["pattern"], re.IGNORECASE)
-    hit = tl._cat_mask(ev["name"], lambda names: names.map(lambda n: rx.search(n) is not None))
+    hit = tl.cat_mask(ev["name"], lambda names: names.map(lambda n: rx.search(n) is not None))
     ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
     dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
     s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)
@@ -158,6 +163,6 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     inside = np.zeros(len(ev), np.int64)
     for h, idx in ev.groupby(ev["host"].astype(str)).indices.items():
         m = shost == h
-        inside[idx] = tl.covered(*tl.merge(s0[m], s1[m]), a[idx], a[idx] + ev["duration_ps"].to_numpy(np.int64)[idx])
+        inside[idx] = covered(*merge(s0[m], s1[m]), a[idx], a[idx] + ev["duration_ps"].to_numpy(np.int64)[idx])
     ev["in_step_ps"] = inside
     return ev[ev["in_step_ps"] > 0]

@@ -45,7 +45,8 @@ FIELDS = {
 }
 _ID = re.compile(r"^[A-Z]{2,}\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_DEFAULT_EVIDENCE = ["host", "device", "module", "op", "opcode", "kernel", "name", "step", "start_ps"]
+#: the evidence columns shown when a rule names none (those the frame has), then its time column
+DEFAULT_EVIDENCE = ["host", "device", "module", "op", "opcode", "kernel", "name", "step", "start_ps"]
 
 
 @dataclass(frozen=True)

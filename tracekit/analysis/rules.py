@@ -31,9 +31,8 @@ import pandas as pd
 from tracekit.columns import unique_rows
 from tracekit.errors import TraceError
 from tracekit.units import fmt_time
-from tracekit.analysis.rule_checks import CHECKS, HOST_EVENTS, frames_for_rules  # noqa: F401  (re-exported)
-from tracekit.analysis.rule_model import (FIELDS, FRAMES, SEVERITIES, TIME_COLUMN, Finding, Param, Rule,  # noqa: F401
-                                 _DEFAULT_EVIDENCE, builtin_rules_dir, load_rules, parse_rule)
+from tracekit.analysis.rule_checks import CHECKS
+from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding, Rule
 
 # ------------------------------------------------------------------------------------------------------- running
 class _Values(dict):
@@ -153,7 +152,7 @@ def _report(rule: Rule, values: _Values, params: dict) -> bool:
 
 
 def run_rules(frames: dict, rules: list, params_override: dict | None = None, *, max_evidence: int = 10) -> list:
-    """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`frames_for_rules` builds). ``params_override``
+    """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`tracekit.analysis.rule_checks.frames_for_rules` builds). ``params_override``
     maps a rule id or name to {param: value}. Rules whose frames are missing or empty are skipped (see
     :func:`applicable`). Returns findings sorted by savings, largest first."""
     params_override = dict(params_override or {})
@@ -202,7 +201,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
                               "hosts": ev["host"].nunique() if "host" in ev.columns else 0})
         if rule.report_if and not _report(rule, values, params):
             continue
-        cols = [c for c in (rule.evidence or _DEFAULT_EVIDENCE + [rule.time or TIME_COLUMN[rule.frame]])
+        cols = [c for c in (rule.evidence or DEFAULT_EVIDENCE + [rule.time or TIME_COLUMN[rule.frame]])
                 if c in ev.columns and c != "savings_ps"]
         try:
             message, fix = rule.message.format_map(values), rule.fix.format_map(values)

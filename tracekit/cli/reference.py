@@ -79,8 +79,8 @@ def rules_cmd(ctx, rules_dirs):
     ctx.obj["rules_dirs"] = rules_dirs
     if ctx.invoked_subcommand:
         return
-    from tracekit.analysis import rules
-    rs = rules.load_rules(extra_dirs=rules_dirs)
+    from tracekit.analysis import rule_model
+    rs = rule_model.load_rules(extra_dirs=rules_dirs)
     import pandas as pd
     df = pd.DataFrame([{"id": r.id, "name": r.name, "severity": r.severity, "groups": ",".join(r.groups),
                         "frame": r.frame, "params": ", ".join(f"{k}={p.default}" for k, p in r.params.items())}
@@ -95,9 +95,9 @@ def rules_cmd(ctx, rules_dirs):
 @guarded
 def rules_explain(ctx, rule_id):
     """Print one rule's documentation (by id or name)."""
-    from tracekit.analysis import rules
+    from tracekit.analysis import rule_model
     from tracekit.report import rulesdoc
-    rs = rules.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ()))
+    rs = rule_model.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ()))
     hit = [r for r in rs if rule_id in (r.id, r.name)]
     if not hit:
         raise TraceError(f"no rule {rule_id!r}", hint="`tracekit rules` lists them")

@@ -1,7 +1,7 @@
 """XSpace -> DataFrames: ``ops`` (every device op execution), ``modules``, ``steps``, ``lines`` (inventory),
 ``host_events`` and ``devices``. Columnar throughout: :mod:`tracekit.ingest.wire` decodes each line's events and their
 stats into NumPy arrays; names are resolved once per metadata entry (or per distinct stat value) and carried as
-categorical codes (:mod:`tracekit.columns`), so no Python object is made per event.
+categorical codes (:mod:`tracekit.ingest.events`), so no Python object is made per event.
 
 Sources of op rows:
 - TPU: the ``XLA Ops`` line of each ``/device:TPU:N`` plane (op time from the device clock stat
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.columns import Cat, _Acc, const, intern, stat_floats, stat_ints, stat_strings
+from tracekit.ingest.events import Acc, Cat, intern, stat_floats, stat_ints, stat_strings
 from tracekit.ingest.wire import LineData, PlaneData
 from tracekit.ingest.xspace import as_float, as_int, device_of, stats_dict
 
@@ -129,7 +129,7 @@ def _issue_warnings(issues: dict, odd: dict, host: str, warnings: list[str]) -> 
 
 
 def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
-    acc = {k: _Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines")}
+    acc = {k: Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines")}
     devices = []
     issues: dict = {}  # counts of oddities, turned into warnings at the end
     odd: dict = {}  # stat name -> values stored with an unexpected type

@@ -14,7 +14,7 @@ from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import paths as _load
 from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
-from tracekit.analysis.intervals import contain as _contain, frame_order as _order, sorted_frame as _sorted
+from tracekit.ingest.order import contain, frame_order, sorted_frame
 from tracekit.errors import TraceError
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
@@ -55,14 +55,14 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     for hf in files:
         parts.append(load_host(hf, warnings, max_bytes=max_bytes, max_events=max_events,
                                use_hostname=len(files) == 1))
-    tr = _combine(parts, warnings)
+    tr = combine(parts, warnings)
     tr.paths = [str(f.path) for f in files]
     return tr
 
 
 def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
               max_events: int | None = None, use_hostname: bool = False) -> dict:
-    """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
+    """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
     planes, hostnames = _load.load_space(hf, max_bytes)
     if max_events is not None:
@@ -100,7 +100,7 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
         parts = [ops, *_async_windows(ops, asyncs, h)]
-        ops = concat_frames(parts, order=_order(parts))
+        ops = concat_frames(parts, order=frame_order(parts))
     kinds = dict(zip(devs["device"], devs["device_kind"]))
     dinv, drows = unique_rows(ops, ["device"])
     ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
@@ -290,7 +290,7 @@ def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
     if not len(ops) or not len(mx) or not tpu.any():
         return ops
     run = ops["run_id"].to_numpy().copy()
-    run[tpu] = _contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
+    run[tpu] = contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
     return with_columns(ops, {"run_id": run})
 
 
@@ -318,11 +318,11 @@ def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
 
 def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if len(ops) and len(steps):
-        ops = with_columns(ops, {"step": _contain(ops, steps, "step")})
+        ops = with_columns(ops, {"step": contain(ops, steps, "step")})
     return ops
 
 
-def _combine(parts: list[dict], warnings: list[str]) -> Trace:
+def combine(parts: list[dict], warnings: list[str]) -> Trace:
     def cat(key, sch):
         frames_ = [p[key] for p in parts if len(p[key])]
         if not frames_:
@@ -338,7 +338,7 @@ def _combine(parts: list[dict], warnings: list[str]) -> Trace:
     h = [p["hlo"] for p in parts if len(p["hlo"])]
     hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
     ops = cat("ops", schema.OPS)
-    ops = _sorted(ops)
+    ops = sorted_frame(ops)
     devs = pd.concat([p["devices"] for p in parts], ignore_index=True)
     dstats = {}
     for p in parts:

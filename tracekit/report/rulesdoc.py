@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from tracekit.analysis.rules import FIELDS, TIME_COLUMN, Rule, load_rules
+from tracekit.analysis.rule_model import FIELDS, TIME_COLUMN, Rule, load_rules
 
 
 def _cell(value) -> str:

@@ -48,7 +48,6 @@ EXTENSIONS = {"json": ".json", "html": ".html", "markdown": ".md", "md": ".md", 
 REPORT_STEM = "tracekit-report"
 DEFAULT_LOGDIR = "tracekit-logs"
 STEP_NAME = "train"
-_ANALYSIS_CODE = "from tracekit.run.hook import _analysis_main; _analysis_main()"
 
 
 def profile(logdir=None, *, outputs=("json", "html"), fail_on: str | None = None, timeout_s: float = 120,
@@ -310,7 +309,7 @@ class Profile:
 
 
 def _analysis_command(run: Path, spec: dict) -> list[str]:
-    return [sys.executable, "-c", _ANALYSIS_CODE, str(run), json.dumps(spec)]
+    return [sys.executable, "-m", "tracekit.run.hook", str(run), json.dumps(spec)]  # runs _analysis_main
 
 
 def _summary_lines(rep, written: list[str]) -> list[str]:
@@ -357,3 +356,7 @@ def _analysis_main() -> None:
                       "findings": [{k: f.get(k) for k in ("rule_id", "name", "severity", "savings_ps", "share")}
                                    for f in rep.findings],
                       "summary_lines": _summary_lines(rep, written)}))
+
+
+if __name__ == "__main__":  # the analysis child (:func:`_analysis_command`)
+    _analysis_main()

@@ -52,7 +52,7 @@ def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BY
     warnings: list[str] = []
     part = trace.load_host(_load.HostFile(host, path), warnings, max_bytes=max_bytes, max_events=max_events)
     if roofline:
-        one = trace._combine([part], [])  # this host alone, as the cluster-wide path sees it
+        one = trace.combine([part], [])  # this host alone, as the cluster-wide path sees it
         part["ops_columns"] = list(one.ops.columns)
         part["ops"] = pipeline.with_roofline(one, chip)
         part["devices_seen"] = sorted(set(one.devices["device"].astype(str)))
@@ -200,7 +200,7 @@ def _combine(parts: list[dict], files: list):
             if not per_host:
                 p["ops"] = p["ops"][cols]
     warnings = [w for p in parts for w in p.pop("warnings")]
-    tr = trace._combine(parts, warnings)
+    tr = trace.combine(parts, warnings)
     for p in parts:
         p.pop("ops")  # the combined frame holds them now
     tr.paths = [str(f.path) for f in files]
