@@ -19,7 +19,7 @@ from tracekit.fileio import write_atomic
 @guarded
 def info(path, run, fmt, max_size, max_events):
     """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
-    from tracekit import load
+    from tracekit.ingest.trace import load
     from tracekit.ingest import inventory
     tr = load(path, run=run, **limits(max_size, max_events))
     inv = inventory.summarize(tr)
@@ -43,7 +43,8 @@ def info(path, run, fmt, max_size, max_events):
 def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
     """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
     and the roofline columns when the chip and costs are known."""
-    from tracekit import load, pipeline
+    from tracekit import pipeline
+    from tracekit.ingest.trace import load
     from tracekit.analysis import opstats
     tr = load(path, run=run, **limits(max_size, max_events))
     o = pipeline.with_roofline(tr, chip=chip)
@@ -220,7 +221,7 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
     time and mean step time; regressions, improvements, and ops only on one side.
 
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
-    from tracekit import load
+    from tracekit.ingest.trace import load
     from tracekit.analysis import diff as diff_mod
     from tracekit.report import diff as diff_report
     from tracekit.report import render

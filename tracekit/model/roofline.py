@@ -31,10 +31,7 @@ _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "co
 
 
 def costs(tr: Trace) -> pd.DataFrame:
-    """Per-instruction costs of every module in the trace, keyed by (program_id, op). Cached on the Trace."""
-    cached = getattr(tr, "_costs", None)
-    if cached is not None:
-        return cached
+    """Per-instruction costs of every module in the trace, keyed by (program_id, op) (worked out once per join)."""
     from tracekit.model import cost
     ndev = max(1, len(tr.devices[["host", "device"]].drop_duplicates())) if len(tr.devices) else None
     parts = []
@@ -46,7 +43,6 @@ def costs(tr: Trace) -> pd.DataFrame:
     out = (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["program_id", "name"] + _COST_COLS))
     out = out.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
     out["op"] = out["op"].astype(str)
-    tr._costs = out
     return out
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.version import __version__
+
 SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
 TOP_OPS = 25
@@ -188,7 +190,6 @@ def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 def version() -> str:
     """tracekit's version, as every envelope states it."""
-    from tracekit import __version__
     return __version__
 
 
