@@ -282,7 +282,7 @@ STAGES = [  # (label, module, attribute): the pipeline's own functions, timed wh
     ("timeline (rule frames)", "tracekit.analysis.rule_checks", "frames_for_rules"),
     ("rules", "tracekit.analysis.rules", "run_rules"),
     ("step stats", "tracekit.analysis.timeline", "step_stats"),
-    ("chips", "tracekit.pipeline", "chips_used"),
+    ("chips", "tracekit.model.roofline", "chips_used"),
     ("report", "tracekit.report.envelope", "build"),
 ]
 

@@ -4,35 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracekit.report import envelope as report_mod
-from tracekit.columns import unique_rows
 from tracekit.ingest.trace import Trace, load
+from tracekit.report import envelope as report_mod
 
 
 def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     """The ops frame with the roofline columns joined (cost model + chip table)."""
     from tracekit.model import roofline
     return roofline.join(tr, chip=chip)
-
-
-def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
-    from tracekit.model import chips as chips_mod
-    from tracekit.model import roofline
-    groups: dict[str, dict] = {}
-    active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
-    for (host, dev), c in roofline.device_chips(tr, chip).items():
-        if active and (host, dev) not in active:
-            continue  # a device plane with no ops (e.g. an idle GPU) is not part of the analysis
-        g = groups.setdefault(c.name, {
-            "name": c.name, "family": c.family, "vendor": c.vendor, "estimated": c.estimated, "devices": [],
-            "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},
-            "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
-            "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
-            "ridge_bf16_flops_per_byte": chips_mod.peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s
-            if c.hbm_bw_bytes_per_s else None,
-            "sources": dict(sorted(c.sources.items()))})
-        g["devices"].append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
-    return [report_mod.clean(g) for g in groups.values()]
 
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
@@ -43,6 +22,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     from tracekit.analysis import rule_checks
     from tracekit.analysis import rule_model, rules
     from tracekit.analysis import timeline
+    from tracekit.model import roofline
     from tracekit.progress import NULL
     progress = progress or NULL
     progress.stage("loading the trace")
@@ -60,13 +40,13 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
-    step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
-    inputs = [{"path": report_mod.display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
-    return report_mod.build(
-        inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
-        steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
-        hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
-                            "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
-                                      for r in rule_list}},
-        warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
-        fail_on=fail_on, rules=rule_list)
+    step_stats = timeline.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
+    resolved = {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {}))) for r in rule_list}
+    return report_mod.build(report_mod.Analysis(
+        inputs=tuple(report_mod.Input(report_mod.display_path(p), h) for p, h in zip(tr.paths, tr.hosts)),
+        chips=tuple(roofline.chips_used(tr, chip)), ops=ops, frames=frames, step_stats=step_stats,
+        findings=tuple(findings), hlo=tr.hlo,
+        params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps, "rules": resolved},
+        warnings=tuple(tr.warnings),
+        step_source=tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else (),
+        fail_on=fail_on, rules=tuple(rule_list)))

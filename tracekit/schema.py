@@ -9,6 +9,8 @@ Use :func:`empty` to build an empty frame of a schema and :func:`conform` to che
 """
 from __future__ import annotations
 
+from enum import IntEnum
+
 import numpy as np
 import pandas as pd
 
@@ -128,6 +130,33 @@ ROOFLINE = {
     "headroom_ps": ("float64", "duration_ps - roofline_ps: time a perfect op would save"),
 }
 
+
+
+class Bound(IntEnum):
+    """``bound_by``: the roofline term that limits an op. The column is a categorical whose codes are these values
+    and whose categories are their names in lower case (:data:`CATEGORIES`)."""
+    COMPUTE = 0
+    MEMORY = 1
+    NETWORK = 2
+    HOST_LINK = 3
+    UNKNOWN = 4
+
+
+class CostSource(IntEnum):
+    """``cost_source``: where an op's flops and bytes came from (a categorical, as :class:`Bound`)."""
+    HLO = 0  #: tracekit's HLO cost model
+    TRACE = 1  #: the trace's own flops/bytes_accessed stats
+    UNKNOWN = 2
+
+
+def labels(enum) -> list[str]:
+    """The categories of an enum-coded column, in code order: ``labels(Bound)[Bound.MEMORY] == "memory"``."""
+    return [m.name.lower() for m in enum]
+
+
+#: Categorical columns whose categories are declared (codes = the enum's values), whatever frame holds them.
+CATEGORIES = {"bound_by": labels(Bound), "cost_source": labels(CostSource)}
+
 SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
 
 _FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
@@ -139,7 +168,8 @@ def columns(schema: dict) -> list[str]:
 
 def _dtype_ok(s: pd.Series, d: str) -> bool:
     if d == CAT:
-        return isinstance(s.dtype, pd.CategoricalDtype)
+        return isinstance(s.dtype, pd.CategoricalDtype) and (
+            s.name not in CATEGORIES or list(s.cat.categories) == CATEGORIES[s.name])
     if d == "object":
         return s.dtype == object
     return str(s.dtype) == d
@@ -161,12 +191,18 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
     for c, (d, _) in schema.items():
         if c in df.columns:
             s = df[c]
-            if d == CAT:
+            if d == CAT and c in CATEGORIES:
+                s = s if _dtype_ok(s, d) else pd.Series(pd.Categorical(s.astype(str), categories=CATEGORIES[c]),
+                                                        index=df.index, name=c)
+            elif d == CAT:
                 s = s.astype(str).astype(CAT) if s.dtype != CAT else s
             elif d == "object":
                 s = s.astype(object)
             elif str(s.dtype) != d:
                 s = s.astype(d)
+        elif d == CAT and c in CATEGORIES:  # a declared categorical: unknown
+            s = pd.Series(pd.Categorical.from_codes(np.full(n, CATEGORIES[c].index("unknown"), np.int8),
+                                                    categories=CATEGORIES[c]), index=df.index)
         elif d == CAT:
             s = pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[""]), index=df.index)
         else:

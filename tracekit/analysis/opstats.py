@@ -9,6 +9,7 @@ import pandas as pd
 
 from tracekit.analysis import timeline as tl
 from tracekit.columns import cat_from, group_index, unique_rows
+from tracekit.schema import Bound, labels
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
 _ROOF_SUMS = ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
@@ -91,10 +92,10 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
     out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
     parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
-    bound = np.array(["compute", "memory", "network"], dtype=object)[parts.argmax(axis=1)] if len(out) else \
-        np.array([], dtype=object)
-    bound[out["is_host_transfer"].to_numpy(bool)] = "host_link"
-    bound[(out["roofline_ps"].isna() | (out["roofline_ps"] <= 0)).to_numpy()] = "unknown"
+    names = np.array(labels(Bound), dtype=object)
+    bound = names[parts.argmax(axis=1)] if len(out) else np.array([], dtype=object)  # compute, memory, network
+    bound[out["is_host_transfer"].to_numpy(bool)] = names[Bound.HOST_LINK]
+    bound[(out["roofline_ps"].isna() | (out["roofline_ps"] <= 0)).to_numpy()] = names[Bound.UNKNOWN]
     out["bound_by"] = bound
     out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
     for c in ("opcode", "category", "kernel", "device_kind", "dtype", "bound_by", "cost_source", "unknown_reason"):

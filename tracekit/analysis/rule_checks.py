@@ -17,6 +17,8 @@ evaluates the rule's ``savings`` expression on those rows.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -66,8 +68,37 @@ TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "
                     "is_host_transfer", "source")
 
 
+@dataclass(frozen=True)
+class RuleFrames(Mapping):
+    """What the timeline stage hands the rules: every frame a rule may name, by attribute or by name
+    (``frames.steps`` or ``frames["steps"]``; a frame the analysis does not have, such as ``host_events`` without
+    host events, is absent from the mapping). Frozen: the rules read the frames, never replace them."""
+
+    ops: pd.DataFrame
+    op_stats: pd.DataFrame
+    collectives: pd.DataFrame
+    steps: pd.DataFrame
+    devices: pd.DataFrame
+    gaps: pd.DataFrame
+    host_events: pd.DataFrame | None = None
+
+    def _names(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        if name not in self._names():
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
-                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> dict:
+                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> RuleFrames:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
     across devices of the same device_kind)."""
@@ -99,11 +130,8 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     stats = done["op_stats"]
     stats["share"] = stats["total_ps"] / profiled
     xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
-    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": done["steps"],
-              "devices": devices, "gaps": done["gaps"]}
-    if host_events is not None:
-        frames["host_events"] = host_events
-    return frames
+    return RuleFrames(ops=xops, op_stats=stats, collectives=done["collectives"], steps=done["steps"],
+                      devices=devices, gaps=done["gaps"], host_events=host_events)
 
 
 # -------------------------------------------------------------------------------------------------------- checks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 from google.protobuf.message import DecodeError
@@ -23,12 +24,18 @@ class Module:
     proto: hlo_pb2.HloModuleProto
 
 
-def parse_module_label(label: str) -> tuple[str, int]:
+class ModuleLabel(NamedTuple):
+    """A module as an ``XLA Modules`` event names it."""
+    name: str
+    program_id: int
+
+
+def parse_module_label(label: str) -> ModuleLabel:
     """'jit_f(1219...)' -> ('jit_f', 1219...); a label without an id gives program id 0."""
     m = _NAME_ID.match(label.strip())
     if m:
-        return m.group(1), int(m.group(2)) & 0xFFFFFFFFFFFFFFFF
-    return label.strip(), 0
+        return ModuleLabel(m.group(1), int(m.group(2)) & 0xFFFFFFFFFFFFFFFF)
+    return ModuleLabel(label.strip(), 0)
 
 
 def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Module]:

@@ -16,10 +16,13 @@ contention between overlapping ops, and the host-link (PCIe) bandwidth of host-o
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.schema import Bound, CostSource
 from tracekit.model import calibrate, chips
 from tracekit.ingest import hlo
 from tracekit.columns import distinct_rows, unique_rows, with_columns
@@ -56,6 +59,28 @@ def device_chips(tr: Trace, chip: str | None = None) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class ChipUse:
+    """One chip of an analysis and the devices that ran on it (``host/device`` when there are several hosts)."""
+
+    chip: chips.Chip
+    devices: tuple
+
+
+def chips_used(tr: Trace, chip: str | None = None) -> list[ChipUse]:
+    """The chips of the devices that ran ops, in the order their devices appear; a chip's numbers are those of
+    its first device (a device plane with no ops, such as an idle GPU, is not part of the analysis)."""
+    active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
+    first: dict[str, chips.Chip] = {}
+    devices: dict[str, list] = {}
+    for (host, dev), c in device_chips(tr, chip).items():
+        if active and (host, dev) not in active:
+            continue
+        first.setdefault(c.name, c)
+        devices.setdefault(c.name, []).append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
+    return [ChipUse(first[name], tuple(devs)) for name, devs in devices.items()]
+
+
 def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
     """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
     one-event ops; for GPU ops made of several kernels, the kernels of one execution (consecutive rows of the
@@ -81,7 +106,6 @@ def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
     return share
 
 
-BOUNDS = ["compute", "memory", "network", "host_link", "unknown"]
 _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 
 
@@ -115,12 +139,12 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     del dur, head
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
-    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=["hlo", "trace", "unknown"])
+    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=schema.CATEGORIES["cost_source"])
     new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
         p["compute"], p["memory"], p["network"], roof
-    new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=BOUNDS)
+    new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])
     new["collective"] = pd.Categorical.from_codes(p["coll_codes"], categories=u["colls"])
     new["is_host_transfer"] = p["host_x"]
     for col in ("dot_m", "dot_n", "dot_k"):
@@ -138,7 +162,7 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
-    flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], 1, 0
+    flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], CostSource.TRACE, 0
     net[has_t & np.isnan(net)] = 0.0
     del has_t
     if share is not None:
@@ -171,8 +195,8 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
     # bound-by: the largest term (ties: compute, then memory, then network, then host link)
     roof = np.nan_to_num(compute, nan=-1.0)
-    best = np.zeros(n, np.int8)
-    for code, term in ((1, memory), (2, network), (3, hostlink)):
+    best = np.full(n, Bound.COMPUTE, np.int8)
+    for code, term in ((Bound.MEMORY, memory), (Bound.NETWORK, network), (Bound.HOST_LINK, hostlink)):
         if term is None:
             continue
         t = np.nan_to_num(term, nan=-1.0)
@@ -181,7 +205,7 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         np.maximum(roof, t, out=roof)
         del t, better
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
-    best[unknown] = 4
+    best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
     reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
     if hostlink is not None:
@@ -215,13 +239,13 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
     nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
-    src = np.where(known, 0, 2)
+    src = np.where(known, CostSource.HLO, CostSource.UNKNOWN)
     reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
     miss = ~known & (reason == "")
     reason[miss] = np.where(u["in_hlo"].astype(bool).to_numpy()[miss], "no cost for this instruction",
                             "op not found in the trace's HLO")
     flops[start_marker], nbytes[start_marker], net[start_marker] = 0.0, 0.0, 0.0
-    src[start_marker] = 0
+    src[start_marker] = CostSource.HLO
     reason[start_marker] = "async -start marker: the cost is on its window"
     host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
         ~start_marker

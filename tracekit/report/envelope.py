@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,10 +86,50 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
               "cost_source", "unknown_reason", "source_file", "source_line"]
 
 
-def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
-          steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
-          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
-          rules=()) -> Report:
+@dataclass(frozen=True)
+class Input:
+    """A trace file the analysis read, as the report names it."""
+
+    path: str
+    host: str
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the report is built from: the results of the stages before it, gathered by the pipeline."""
+
+    inputs: tuple  #: :class:`Input` per trace file
+    chips: tuple  #: :class:`tracekit.model.roofline.ChipUse` per chip
+    ops: pd.DataFrame  #: the ops frame with the roofline columns
+    frames: Mapping  #: the timeline stage's frames (:class:`tracekit.analysis.rule_checks.RuleFrames`)
+    step_stats: pd.DataFrame  #: per device step-time statistics
+    findings: tuple  #: :class:`tracekit.analysis.rule_model.Finding`, sorted by savings
+    hlo: pd.DataFrame  #: the trace's HLO instructions (source lines of the top ops)
+    params: dict  #: the thresholds used (timeline and every rule's resolved parameters)
+    warnings: tuple  #: what the loader found odd
+    step_source: tuple  #: where the steps came from
+    fail_on: str  #: the severity that fails the gate
+    rules: tuple = ()  #: the rules that ran (:class:`tracekit.analysis.rule_model.Rule`)
+
+
+def chip_entry(use) -> dict:
+    """A chip of the analysis as the envelope's ``chips[]`` holds it."""
+    c = use.chip
+    ridge = (c.ridge_flops_per_byte("bf16") if c.hbm_bw_bytes_per_s else None)
+    return clean({
+        "name": c.name, "family": c.family, "vendor": c.vendor, "estimated": c.estimated, "devices": list(use.devices),
+        "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},
+        "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
+        "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
+        "ridge_bf16_flops_per_byte": ridge, "sources": dict(sorted(c.sources.items()))})
+
+
+def build(a: Analysis) -> Report:
+    """The report of an analysis."""
+    ops, hlo, findings, fail_on = a.ops, a.hlo, a.findings, a.fail_on
+    op_stats, devices, steps, coll = a.frames["op_stats"], a.frames["devices"], a.frames["steps"], a.frames["collectives"]
+    step_stats = a.step_stats
+    chips = [chip_entry(u) for u in a.chips]
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
@@ -107,7 +148,6 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     if len(hlo) and len(top):
         src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
         top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
-    coll = collectives
     pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
         if "flops" in op_stats else op_stats.iloc[:0]
     points = [{"module": r["module"], "op": r["op"], "bound_by": r["bound_by"], "dtype": r["dtype"],
@@ -122,14 +162,14 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     data = {
         "schema": SCHEMA,
         "tool": {"name": "tracekit", "version": version()},
-        "inputs": inputs,
+        "inputs": [{"path": i.path, "host": i.host} for i in a.inputs],
         "chips": chips,
         "summary": clean({
             "hosts": int(ops["host"].nunique()) if len(ops) else 0,
             "devices": int(len(devices)),
             "steps": int(steps["step"].nunique()) if len(steps) else 0,
             "step_rows": int(len(steps)), "step_rows_in_report": int(min(len(steps), STEP_ROWS)),
-            "step_source": step_source,
+            "step_source": list(a.step_source),
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
             "op_executions": int(sync_m.sum()),
             "roofline_coverage": coverage,
@@ -149,9 +189,9 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "roofline": {"points": clean(points), "roofs": chips},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
         "findings": finding_dicts,
-        "params": clean(params),
+        "params": clean(a.params),
         "gate": {"fail_on": fail_on, "failed": False},
-        "warnings": list(warnings),
+        "warnings": list(a.warnings),
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
                   "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
         "provenance": {
@@ -161,7 +201,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
         },
     }
-    rep = Report(data, tuple(rules))
+    rep = Report(data, tuple(a.rules))
     data["gate"]["failed"] = rep.fails(fail_on)
     return rep
 
