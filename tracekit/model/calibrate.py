@@ -104,16 +104,14 @@ def _numpy_runner(n):
     return lambda: a @ b
 
 
-def _processor() -> str:
-    """platform.processor(), else the model name from /proc/cpuinfo, else the machine type."""
-    name = platform.processor()
-    if not name:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-        except OSError:
-            name = ""
-    return name or platform.machine() or "unknown"
+def processor_name() -> str:
+    """The CPU model: the model name from /proc/cpuinfo, else platform.processor(), else the machine type."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        name = ""
+    return name or platform.processor() or platform.machine() or "unknown"
 
 
 def measure(seconds: float = 5.0) -> dict:
@@ -134,7 +132,7 @@ def measure(seconds: float = 5.0) -> dict:
     return {
         "version": FORMAT_VERSION,
         "measured_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "processor": _processor(),
+        "processor": processor_name(),
         "cpu_count": os.cpu_count() or 1,
         "platform": platform.platform(),
         "peak_flops_per_s": flops,
@@ -144,16 +142,22 @@ def measure(seconds: float = 5.0) -> dict:
     }
 
 
+def write_json_atomic(path: Path, record: dict, what: str = "the file") -> None:
+    """Write ``record`` as JSON to ``path`` (its folder made first) with :func:`tracekit.fileio.write_atomic`:
+    never a partial file. A failure is a :class:`TraceError` naming ``what``."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TraceError(f"cannot write {what}: {e.strerror or e}", str(path)) from None
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", what=what)
+
+
 def calibrate(seconds: float = 5.0, path=None) -> Chip:
     """Measure this machine, store the result (atomically) and return it as a :class:`~tracekit.model.chips.Chip`."""
     record = measure(seconds)
     target = calibration_path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise TraceError(f"cannot write the calibration: {e.strerror or e}", str(target),
-                         "set TRACEKIT_HOME to a writable folder")
-    write_atomic(target, json.dumps(record, indent=2, sort_keys=True) + "\n", what="the calibration")
+    write_json_atomic(target, record, what="the calibration")
     return _to_chip(record, target)
 
 
