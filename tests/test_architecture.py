@@ -234,3 +234,13 @@ def test_top_level_holds_the_stages_and_the_spine():
     assert top == packages | {m + ".py" for m in modules}
     for stage in STAGES:
         assert (PKG / stage / "__init__.py").read_text().startswith('"""'), f"{stage} says what the stage is"
+
+
+def test_readme_architecture_names_every_module():
+    """The README's "Architecture" section lists each stage package's modules and the spine."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
+    missing = [f"{stage}/{p.stem}" for stage in STAGES for p in sorted((PKG / stage).glob("*.py"))
+               if p.stem not in ("__init__", "__main__") and f"`{p.stem}" not in section]
+    missing += [m for m in SPINE if f"`{m}`" not in section]
+    assert missing == []
