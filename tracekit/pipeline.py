@@ -8,10 +8,10 @@ from tracekit.ingest.trace import Trace, load
 from tracekit.report import envelope as report_mod
 
 
-def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
+def with_roofline(tr: Trace, chip: str | None = None, cost_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """The ops frame with the roofline columns joined (cost model + chip table)."""
     from tracekit.model import roofline
-    return roofline.join(tr, chip=chip)
+    return roofline.join(tr, chip=chip, cost_table=cost_table)
 
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
@@ -19,7 +19,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
     from tracekit.ingest import paths as load_mod
-    from tracekit.analysis import rule_checks
+    from tracekit.analysis import customcalls, rule_checks
     from tracekit.analysis import rule_model, rules
     from tracekit.analysis import timeline
     from tracekit.model import roofline
@@ -32,7 +32,8 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
-    ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
+    cost_table = roofline.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
+    ops = with_roofline(tr, chip, cost_table) if ops is None else ops  # ``ops``: a roofline join done already
     rule_list = rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
@@ -40,6 +41,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
+    custom = customcalls.summary(ops, tr.hlo, cost_table)
     step_stats = timeline.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
     resolved = {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {}))) for r in rule_list}
     return report_mod.build(report_mod.Analysis(
@@ -49,4 +51,4 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps, "rules": resolved},
         warnings=tuple(tr.warnings),
         step_source=tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else (),
-        fail_on=fail_on, rules=tuple(rule_list)))
+        fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom))

@@ -116,7 +116,10 @@ ROOFLINE = {
     "net_bytes": ("float64", "bytes a collective moves per device over the interconnect"),
     "group_size": ("int64", "collective participants, -1 when not a collective"),
     "dtype": (CAT, "element type the op computes in (dot/conv: the operand type)"),
-    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
+    "compute_dtype": (CAT, "element type whose peak FLOP/s the op is judged against (custom-call GEMM/conv/"
+                           "attention models: the operand type, bf16 x bf16 -> f32 at bf16; else dtype)"),
+    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | model:<name> (a custom-call cost model, "
+                         "tracekit.model.custom_calls) | unknown"),
     "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
     "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
@@ -131,7 +134,6 @@ ROOFLINE = {
 }
 
 
-
 class Bound(IntEnum):
     """``bound_by``: the roofline term that limits an op. The column is a categorical whose codes are these values
     and whose categories are their names in lower case (:data:`CATEGORIES`)."""
@@ -143,7 +145,8 @@ class Bound(IntEnum):
 
 
 class CostSource(IntEnum):
-    """``cost_source``: where an op's flops and bytes came from (a categorical, as :class:`Bound`)."""
+    """``cost_source``: where an op's flops and bytes came from (a categorical, as :class:`Bound`; custom calls
+    priced by a cost model follow as further categories ``model:<name>``)."""
     HLO = 0  #: tracekit's HLO cost model
     TRACE = 1  #: the trace's own flops/bytes_accessed stats
     UNKNOWN = 2
@@ -154,7 +157,8 @@ def labels(enum) -> list[str]:
     return [m.name.lower() for m in enum]
 
 
-#: Categorical columns whose categories are declared (codes = the enum's values), whatever frame holds them.
+#: Categorical columns whose first categories are declared (codes = the enum's values), whatever frame holds them;
+#: further categories may follow (``cost_source``: ``model:<name>``).
 CATEGORIES = {"bound_by": labels(Bound), "cost_source": labels(CostSource)}
 
 SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
@@ -169,7 +173,7 @@ def columns(schema: dict) -> list[str]:
 def _dtype_ok(s: pd.Series, d: str) -> bool:
     if d == CAT:
         return isinstance(s.dtype, pd.CategoricalDtype) and (
-            s.name not in CATEGORIES or list(s.cat.categories) == CATEGORIES[s.name])
+            s.name not in CATEGORIES or list(s.cat.categories[:len(CATEGORIES[s.name])]) == CATEGORIES[s.name])
     if d == "object":
         return s.dtype == object
     return str(s.dtype) == d
@@ -192,8 +196,10 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
         if c in df.columns:
             s = df[c]
             if d == CAT and c in CATEGORIES:
-                s = s if _dtype_ok(s, d) else pd.Series(pd.Categorical(s.astype(str), categories=CATEGORIES[c]),
-                                                        index=df.index, name=c)
+                if not _dtype_ok(s, d):
+                    text = s.astype(str)
+                    cats = CATEGORIES[c] + sorted(set(text.unique()) - set(CATEGORIES[c]))
+                    s = pd.Series(pd.Categorical(text, categories=cats), index=df.index, name=c)
             elif d == CAT:
                 s = s.astype(str).astype(CAT) if s.dtype != CAT else s
             elif d == "object":

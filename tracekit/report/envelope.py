@@ -110,6 +110,7 @@ class Analysis:
     step_source: tuple  #: where the steps came from
     fail_on: str  #: the severity that fails the gate
     rules: tuple = ()  #: the rules that ran (:class:`tracekit.analysis.rule_model.Rule`)
+    custom_calls: dict | None = None  #: custom calls by share of op time (:func:`tracekit.analysis.customcalls.summary`)
 
 
 def chip_entry(use) -> dict:
@@ -189,6 +190,8 @@ def build(a: Analysis) -> Report:
         "roofline": {"points": clean(points), "roofs": chips},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
         "findings": finding_dicts,
+        "custom_calls": clean(a.custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
+                                                 "targets": [], "models": {}}),
         "params": clean(a.params),
         "gate": {"fail_on": fail_on, "failed": False},
         "warnings": list(a.warnings),
@@ -197,7 +200,8 @@ def build(a: Analysis) -> Report:
         "provenance": {
             "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
             "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
-                           "(tracekit's HLO cost model), 'unknown' (with unknown_reason)",
+                           "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
+                           "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
         },
     }
