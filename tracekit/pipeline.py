@@ -9,9 +9,10 @@ from tracekit.report import envelope as report_mod
 
 
 def with_roofline(tr: Trace, chip: str | None = None, cost_table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The ops frame with the roofline columns joined (cost model + chip table)."""
+    """The ops frame with the roofline columns joined (cost model + chip table); ``cost_table``: the trace's
+    :func:`tracekit.model.roofline.costs` when the caller has it already."""
     from tracekit.model import roofline
-    return roofline.join(tr, chip=chip, cost_table=cost_table)
+    return roofline.join(tr, chip=chip, **({"cost_table": cost_table} if cost_table is not None else {}))
 
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),

@@ -60,8 +60,26 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     return tr
 
 
+@dataclass(frozen=True)
+class HostFrames:
+    """One host's frames, decoded and joined: what :func:`load_host` hands :func:`combine` (which merges hosts
+    into a :class:`Trace`). ``hlo_modules``: the decoded HLO modules; ``device_stats``: (host, device) -> the
+    device plane's stats."""
+
+    host: str
+    ops: pd.DataFrame
+    hlo: pd.DataFrame
+    modules: pd.DataFrame
+    steps: pd.DataFrame
+    lines: pd.DataFrame
+    devices: pd.DataFrame
+    host_events: pd.DataFrame
+    hlo_modules: list
+    device_stats: dict
+
+
 def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
-              max_events: int | None = None, use_hostname: bool = False) -> dict:
+              max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
     planes, hostnames = _load.load_space(hf, max_bytes)
@@ -73,7 +91,7 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
     return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
 
 
-def _host(planes, host: str, warnings: list[str]) -> dict:
+def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     ex = frames.extract(planes, host, warnings)
     mods = _hlo_modules(planes, warnings)
     for p in planes:  # the decoded event columns are in the frames now: free them before the joins
@@ -110,9 +128,8 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
     ops = _assign_steps(ops, steps)
     _consistency_warnings(ops, h, host, warnings)
-    return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
-            "host_events": ex["host_events"],
-            "hlo_modules": mods, "device_stats": dstats, "host": host}
+    return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
+                      host_events=ex["host_events"], hlo_modules=mods, device_stats=dstats)
 
 
 def _hlo_modules(planes, warnings: list[str]) -> list:
@@ -322,28 +339,29 @@ def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return ops
 
 
-def combine(parts: list[dict], warnings: list[str]) -> Trace:
+def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
+    """One :class:`Trace` of the hosts' frames (in host order; ops sorted by host, device, start)."""
     def cat(key, sch):
-        frames_ = [p[key] for p in parts if len(p[key])]
+        frames_ = [getattr(p, key) for p in parts if len(getattr(p, key))]
         if not frames_:
             return schema.empty(sch)
         return schema.conform(concat_frames(frames_), sch)
 
     seen, mods = set(), []
     for p in parts:
-        for m in p["hlo_modules"]:
+        for m in p.hlo_modules:
             if (m.name, m.program_id) not in seen:
                 seen.add((m.name, m.program_id))
                 mods.append(m)
-    h = [p["hlo"] for p in parts if len(p["hlo"])]
+    h = [p.hlo for p in parts if len(p.hlo)]
     hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
     ops = cat("ops", schema.OPS)
     ops = sorted_frame(ops)
-    devs = pd.concat([p["devices"] for p in parts], ignore_index=True)
+    devs = pd.concat([p.devices for p in parts], ignore_index=True)
     dstats = {}
     for p in parts:
-        dstats.update(p["device_stats"])
+        dstats.update(p.device_stats)
     return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
-                 hlo_modules=mods, device_stats=dstats, hosts=[p["host"] for p in parts], warnings=warnings)
+                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings)
