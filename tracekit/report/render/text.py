@@ -93,7 +93,7 @@ def custom_calls_lines(cc: dict, top: int = 8) -> list[str]:
             f"no cost model for {fmt_pct(cc['unknown_ps'] / op_time if op_time else None)}")
     rows = [[t["target"][:40], str(t["executions"]), fmt_time(t["total_ps"]), fmt_pct(t["share"]),
              t["cost_source"], (t["unknown_reasons"] or t["notes"] or [""])[0][:120]] for t in targets[:top]]
-    out = ["", head] + _table(["target", "n", "time", "share", "cost from", "note"], rows, right={1, 2, 3})
+    out = ["", head] + table(["target", "n", "time", "share", "cost from", "note"], rows, right={1, 2, 3})
     for name, why in (cc.get("models") or {}).items():
         out.append(f"  model:{name}: {why}")
     return out
