@@ -20,5 +20,5 @@ def main():
 
 
 for _command in (commands.info, commands.ops, commands.analyze, commands.capture_cmd, commands.diff_cmd,
-                 reference.chips_cmd, reference.calibrate, reference.rules_cmd):
+                 commands.export_cmd, reference.chips_cmd, reference.calibrate, reference.rules_cmd):
     main.add_command(_command)
