@@ -254,7 +254,7 @@ def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
         if m.any():
             i = int(np.flatnonzero(m)[np.argmax(t[m])])
             out.append({"reason": reason, "ops": int(m.sum()), "total_ps": int(t[m].sum()),
-                        "share": _clean(t[m].sum() / total) if total else None,
+                        "share": clean(t[m].sum() / total) if total else None,
                         "largest": str(op_stats["op"].iloc[i])})
     return out
 
