@@ -131,7 +131,7 @@ def _sync_frame(ops):
 def test_json_through_the_cli(v6e_json, tmp_path):
     """analyze, ops and diff take the JSON; the report states what the JSON cannot tell."""
     from click.testing import CliRunner
-    from tracekit.cli.commands import main
+    from tracekit.cli import main
     src, _, gz = v6e_json
     out = tmp_path / "r.json"
     res = CliRunner().invoke(main, ["analyze", str(gz), "--chip", "v6e", "-o", str(out)])
