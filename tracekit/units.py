@@ -1,4 +1,5 @@
-"""Formatting at the edge: times are integer picoseconds inside tracekit and get units only here."""
+"""Formatting at the edge: times are integer picoseconds inside tracekit and get units only here; and the one
+plain text table."""
 from __future__ import annotations
 
 import math
@@ -30,3 +31,15 @@ def fmt_pct(x) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{100 * float(x):.1f}%"
+
+
+def table(headers: list[str], rows: list[list[str]], right=frozenset()) -> list[str]:
+    """A plain aligned text table as lines: a header, a rule of dashes, the rows (cells already text); the columns
+    whose index is in ``right`` are right-aligned (numbers), the others left-aligned; two spaces between columns.
+    The one plain table of tracekit (the command line, the diff, the memory section); the terminal report itself
+    is laid out with rich."""
+    w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(vals):
+        return "  ".join(v.rjust(w[i]) if i in right else v.ljust(w[i]) for i, v in enumerate(vals)).rstrip()
+    return [line(headers), line(["-" * x for x in w])] + [line(r) for r in rows]

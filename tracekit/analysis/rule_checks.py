@@ -65,7 +65,7 @@ def in_steps(ops, steps) -> np.ndarray:
 #: what the timeline functions read of the ops frame
 TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
                     "is_async", "start_ps", "duration_ps", "network_ps", "net_bytes", "group_size", "collective",
-                    "is_host_transfer", "source")
+                    "is_host_transfer", "source", "bound_by", "collective_level")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,11 @@ class RuleFrames(Mapping):
     devices: pd.DataFrame
     gaps: pd.DataFrame
     host_events: pd.DataFrame | None = None
+    #: the memory and utilization rules' frames (:func:`tracekit.analysis.memory.rule_frames`), when built
+    memory_devices: pd.DataFrame | None = None
+    memory_programs: pd.DataFrame | None = None
+    offload: pd.DataFrame | None = None
+    overview: pd.DataFrame | None = None
 
     def _names(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
@@ -98,10 +103,12 @@ class RuleFrames(Mapping):
 
 
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
-                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> RuleFrames:
+                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
+                     modules: pd.DataFrame | None = None) -> RuleFrames:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
-    across devices of the same device_kind)."""
+    across devices of the same device_kind). ``modules``: the program executions per device, which split the
+    steps' idle time (see :func:`tracekit.analysis.timeline.step_breakdown`)."""
     steps = steps if steps is not None else pd.DataFrame(
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
@@ -116,7 +123,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     ix, sx = DeviceIndex(narrow), DeviceIndex(steps)
     jobs = {"devices": (tl.device_summary, ix, sx), "op_stats": (op_stats, ops),
             "collectives": (tl.collective_overlap, ix, hidden, exposed),
-            "steps": (tl.step_breakdown, ix, sx), "gaps": (tl.gaps, ix, sx, min_gap_ps),
+            "steps": (tl.step_breakdown, ix, sx, modules), "gaps": (tl.gaps, ix, sx, min_gap_ps),
             "in_step": (in_steps, ix, sx)}
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}

@@ -1,4 +1,4 @@
-"""The analysis commands: ``tracekit info``, ``ops``, ``analyze``, ``capture`` and ``diff``. Thin: every command
+"""The analysis commands: ``tracekit info``, ``ops``, ``analyze``, ``capture``, ``diff`` and ``export``. Thin: every command
 calls the pure pipeline and a renderer (:mod:`tracekit.cli.app` gathers them under ``tracekit``)."""
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from tracekit.cli.options import frame_table, guarded, limit_opts, limits, path_arg, run_opt
+from tracekit.cli.options import color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.fileio import write_atomic
+
 
 @click.command()
 @path_arg
@@ -110,14 +111,18 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
 @click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@color_opt
+@click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
+                   "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
               help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
-def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, max_size,
-            max_events, jobs, dask_address):
+def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
+            model_flops, max_size, max_events, jobs, dask_address):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -129,7 +134,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
         rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
-                            progress=progress)
+                            progress=progress, model_flops_per_step=model_flops)
     finally:
         progress.done()
     texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
@@ -137,7 +142,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
         write_atomic(out, text)
     if not outputs or fmt:
         stdout_fmt = render.format_for(None, fmt) if fmt else "text"
-        click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
+        term = terminal(color)
+        click.echo(render.render(rep, stdout_fmt, top=top, **term), nl=False, color=term["color"])
     if rep.fails(fail_on):
         sys.exit(EXIT_FINDINGS)
 
@@ -159,9 +165,10 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
 @click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
               show_default=True, help="Exit 1 when a finding reaches this severity.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@color_opt
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @guarded
-def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, command):
+def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, color, command):
     """Record a trace and analyze it: from a running job (--port), or by running a script under the profiler.
 
     \b
@@ -194,7 +201,8 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
     texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
     for out, text in zip(outputs, texts):
         write_atomic(out, text)
-    click.echo(render.render(rep, render.format_for(None, fmt), top=top, color=sys.stdout.isatty()), nl=False)
+    term = terminal(color)
+    click.echo(render.render(rep, render.format_for(None, fmt), top=top, **term), nl=False, color=term["color"])
     if rc:
         sys.exit(rc)
     if rep.fails(fail_on):

@@ -9,7 +9,7 @@ import sys
 import click
 
 from tracekit.errors import EXIT_BAD_INPUT, TraceError
-from tracekit.report.render.text import table
+from tracekit.units import table
 
 EXIT_INTERNAL = 3  #: an internal error (a bug: please report it)
 
@@ -40,6 +40,18 @@ def guarded(fn):
 
 path_arg = click.argument("path", type=click.Path(path_type=str))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
+color_opt = click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto",
+                         show_default=True, help="Colour in the text report (auto: on a terminal, unless NO_COLOR "
+                         "is set).")
+
+
+def terminal(color: str) -> dict:
+    """The text renderer's ``color`` and ``width`` for stdout: ``--color``, ``NO_COLOR`` (any non-empty value
+    turns auto colour off), and the terminal's width (``COLUMNS`` when set; 100 when not a terminal)."""
+    import shutil
+    tty = sys.stdout.isatty()
+    on = color == "always" or (color == "auto" and tty and not os.environ.get("NO_COLOR"))
+    return {"color": on, "width": shutil.get_terminal_size((100, 24)).columns}
 
 
 def limit_opts(fn):
@@ -57,7 +69,7 @@ def limits(max_size, max_events) -> dict:
 
 
 def frame_table(df, columns=None, max_width: int = 60) -> str:
-    """A frame as the plain aligned text table of :func:`tracekit.report.render.text.table` (numbers right-aligned,
+    """A frame as the plain aligned text table of :func:`tracekit.units.table` (numbers right-aligned,
     cells cut to ``max_width``): what non-TTY output and tests read."""
     cols = columns or list(df.columns)
     rows = [[str(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]

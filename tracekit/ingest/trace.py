@@ -30,6 +30,7 @@ class Trace:
     lines: pd.DataFrame
     devices: pd.DataFrame
     host_events: pd.DataFrame = None
+    memory_events: pd.DataFrame = None  #: allocator events (schema.MEMORY_EVENTS), when the trace has them
     hlo_modules: list = field(default_factory=list)
     device_stats: dict = field(default_factory=dict)
     hosts: list = field(default_factory=list)
@@ -86,6 +87,7 @@ class HostFrames:
     lines: pd.DataFrame
     devices: pd.DataFrame
     host_events: pd.DataFrame
+    memory_events: pd.DataFrame
     hlo_modules: list
     device_stats: dict
 
@@ -163,7 +165,8 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     ops = _assign_steps(ops, steps)
     _consistency_warnings(ops, h, host, warnings)
     return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
-                      host_events=ex["host_events"], hlo_modules=mods, device_stats=dstats)
+                      host_events=ex["host_events"], memory_events=ex["memory_events"], hlo_modules=mods,
+                      device_stats=dstats)
 
 
 def _hlo_modules(planes, warnings: list[str]) -> list:
@@ -398,4 +401,5 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
     return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
+                 memory_events=cat("memory_events", schema.MEMORY_EVENTS),
                  hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from tracekit.analysis.diff import STATUSES, Comparison
 from tracekit.errors import TraceError
 from tracekit.report.envelope import clean, display_path, version
-from tracekit.report.render import markdown, text
-from tracekit.units import fmt_pct, fmt_time
+from tracekit.report.render import markdown
+from tracekit.units import fmt_pct, fmt_time, table
 
 SCHEMA = "tracekit.diff/1"
 FORMATS = ("text", "json", "markdown")
@@ -133,7 +133,7 @@ def render_text(diff: Diff, *, top: int = 20) -> str:
         rows = [r for r in d["ops"] if r["status"] == status]
         if rows:
             out += ["", f"{TITLES[status]}: {len(rows)}"]
-            out += text.table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7})
+            out += table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7})
             if len(rows) > top:
                 out.append(f"… and {len(rows) - top} more")
     out += ["", verdict(d)]
