@@ -116,11 +116,18 @@ ROOFLINE = {
     "dtype": (CAT, "element type the op computes in (dot/conv: the operand type)"),
     "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
     "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
+    "net_level": (CAT, "level bounding a collective's predicted time: ici | dcn | nvlink | xgmi | ib | memory "
+                       "(' latency' when the latency floor decides it); none | unknown; empty for other ops"),
+    "net_fast_ps": ("float64", "predicted time of the collective if its group sat inside one TPU slice / GPU node "
+                               "(NaN unless it crosses DCN or the node network)"),
+    "coll_pattern": (CAT, "HLO pattern of a collective: 'all-reduce then slice' | 'loop-invariant all-gather' | ''"),
+    "loop_trip_count": ("int64", "known trip count of the while loop whose body runs the collective, -1 if none"),
     "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
     "compute_ps": ("float64", "flops / peak FLOP/s of the op's dtype"),
     "memory_ps": ("float64", "bytes_accessed / peak memory bandwidth"),
-    "network_ps": ("float64", "collective time from the ring/torus model; host transfers: bytes / host-link bandwidth"),
+    "network_ps": ("float64", "collective time from the topology-aware model (sum of its levels' phases); host "
+                              "transfers: bytes / host-link bandwidth"),
     "roofline_ps": ("float64", "max(compute_ps, memory_ps, network_ps)"),
     "bound_by": (CAT, "compute | memory | network | host_link | unknown"),
     "is_host_transfer": ("bool", "a copy between device and host memory (host offload): timed on the host link"),

@@ -52,6 +52,12 @@ class Chip:
     wraparound_multiple: int = 0  # an axis of n chips wraps iff n % this == 0 (0: never)
     notes: str = ""
     host_link_bw_bytes_per_s: float = NAN  # one-way device<->host (PCIe) bandwidth
+    devices_per_chip: int = 1  # devices a trace shows per chip (TPU v2/v3, TPU7x: 2 TensorCores, 2 devices)
+    node_size: float = NAN  # GPU: devices per NVLink/xGMI domain; TPU: chips per host (NaN: unknown)
+    nic_bw_bytes_per_s: float = NAN  # one-way scale-out bandwidth per device: TPU DCN per chip, GPU NIC per GPU
+    node_egress_bw_bytes_per_s: float = NAN  # one-way scale-out bandwidth per node (TPU host, GPU node)
+    hop_latency_s: float = NAN  # per ICI hop / NVLink or xGMI ring step
+    nic_latency_s: float = NAN  # per step across the scale-out network (DCN / InfiniBand)
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
@@ -72,6 +78,10 @@ def _num(node, where: str, cites: dict) -> tuple[float, str]:
     """A table number ``{value, source, [note], [confidence]}`` -> (value, source text)."""
     if not isinstance(node, dict) or "value" not in node or not node.get("source"):
         raise TraceError(f"chip table entry {where} needs {{value: ..., source: ...}}", str(TABLE_PATH))
+    if node["value"] is None:  # a figure no source gives: NaN, and the source says why
+        why = str(node["source"])
+        return NAN, (why if why.startswith("unknown:") else f"unknown: {why}") + (
+            f" ({node['note']})" if node.get("note") else "")
     try:
         value = float(node["value"])
     except (TypeError, ValueError):
@@ -86,6 +96,11 @@ def _num(node, where: str, cites: dict) -> tuple[float, str]:
     return value, text
 
 
+#: interconnect figures a chip entry may leave out (NaN, "unknown: not in the chip table")
+_OPTIONAL_IC = ("host_link_bw_bytes_per_s", "devices_per_chip", "node_size", "nic_bw_bytes_per_s",
+                "node_egress_bw_bytes_per_s", "hop_latency_s", "nic_latency_s")
+
+
 def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
     name = entry["name"]
     src: dict[str, str] = {}
@@ -98,18 +113,20 @@ def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
     ic = entry.get("interconnect") or {}
     for key in ("link_bw_bytes_per_s", "links", "egress_bw_bytes_per_s", "wraparound_multiple"):
         vals[key], src[key] = _num(ic.get(key), f"{name}.interconnect.{key}", cites)
-    if "host_link_bw_bytes_per_s" in ic:
-        vals["host_link"], src["host_link_bw_bytes_per_s"] = _num(ic["host_link_bw_bytes_per_s"],
-                                                                  f"{name}.interconnect.host_link_bw_bytes_per_s", cites)
-    else:
-        vals["host_link"], src["host_link_bw_bytes_per_s"] = NAN, "unknown: not in the chip table"
+    for key in _OPTIONAL_IC:
+        if key in ic:
+            vals[key], src[key] = _num(ic[key], f"{name}.interconnect.{key}", cites)
+        else:
+            vals[key], src[key] = NAN, "unknown: not in the chip table"
     chip = Chip(
         name=name, vendor=entry["vendor"], family=entry["family"], peak_flops_per_s=flops,
         hbm_bytes=vals["hbm_bytes"], hbm_bw_bytes_per_s=vals["hbm_bw_bytes_per_s"],
         link_bw_bytes_per_s=vals["link_bw_bytes_per_s"], links=int(vals["links"]), topology=ic.get("topology", "unknown"),
         egress_bw_bytes_per_s=vals["egress_bw_bytes_per_s"], sources=src, estimated=False,
         aliases=tuple(entry.get("aliases") or ()), wraparound_multiple=int(vals["wraparound_multiple"]),
-        notes=entry.get("notes", ""), host_link_bw_bytes_per_s=vals["host_link"],
+        notes=entry.get("notes", ""), host_link_bw_bytes_per_s=vals["host_link_bw_bytes_per_s"],
+        devices_per_chip=int(vals["devices_per_chip"]) if math.isfinite(vals["devices_per_chip"]) else 1,
+        **{k: vals[k] for k in _OPTIONAL_IC[2:]},
     )
     det = entry.get("detect") or {}
     keys = {}
@@ -190,7 +207,9 @@ def chips_frame(include_cpu: bool = True) -> pd.DataFrame:
             ridge_bf16_flops_per_byte=peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s,
             link_bw_bytes_per_s=c.link_bw_bytes_per_s, links=c.links, topology=c.topology,
             egress_bw_bytes_per_s=c.egress_bw_bytes_per_s, wraparound_multiple=c.wraparound_multiple,
-            estimated=c.estimated,
+            devices_per_chip=c.devices_per_chip, node_size=c.node_size, nic_bw_bytes_per_s=c.nic_bw_bytes_per_s,
+            node_egress_bw_bytes_per_s=c.node_egress_bw_bytes_per_s, hop_latency_s=c.hop_latency_s,
+            nic_latency_s=c.nic_latency_s, estimated=c.estimated,
             low_confidence=", ".join(k for k, s in c.sources.items() if "confidence: low" in s),
         )
         rows.append(row)

@@ -159,13 +159,32 @@ def collective_cost(inst, oshapes, env) -> Cost:
     c.group_size = int(n)
     v = {"all-reduce": read, "all-gather": written, "reduce-scatter": read, "all-to-all": read,
          "collective-permute": read}.get(kind)
-    if kind == "ragged-all-to-all":
-        return c.unknown("ragged-all-to-all: bytes sent depend on runtime sizes", "net_bytes")
+    if kind == "ragged-all-to-all":  # the sizes operand, when a constant, says what is sent
+        sizes = _ragged_sizes(inst, oshapes, env)
+        if sizes is None:
+            return c.unknown("ragged-all-to-all: bytes sent depend on runtime sizes", "net_bytes")
+        c.net_bytes = sizes * (n - 1) / n if n > 0 else 0.0
+        return c
     if kind == "collective-permute":
         c.net_bytes = v if inst.source_target_pairs else 0.0
     else:
         c.net_bytes = (2.0 if kind == "all-reduce" else 1.0) * v * (n - 1) / n if n > 0 else 0.0
     return c
+
+
+def _ragged_sizes(inst, oshapes, env) -> float | None:
+    """Bytes a ragged-all-to-all sends (rows named by its constant ``send_sizes`` operand x bytes per row of the
+    input), None when the sizes are runtime values."""
+    glob = getattr(env, "glob", {})
+    if len(inst.operand_ids) < 6 or len(oshapes) < 6 or not oshapes[0].dimensions or oshapes[0].dimensions[0] <= 0:
+        return None
+    sz = glob.get(inst.operand_ids[3])
+    if sz is None or sz.opcode != "constant" or not sz.HasField("literal"):
+        return None
+    vals = next((list(getattr(sz.literal, f)) for f in ("s32s", "s64s", "u32s", "u64s") if getattr(sz.literal, f)), [])
+    if not vals:
+        return None
+    return float(sum(max(int(v), 0) for v in vals) * nbytes(oshapes[0]) / oshapes[0].dimensions[0])
 
 
 def _gemm_custom_call(inst, oshapes) -> Cost:

@@ -5,9 +5,10 @@ compute / memory / network time, bound-by, efficiency and headroom.
 Formulas (see ../shared/DOMAIN.md):
     compute_ps  = flops / peak_flops(dtype)                    (dtype-aware: an f32 dot against the f32 peak)
     memory_ps   = bytes_accessed / hbm_bw
-    network_ps  = net_bytes / W   where net_bytes is what one device sends on a ring (cost model) and
-                  W = egress bandwidth (GPU: NVLink/IF per GPU), TPU: one link's bandwidth both ways when the ring
-                  has its wraparound, one way otherwise; all-to-all uses V/(4W); a latency floor of 1 µs x N/2 hops.
+    network_ps  = the collective's predicted time on the machine's links (:mod:`tracekit.model.collective_cost`:
+                  torus axes / DCN / NVLink / Infinity Fabric / NIC levels, latency floors), for the device's own
+                  replica group in the topology (:mod:`tracekit.model.topology`; ``--topology`` overrides);
+                  ``net_level`` names the level that bounds it.
     roofline_ps = max(compute_ps, memory_ps, network_ps)     bound_by = argmax (ties: compute, then memory)
     efficiency  = roofline_ps / duration_ps                  headroom_ps = max(duration_ps - roofline_ps, 0)
 An op with no known cost, or no work at all (a ``-done`` marker), is ``bound_by = unknown`` with the reason.
@@ -25,7 +26,6 @@ from tracekit.ingest import hlo
 from tracekit.columns import distinct_rows, unique_rows, with_columns
 from tracekit.ingest.trace import Trace
 
-HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "collective", "cost_known",
               "unknown_reason"]
 
@@ -87,7 +87,7 @@ BOUNDS = ["compute", "memory", "network", "host_link", "unknown"]
 _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 
 
-def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
+def join(tr: Trace, chip: str | None = None, topology: str | None = None) -> pd.DataFrame:
     """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added. Costs, peaks and reasons are worked
     out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
     per execution (trace-reported costs, the split of an op over its GPU kernels, the measured time) is per row.
@@ -97,7 +97,7 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
         return schema.conform(tr.ops.copy(), {**schema.OPS, **schema.ROOFLINE})
     ops = tr.ops
     inv, first, rows = distinct_rows(ops, _IDENT)
-    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip)
+    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip, topology)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
     share = _per_kernel_split(ops)
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
@@ -124,6 +124,9 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
         p["compute"], p["memory"], p["network"], roof
     new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=BOUNDS)
     new["collective"] = pd.Categorical.from_codes(p["coll_codes"], categories=u["colls"])
+    new["net_level"] = pd.Categorical.from_codes(p["level_codes"], categories=u["levels"])
+    new["net_fast_ps"], new["loop_trip_count"] = p["net_fast"], p["trips"]
+    new["coll_pattern"] = pd.Categorical.from_codes(p["pattern_codes"], categories=u["patterns"])
     new["is_host_transfer"] = p["host_x"]
     for col in ("dot_m", "dot_n", "dot_k"):
         new[col] = p[col]
@@ -151,16 +154,12 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = flops / b("peak_f") * 1e12
         memory = nbytes / b("bw") * 1e12
-        netw = b("netw")
-        network = np.where(net > 0, net / netw * 1e12, np.where(np.isnan(net), np.nan, 0.0))
-        a2a = b("a2a")
-        if a2a.any():  # all-to-all on a bidirectional ring: V/(4W) with V the full array (net_bytes = V(N-1)/N)
-            gs = np.maximum(gsize, 2)
-            network = np.where(a2a, net * gs / (gs - 1) / 4 / netw * 1e12, network)
-        del netw, a2a
-        tpu_coll = (net > 0) & b("fam_tpu")
-        if tpu_coll.any():  # ~1 µs per hop floor on TPU ICI
-            network = np.where(tpu_coll, np.maximum(network, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2), network)
+        coll = b("coll_ps")  # the collective model's predicted time (NaN: not a collective, or not priced)
+        if share is not None:
+            coll *= share
+        network = np.where(np.isfinite(coll), coll, np.where(net > 0, np.nan, np.where(np.isnan(net), np.nan, 0.0)))
+        net_fast = b("net_fast") * (share if share is not None else 1.0)
+        del coll
         host_x = b("host_x")
         if host_x.any():
             xfer = b("xfer") * (share if share is not None else 1.0)
@@ -191,10 +190,11 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,
             "host_x": host_x, "intensity_flops_per_byte": intensity, "dtype_codes": b("dtype_codes"),
-            "coll_codes": b("coll_codes"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
+            "coll_codes": b("coll_codes"), "level_codes": b("level_codes"), "net_fast": net_fast,
+            "pattern_codes": b("pattern_codes"), "trips": b("trips"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
 
 
-def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
+def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None, topology: str | None = None) -> dict:
     """Everything that depends only on which op ran where: cost per execution, reasons, peaks."""
     n = len(u)
     c = costs(tr) if tr.has_hlo else pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
@@ -231,19 +231,17 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
     dtype = j["dtype"].fillna("").astype(str).to_numpy(dtype=object)
     dchips = device_chips(tr, chip)
-    peak_f, bw, netw, hostw = (np.full(n, np.nan) for _ in range(4))
-    fam_tpu = np.zeros(n, bool)
+    peak_f, bw, hostw = (np.full(n, np.nan) for _ in range(3))
     hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
     for (h, d), ch in dchips.items():
         m = (hosts == h) & (devs == d)
         if not m.any():
             continue
-        fam_tpu[m] = ch.family == "tpu"
         bw[m] = ch.hbm_bw_bytes_per_s
         hostw[m] = ch.host_link_bw_bytes_per_s
         for dt in set(dtype[m]):
             peak_f[m & (dtype == dt)] = chips.peak_flops(ch, dt or "bf16")[0]
-        netw[m] = _network_bw(ch, gsize[m], coll[m])
+    cm = _collectives(tr, dchips, topology, u, key_op, coll)
     reasons = [""] + sorted(set(reason) - {""})
     rcode = {r: i for i, r in enumerate(reasons)}
     dtypes = sorted(set(dtype))
@@ -251,8 +249,7 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
             "host_x": host_x, "xfer": hx["transfer_bytes"].to_numpy(float), "gsize": gsize,
-            "a2a": np.array([str(x).startswith(("all-to-all", "ragged-all-to-all")) for x in coll], bool),
-            "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
+            "peak_f": peak_f, "bw": bw, "hostw": hostw, **cm,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
             **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
@@ -271,15 +268,26 @@ def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
         {"host_memory": bool, "transfer_bytes": np.int64, "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
 
 
-def _network_bw(ch: chips.Chip, gsize: np.ndarray, coll: np.ndarray) -> np.ndarray:
-    """Effective per-device bandwidth for each collective (NaN where the chip gives none)."""
-    out = np.full(len(gsize), np.nan)
-    if ch.family == "tpu":
-        link = ch.link_bw_bytes_per_s
-        wrap = np.array([ch.has_wraparound(int(g)) for g in gsize], bool)
-        out[:] = np.where(wrap, 2 * link, link)
-        perm = coll == "collective-permute"
-        out[perm] = link
-    else:
-        out[:] = ch.egress_bw_bytes_per_s
+def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame, key_op: np.ndarray,
+                 coll: np.ndarray) -> dict:
+    """Per identity: the collective model's predicted time (``coll_ps``), bounding level, time if the group sat
+    inside one slice/node, HLO pattern and enclosing loop's trip count."""
+    from tracekit.model import collective_model
+    n = len(u)
+    out = {"coll_ps": np.full(n, np.nan), "net_fast": np.full(n, np.nan), "trips": np.full(n, -1, np.int64)}
+    level, pattern = [""] * n, [""] * n
+    if tr.has_hlo and any(coll):
+        model = collective_model.build(tr, dchips, topology)
+        pids = u["program_id"].to_numpy()
+        hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
+        for i in np.nonzero(np.array([bool(c) for c in coll]))[0]:
+            pred = model.predict(int(pids[i]), str(key_op[i]), hosts[i], devs[i])
+            op = model.op(int(pids[i]), str(key_op[i]))
+            if pred is None or op is None:
+                continue
+            out["coll_ps"][i], out["net_fast"][i], level[i] = pred.time_ps, pred.fast_ps, pred.bound
+            pattern[i], out["trips"][i] = op.pattern, op.trip_count
+    levels, patterns = sorted(set(level)), sorted(set(pattern))
+    out.update(levels=levels, level_codes=np.array([levels.index(x) for x in level], np.int32),
+               patterns=patterns, pattern_codes=np.array([patterns.index(x) for x in pattern], np.int32))
     return out
