@@ -11,10 +11,25 @@ from tracekit.columns import unique_rows
 from tracekit.ingest.trace import Trace, load
 
 
-def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
-    """The ops frame with the roofline columns joined (cost model + chip table)."""
+def with_roofline(tr: Trace, chip: str | None = None, topology: str | None = None) -> pd.DataFrame:
+    """The ops frame with the roofline columns joined (cost model + chip table; collectives priced on
+    ``topology``, ``--topology``, else the trace's own)."""
     from tracekit.model import roofline
-    return roofline.join(tr, chip=chip)
+    return roofline.join(tr, chip=chip, topology=topology)
+
+
+def interconnect(tr: Trace, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None,
+                 limit: int = 50) -> dict:
+    """The report's interconnect section: the topology and, per collective op, measured vs predicted
+    (:mod:`tracekit.analysis.collectives`)."""
+    from tracekit.analysis import collectives
+    model, summary, _ = collectives.view(tr, ops, chip, topology)
+    topo = model.topology.to_dict()
+    topo.pop("devices")
+    topo["devices_traced"] = len(model.ids)
+    topo["chip"] = getattr(model.chip, "name", "")
+    return {"topology": topo, "collectives": report_mod.records(summary.head(limit)),
+            "collective_ops": int(len(summary))}
 
 
 def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
@@ -37,7 +52,8 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
     return [report_mod._clean(g) for g in groups.values()]
 
 
-def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
+def analyze(source, *, chip: str | None = None, topology: str | None = None, run: str | None = None, rules_dirs=(),
+            select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
@@ -54,7 +70,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
-    ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
+    ops = with_roofline(tr, chip, topology) if ops is None else ops  # ``ops``: a roofline join done already
     rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
@@ -67,6 +83,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     return report_mod.build(
         inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
         steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
+        interconnect=interconnect(tr, ops, chip, topology),
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},

@@ -61,7 +61,7 @@ def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
 #: what the timeline functions read of the ops frame
 TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
                     "is_async", "start_ps", "duration_ps", "network_ps", "net_bytes", "group_size", "collective",
-                    "is_host_transfer", "source")
+                    "is_host_transfer", "source", "net_level", "net_fast_ps", "coll_pattern", "loop_trip_count")
 
 
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
@@ -95,11 +95,29 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     stats = done["op_stats"]
     stats["share"] = stats["total_ps"] / profiled
     xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
-    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": done["steps"],
+    steps_frame = with_columns(done["steps"], {"collective_level": _step_levels(done["steps"], done["collectives"])})
+    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": steps_frame,
               "devices": devices, "gaps": done["gaps"]}
     if host_events is not None:
         frames["host_events"] = host_events
     return frames
+
+
+def _step_levels(steps: pd.DataFrame, coll: pd.DataFrame) -> np.ndarray:
+    """Per step row: the collective model's level (``net_level``) that bounds most of the step's collective time
+    ('none' when the step has no collective)."""
+    out = np.full(len(steps), "none", dtype=object)
+    if not len(steps) or not len(coll) or "net_level" not in coll.columns or "step" not in coll.columns:
+        return out
+    c = coll[coll["step"] >= 0]
+    if not len(c):
+        return out
+    per = c.assign(host=c["host"].astype(str), device=c["device"].astype(str)).groupby(
+        ["host", "device", "step", "net_level"], sort=True)["span_ps"].sum().reset_index()
+    top = per.sort_values("span_ps", ascending=False, kind="stable").drop_duplicates(["host", "device", "step"])
+    table = {(h, d, int(s_)): lvl for h, d, s_, lvl in zip(top["host"], top["device"], top["step"], top["net_level"])}
+    keys = zip(steps["host"].astype(str), steps["device"].astype(str), steps["step"].astype(int))
+    return np.array([table.get(k, "none") for k in keys], dtype=object)
 
 
 # -------------------------------------------------------------------------------------------------------- checks

@@ -43,6 +43,9 @@ def guarded(fn):
 
 path_arg = click.argument("path", type=click.Path(path_type=str))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
+topology_opt = click.option("--topology", default=None, metavar="SPEC",
+                            help="Machine the collectives run on, when the trace does not say or to price another: "
+                                 "TPU slice 4x4 / 2x2x4 (4x4@2: two slices over DCN), GPU nodes 8gpu / 2x8gpu.")
 
 
 def limit_opts(fn):
@@ -104,15 +107,16 @@ def info(path, run, fmt, max_size, max_events):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
 @click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
+@topology_opt
 @limit_opts
 @guarded
-def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
+def ops(path, run, sort, limit, fmt, chip, device, topology, max_size, max_events):
     """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
     and the roofline columns when the chip and costs are known."""
     from tracekit import load, pipeline
     from tracekit.analysis import opstats
     tr = load(path, run=run, **_limits(max_size, max_events))
-    o = pipeline.with_roofline(tr, chip=chip)
+    o = pipeline.with_roofline(tr, chip=chip, topology=topology)
     if device:
         o = o[o["device"].astype(str) == device]
         if not len(o):
@@ -203,14 +207,15 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
 @click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@topology_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
               help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
-def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, max_size,
-            max_events, jobs, dask_address):
+def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, topology,
+            max_size, max_events, jobs, dask_address):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -219,7 +224,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
     from tracekit.progress import Progress
     progress = Progress()  # a status line on a terminal only
     try:
-        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
+        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, topology=topology, run=run,
+                            rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
                             progress=progress)
@@ -331,6 +337,7 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
 
 
 from tracekit.cli import reference as cli_reference  # noqa: E402,F401  (registers chips, calibrate, rules)
+from tracekit.cli import collectives as cli_collectives  # noqa: E402,F401  (registers collectives)
 
 if __name__ == "__main__":
     main()

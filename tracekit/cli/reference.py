@@ -27,6 +27,10 @@ def chips_cmd(fmt, sources):
                          "peak_flops_per_s": c.peak_flops_per_s, "hbm_bytes": c.hbm_bytes,
                          "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
                          "links": c.links, "topology": c.topology, "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s,
+                         "devices_per_chip": c.devices_per_chip,
+                         **{k: (None if getattr(c, k) != getattr(c, k) else getattr(c, k))  # unknown (NaN) -> null
+                            for k in ("node_size", "nic_bw_bytes_per_s", "node_egress_bw_bytes_per_s",
+                                      "hop_latency_s", "nic_latency_s")},
                          "estimated": c.estimated, "sources": c.sources})
         if fmt == "json":
             click.echo(json.dumps(recs, indent=1, default=str))
@@ -45,6 +49,9 @@ def chips_cmd(fmt, sources):
     out["HBM B/s"] = df["hbm_bw_bytes_per_s"].map(fmt_num)
     out["link B/s (one-way)"] = df["link_bw_bytes_per_s"].map(fmt_num)
     out["topology"] = df["topology"].astype(str)
+    out["DCN/NIC B/s"] = df["nic_bw_bytes_per_s"].map(fmt_num)
+    out["node egress B/s"] = df["node_egress_bw_bytes_per_s"].map(fmt_num)
+    out["node"] = df["node_size"].map(lambda n: "—" if n != n else f"{int(n)}")
     click.echo(_table(out))
     click.echo("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace has them")
 

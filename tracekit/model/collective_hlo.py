@@ -288,8 +288,8 @@ def module_collectives(program_id: int, module) -> dict:
     for c in module.computations:
         for inst in c.instructions:
             kind = KIND_OF.get(inst.opcode)
-            if kind is None:
-                continue
+            if kind is None or (kind in ("send", "recv") and inst.is_host_transfer):
+                continue  # a host transfer rides the host link, not the interconnect
             try:
                 groups = device_groups(inst, module) if kind not in ("collective-permute", "send", "recv") else ()
                 pairs = _pairs(inst, module) if kind in ("collective-permute", "send", "recv") else ()

@@ -276,15 +276,15 @@ def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame,
     n = len(u)
     out = {"coll_ps": np.full(n, np.nan), "net_fast": np.full(n, np.nan), "trips": np.full(n, -1, np.int64)}
     level, pattern = [""] * n, [""] * n
-    if tr.has_hlo and any(coll):
-        model = collective_model.build(tr, dchips, topology)
+    model = collective_model.build(tr, dchips, topology) if tr.has_hlo else None
+    if model is not None and model.ops:
         pids = u["program_id"].to_numpy()
         hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
-        for i in np.nonzero(np.array([bool(c) for c in coll]))[0]:
-            pred = model.predict(int(pids[i]), str(key_op[i]), hosts[i], devs[i])
+        for i in range(n):
             op = model.op(int(pids[i]), str(key_op[i]))
-            if pred is None or op is None:
+            if op is None:
                 continue
+            pred = model.predict(op.program_id, op.name, hosts[i], devs[i])
             out["coll_ps"][i], out["net_fast"][i], level[i] = pred.time_ps, pred.fast_ps, pred.bound
             pattern[i], out["trips"][i] = op.pattern, op.trip_count
     levels, patterns = sorted(set(level)), sorted(set(pattern))

@@ -245,6 +245,11 @@ def from_trace(devices, device_stats: dict, chip, *, spec: str | Spec | None = N
     devices = [(str(h), str(d)) for h, d in devices]
     sp = parse(spec) if isinstance(spec, str) else spec
     family = getattr(chip, "family", "")
+    if sp is not None and (sp.kind == "torus") != (family == "tpu"):
+        want = "a TPU, e.g. --chip 'TPU v5p'" if sp.kind == "torus" else "a GPU, e.g. --chip H100"
+        raise TraceError(f"--topology {sp.text} describes {'a TPU slice' if sp.kind == 'torus' else 'GPU nodes'}, "
+                         f"but the devices are priced as {getattr(chip, 'name', 'an unknown chip')}",
+                         hint=f"pass --chip with {want}")
     if family == "tpu" or (sp is not None and sp.kind == "torus"):
         return _tpu(devices, device_stats, chip, sp, max_device_id)
     if family == "gpu" or (sp is not None and sp.kind == "nodes"):

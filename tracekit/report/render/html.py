@@ -19,6 +19,7 @@ import html
 import json
 import math
 
+from tracekit.report.render import collectives as coll_section
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".html", ".htm")
@@ -349,6 +350,7 @@ def render(report, *, top: int = 25, **_) -> str:
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
         f"click a header to sort.</p></section>\n"
+        f"{coll_section.html_section(d)}"
         f'<footer>tracekit {e(d["tool"]["version"])} · {e(d["schema"])} · <a id="download" '
         f'download="tracekit-report.json" href="#">download the report JSON</a></footer>\n'
         f'<div id="tip" hidden></div>\n'

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+from tracekit.report.render import collectives as coll_section
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".md", ".markdown")
@@ -211,6 +212,7 @@ def render(report, *, top: int = 12, **_) -> str:
     if ops:
         out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
                 OPS_NOTE, "", *top_ops_table(ops), ""]
+    out += coll_section.markdown_lines(d, esc, table)
     for w in d.get("warnings") or []:
         out.append(f"> **warning:** {esc(w, None)}")
     g = d.get("gate") or {}

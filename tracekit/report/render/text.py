@@ -2,6 +2,7 @@
 Rich formatting on a TTY (``color=True``), plain text otherwise (what pipes, files and tests see)."""
 from __future__ import annotations
 
+from tracekit.report.render import collectives as coll_section
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
@@ -62,6 +63,7 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
                          r.get("cost_source") or ""])
         out += _table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
                       rows, right={2, 3, 4, 5, 6, 8, 9})
+    out += coll_section.text_lines(d, _table)
     f = d.get("findings") or []
     out += ["", f"Findings ({len(f)}), by time they would win back" if f else "Findings: none"]
     for i, x in enumerate(f, 1):

@@ -1,0 +1,82 @@
+"""The collectives section of every report format (the report's ``interconnect`` data): the topology the
+collectives were priced on and, per collective op, measured vs predicted time, algbw / busbw, start skew and the
+level that bounds the prediction. Each renderer calls the function for its format."""
+from __future__ import annotations
+
+import html as _html
+
+from tracekit.units import fmt_num, fmt_pct, fmt_time
+
+ROWS = 12
+HEADERS = ["op", "kind", "N", "span", "n", "time", "skew", "algbw", "busbw", "predicted", "eff", "bound"]
+NOTE = ("time = mean per execution; skew = waiting for the last participant to arrive (not bandwidth); algbw = "
+        "size / (time - skew), busbw = algbw x 2(N-1)/N (all-reduce) or (N-1)/N (nccl-tests); predicted from the "
+        "chip table's links on this topology; eff = predicted / (time - skew)")
+
+
+def _rows(ic: dict, limit: int) -> list[list[str]]:
+    out = []
+    for r in (ic.get("collectives") or [])[:limit]:
+        out.append([str(r.get("op") or ""), str(r.get("kind") or ""), str(r.get("group_size") or "—"),
+                    str(r.get("span") or "—"), str(r.get("executions") or 0), fmt_time(r.get("time_ps")),
+                    fmt_time(r.get("skew_ps")), fmt_num(r.get("algbw_bytes_per_s"), "B/s"),
+                    fmt_num(r.get("busbw_bytes_per_s"), "B/s"), fmt_time(r.get("predicted_ps")),
+                    fmt_pct(r.get("efficiency")), str(r.get("bound") or "—")])
+    return out
+
+
+def _topology_line(ic: dict) -> str:
+    t = ic.get("topology") or {}
+    if not t:
+        return ""
+    chip = f"{t['chip']}: " if t.get("chip") else ""
+    return f"{chip}{t.get('description', '')} [{t.get('source', '')}]"
+
+
+def text_lines(d: dict, table, limit: int = ROWS) -> list[str]:
+    """Plain-text lines (``table(headers, rows, right)`` is the renderer's own table helper); [] when the trace
+    has no collectives."""
+    ic = d.get("interconnect") or {}
+    rows = _rows(ic, limit)
+    if not rows:
+        return []
+    out = ["", f"Collectives: measured vs predicted ({ic.get('collective_ops', len(rows))} op(s)); "
+               f"topology: {_topology_line(ic)}"]
+    out += table(HEADERS, [[c[:40] for c in r] for r in rows], {2, 4, 5, 6, 7, 8, 9, 10})
+    notes = [f"  {r['op']}: {r['note']}" for r in (ic.get("collectives") or [])[:limit] if r.get("note")]
+    return out + notes[:5]
+
+
+def markdown_lines(d: dict, esc, table, limit: int = ROWS) -> list[str]:
+    """Markdown lines (``esc`` and ``table`` are the Markdown renderer's escaping and table helpers)."""
+    ic = d.get("interconnect") or {}
+    rows = _rows(ic, limit)
+    if not rows:
+        return []
+    out = [f"### Collectives: measured vs predicted ({ic.get('collective_ops', len(rows))} op(s))", "",
+           f"Topology: {esc(_topology_line(ic), None)}", "", esc(NOTE, None), "",
+           *table(HEADERS, [[esc(c) for c in r] for r in rows], {2, 4, 5, 6, 7, 8, 9, 10}), ""]
+    for r in (ic.get("collectives") or [])[:limit]:
+        if r.get("phases"):
+            out.append(f"- {esc(r['op'])}: {esc(r['phases'], 300)}" + (f" — {esc(r['note'], 300)}" if r.get("note")
+                                                                        else ""))
+    return out + [""]
+
+
+def html_section(d: dict, limit: int = 50) -> str:
+    """An HTML ``<section>`` (empty string when there are no collectives)."""
+    ic = d.get("interconnect") or {}
+    recs = (ic.get("collectives") or [])[:limit]
+    if not recs:
+        return ""
+    e = _html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in HEADERS + ["phases", "note"])
+    body = []
+    for r, cells in zip(recs, _rows(ic, limit)):
+        tds = "".join(f'<td class="n">{e(c)}</td>' if i in (2, 4, 5, 6, 7, 8, 9, 10) else f"<td>{e(c)}</td>"
+                      for i, c in enumerate(cells))
+        body.append(f"<tr>{tds}<td>{e(str(r.get('phases') or ''))}</td><td>{e(str(r.get('note') or ''))}</td></tr>")
+    return (f'<section id="collectives"><h2>Collectives: measured vs predicted</h2>'
+            f'<p class="params">topology: {e(_topology_line(ic))}</p><div class="scroll">'
+            f'<table class="sortable collectives"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+            f'</table></div><p class="params">{e(NOTE)}</p></section>\n')
