@@ -181,3 +181,29 @@ def test_rules_on_priced_captures():
     assert "(dcn)" in by_id["TK013"]["message"]
     same = pipeline.analyze(_trace("mesh2x8"), chip="TPU v5p", topology="4x4")  # one slice: nothing crosses DCN
     assert "TK013" not in {f["rule_id"] for f in same.findings}
+
+
+def _every_trace_with_collectives():
+    from conftest import SHARED
+    cpu = json.loads((FIXTURES / "cpu" / "cases.json").read_text())
+    cpu = cpu.get("cases", cpu)
+    out = [FIXTURES / "cpu" / k for k, v in cpu.items() if isinstance(v, dict) and (v.get("devices") or 1) > 1]
+    out += [CASES / k for k in _index()]
+    out += sorted(SHARED.glob("*/*.xplane.pb")) if SHARED.exists() else []
+    return [p for p in out if "bad" not in p.parts]
+
+
+def test_view_complete_for_every_collective_in_the_traces():
+    """Every collective in ../shared/traces and the fixtures gets algbw, busbw, a predicted time and its bounding
+    level; skew is measured, or says why not. CPU traces are priced on their own shared memory."""
+    seen = 0
+    for path in _every_trace_with_collectives():
+        tr = _trace(path.name) if path.parent == CASES else tracekit.load(path)
+        ops = pipeline.with_roofline(tr)
+        _, summary, _ = collectives.view(tr, ops)
+        for r in summary.itertuples(index=False):
+            seen += 1
+            assert r.algbw_bytes_per_s > 0 and r.busbw_bytes_per_s > 0, (path, r.op)
+            assert r.predicted_ps > 0 and r.bound not in ("", "unknown", "none"), (path, r.op, r.bound)
+            assert r.skew_ps >= 0 or "skew unknown" in r.note, (path, r.op)
+    assert seen >= 30

@@ -283,6 +283,8 @@ def _loop_invariant(ix: _Index, inst) -> tuple[bool, int]:
 
 def module_collectives(program_id: int, module) -> dict:
     """name -> :class:`CollectiveOp` for every collective instruction of one ``HloModuleProto``."""
+    if not any(i.opcode in KIND_OF for c in module.computations for i in c.instructions):
+        return {}  # most modules have none: skip building the use lists
     ix = _Index(module)
     out = {}
     for c in module.computations:

@@ -276,9 +276,11 @@ def _tpu(devices, device_stats, chip, sp, max_device_id) -> Topology:
         for _, _, g, c in rows:
             per_chip.setdefault(c, set()).add(g)
         dpc = max(max(len(v) for v in per_chip.values()), 1) if per_chip else dpc_table
-        if dpc == 1 and dpc_table > 1 and all(g == c for _, _, g, c in rows):
-            dpc = 1  # the trace numbers chips, not cores: one device per chip as traced
+        if dpc == 1:  # one device per chip (megacore, or one TensorCore): device ids count chips
+            rows = [(h, d, c, c) for h, d, _, c in rows]
         src = "trace: core_details (global_chip_id, global_core_id)"
+        notes.append("chip coordinates from the global chip ids in row-major order (the trace names chips, not "
+                     "their coordinates)")
     else:
         dpc = dpc_table
         rows = [(h, d, _ordinal(d), _ordinal(d) // dpc) for h, d in devices]

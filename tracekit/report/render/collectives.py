@@ -9,6 +9,8 @@ from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 ROWS = 12
 HEADERS = ["op", "kind", "N", "span", "n", "time", "skew", "algbw", "busbw", "predicted", "eff", "bound"]
+KEYS = ["op", "kind", "group_size", "span", "executions", "time_ps", "skew_ps", "algbw_bytes_per_s",
+        "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound"]  # the raw value behind each column
 NOTE = ("time = mean per execution; skew = waiting for the last participant to arrive (not bandwidth); algbw = "
         "size / (time - skew), busbw = algbw x 2(N-1)/N (all-reduce) or (N-1)/N (nccl-tests); predicted from the "
         "chip table's links on this topology; eff = predicted / (time - skew)")
@@ -73,9 +75,11 @@ def html_section(d: dict, limit: int = 50) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in HEADERS + ["phases", "note"])
     body = []
     for r, cells in zip(recs, _rows(ic, limit)):
-        tds = "".join(f'<td class="n">{e(c)}</td>' if i in (2, 4, 5, 6, 7, 8, 9, 10) else f"<td>{e(c)}</td>"
-                      for i, c in enumerate(cells))
-        body.append(f"<tr>{tds}<td>{e(str(r.get('phases') or ''))}</td><td>{e(str(r.get('note') or ''))}</td></tr>")
+        raw = [("" if r.get(k) is None else str(r.get(k))) for k in KEYS]  # what the table sorts by
+        tds = "".join(f'<td class="n" data-v="{e(v)}">{e(c)}</td>' if i in (2, 4, 5, 6, 7, 8, 9, 10)
+                      else f'<td data-v="{e(v)}">{e(c)}</td>' for i, (c, v) in enumerate(zip(cells, raw)))
+        body.append(f"<tr>{tds}<td data-v=\"\">{e(str(r.get('phases') or ''))}</td>"
+                    f"<td data-v=\"\">{e(str(r.get('note') or ''))}</td></tr>")
     return (f'<section id="collectives"><h2>Collectives: measured vs predicted</h2>'
             f'<p class="params">topology: {e(_topology_line(ic))}</p><div class="scroll">'
             f'<table class="sortable collectives"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
