@@ -61,19 +61,24 @@ def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
 #: what the timeline functions read of the ops frame
 TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
                     "is_async", "start_ps", "duration_ps", "network_ps", "net_bytes", "group_size", "collective",
-                    "is_host_transfer", "source", "net_level", "net_fast_ps", "coll_pattern", "loop_trip_count")
+                    "is_host_transfer", "source", "bound_by", "collective_level", "net_level", "net_fast_ps",
+                    "coll_pattern", "loop_trip_count")
 
 
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
-                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> dict:
+                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
+                     modules: pd.DataFrame | None = None) -> dict:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
-    across devices of the same device_kind)."""
+    across devices of the same device_kind). ``modules``: the program executions per device, which split the
+    steps' idle time (see :func:`tracekit.analysis.timeline.step_breakdown`)."""
     steps = steps if steps is not None else pd.DataFrame(
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
     # the timeline reads a few columns: give it a narrow view so its row selections copy little
     narrow = ops[[c for c in TIMELINE_COLUMNS if c in ops.columns]]
+    if "net_level" in narrow.columns and "collective_level" not in narrow.columns:
+        narrow = with_columns(narrow, {"collective_level": level_of(narrow["net_level"])})
     # the derived frames are independent: NumPy and pandas release the GIL in their heavy loops, so a second
     # core helps (TRACEKIT_THREADS=1 runs them one after the other); each is a pure function of its inputs
     from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +86,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     from tracekit.ingest.wire import default_threads
     jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
             "collectives": (tl.collective_overlap, narrow, hidden, exposed),
-            "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
+            "steps": (tl.step_breakdown, narrow, steps, modules), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
             "in_step": (in_steps, narrow, steps)}
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
@@ -95,7 +100,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     stats = done["op_stats"]
     stats["share"] = stats["total_ps"] / profiled
     xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
-    steps_frame = with_columns(done["steps"], {"collective_level": _step_levels(done["steps"], done["collectives"])})
+    steps_frame = with_columns(done["steps"], {"collective_level": _step_levels(done["steps"])})
     frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": steps_frame,
               "devices": devices, "gaps": done["gaps"]}
     if host_events is not None:
@@ -103,21 +108,33 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     return frames
 
 
-def _step_levels(steps: pd.DataFrame, coll: pd.DataFrame) -> np.ndarray:
-    """Per step row: the collective model's level (``net_level``) that bounds most of the step's collective time
-    ('none' when the step has no collective)."""
+def level_of(net_level: pd.Series) -> pd.Categorical:
+    """The interconnect level of each op from the collective model's ``net_level`` ('ici latency' -> 'ici'; a group
+    of one -> ''; a collective the model could not price -> 'unpriced'), as a categorical (per distinct value)."""
+    c = net_level.astype("category") if not isinstance(net_level.dtype, pd.CategoricalDtype) else net_level
+    mapped = [("" if v in ("", "none") else "unpriced" if v in ("unknown", "not priced") else
+               str(v).replace(" latency", "")) for v in c.cat.categories.astype(str)]
+    cats = sorted(set(mapped))
+    codes = np.append(np.array([cats.index(m) for m in mapped], np.int32), cats.index("") if "" in cats else -1)
+    if "" not in cats:
+        cats = cats + [""]
+        codes[-1] = len(cats) - 1
+    return pd.Categorical.from_codes(codes[c.cat.codes.to_numpy()], categories=cats)
+
+
+def _step_levels(steps: pd.DataFrame) -> np.ndarray:
+    """Per step row: the level with the most exposed collective time (step_breakdown's
+    ``collective_exposed_<level>_ps``), 'none' when the step has no exposed collective time."""
+    cols = [c for c in steps.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
     out = np.full(len(steps), "none", dtype=object)
-    if not len(steps) or not len(coll) or "net_level" not in coll.columns or "step" not in coll.columns:
+    if not cols or not len(steps):
         return out
-    c = coll[coll["step"] >= 0]
-    if not len(c):
-        return out
-    per = c.assign(host=c["host"].astype(str), device=c["device"].astype(str)).groupby(
-        ["host", "device", "step", "net_level"], sort=True)["span_ps"].sum().reset_index()
-    top = per.sort_values("span_ps", ascending=False, kind="stable").drop_duplicates(["host", "device", "step"])
-    table = {(h, d, int(s_)): lvl for h, d, s_, lvl in zip(top["host"], top["device"], top["step"], top["net_level"])}
-    keys = zip(steps["host"].astype(str), steps["device"].astype(str), steps["step"].astype(int))
-    return np.array([table.get(k, "none") for k in keys], dtype=object)
+    vals = steps[cols].to_numpy(np.int64)
+    names = np.array([c[len("collective_exposed_"):-3] for c in cols], dtype=object)
+    best = vals.argmax(axis=1)
+    has = vals.max(axis=1) > 0
+    out[has] = names[best[has]]
+    return out
 
 
 # -------------------------------------------------------------------------------------------------------- checks

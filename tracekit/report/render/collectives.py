@@ -16,7 +16,11 @@ NOTE = ("time = mean per execution; skew = waiting for the last participant to a
         "chip table's links on this topology; eff = predicted / (time - skew)")
 
 
-def _rows(ic: dict, limit: int) -> list[list[str]]:
+RIGHT = {2, 4, 5, 6, 7, 8, 9, 10}
+
+
+def rows(ic: dict, limit: int = ROWS) -> list[list[str]]:
+    """The table's cells (text) for the first ``limit`` collective ops of the report's ``interconnect`` data."""
     out = []
     for r in (ic.get("collectives") or [])[:limit]:
         out.append([str(r.get("op") or ""), str(r.get("kind") or ""), str(r.get("group_size") or "—"),
@@ -27,7 +31,8 @@ def _rows(ic: dict, limit: int) -> list[list[str]]:
     return out
 
 
-def _topology_line(ic: dict) -> str:
+def topology_line(ic: dict) -> str:
+    """'chip: description [source]' of the topology the collectives were priced on ('' when none)."""
     t = ic.get("topology") or {}
     if not t:
         return ""
@@ -35,29 +40,25 @@ def _topology_line(ic: dict) -> str:
     return f"{chip}{t.get('description', '')} [{t.get('source', '')}]"
 
 
-def text_lines(d: dict, table, limit: int = ROWS) -> list[str]:
-    """Plain-text lines (``table(headers, rows, right)`` is the renderer's own table helper); [] when the trace
-    has no collectives."""
-    ic = d.get("interconnect") or {}
-    rows = _rows(ic, limit)
-    if not rows:
-        return []
-    out = ["", f"Collectives: measured vs predicted ({ic.get('collective_ops', len(rows))} op(s)); "
-               f"topology: {_topology_line(ic)}"]
-    out += table(HEADERS, [[c[:40] for c in r] for r in rows], {2, 4, 5, 6, 7, 8, 9, 10})
-    notes = [f"  {r['op']}: {r['note']}" for r in (ic.get("collectives") or [])[:limit] if r.get("note")]
-    return out + notes[:5]
+def notes(ic: dict, limit: int = ROWS) -> list[tuple[str, str]]:
+    """(op, note) for the ops whose row carries a note."""
+    return [(str(r["op"]), str(r["note"])) for r in (ic.get("collectives") or [])[:limit] if r.get("note")]
+
+
+def title(ic: dict, shown: int) -> str:
+    return (f"Collectives: measured vs predicted ({ic.get('collective_ops', shown)} op(s)); "
+            f"topology: {topology_line(ic)}")
 
 
 def markdown_lines(d: dict, esc, table, limit: int = ROWS) -> list[str]:
     """Markdown lines (``esc`` and ``table`` are the Markdown renderer's escaping and table helpers)."""
     ic = d.get("interconnect") or {}
-    rows = _rows(ic, limit)
-    if not rows:
+    cells = rows(ic, limit)
+    if not cells:
         return []
-    out = [f"### Collectives: measured vs predicted ({ic.get('collective_ops', len(rows))} op(s))", "",
-           f"Topology: {esc(_topology_line(ic), None)}", "", esc(NOTE, None), "",
-           *table(HEADERS, [[esc(c) for c in r] for r in rows], {2, 4, 5, 6, 7, 8, 9, 10}), ""]
+    out = [f"### Collectives: measured vs predicted ({ic.get('collective_ops', len(cells))} op(s))", "",
+           f"Topology: {esc(topology_line(ic), None)}", "", esc(NOTE, None), "",
+           *table(HEADERS, [[esc(c) for c in r] for r in cells], RIGHT), ""]
     for r in (ic.get("collectives") or [])[:limit]:
         if r.get("phases"):
             out.append(f"- {esc(r['op'])}: {esc(r['phases'], 300)}" + (f" — {esc(r['note'], 300)}" if r.get("note")
@@ -74,13 +75,13 @@ def html_section(d: dict, limit: int = 50) -> str:
     e = _html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in HEADERS + ["phases", "note"])
     body = []
-    for r, cells in zip(recs, _rows(ic, limit)):
+    for r, cells in zip(recs, rows(ic, limit)):
         raw = [("" if r.get(k) is None else str(r.get(k))) for k in KEYS]  # what the table sorts by
-        tds = "".join(f'<td class="n" data-v="{e(v)}">{e(c)}</td>' if i in (2, 4, 5, 6, 7, 8, 9, 10)
+        tds = "".join(f'<td class="n" data-v="{e(v)}">{e(c)}</td>' if i in RIGHT
                       else f'<td data-v="{e(v)}">{e(c)}</td>' for i, (c, v) in enumerate(zip(cells, raw)))
         body.append(f"<tr>{tds}<td data-v=\"\">{e(str(r.get('phases') or ''))}</td>"
                     f"<td data-v=\"\">{e(str(r.get('note') or ''))}</td></tr>")
     return (f'<section id="collectives"><h2>Collectives: measured vs predicted</h2>'
-            f'<p class="params">topology: {e(_topology_line(ic))}</p><div class="scroll">'
+            f'<p class="params">topology: {e(topology_line(ic))}</p><div class="scroll">'
             f'<table class="sortable collectives"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
             f'</table></div><p class="params">{e(NOTE)}</p></section>\n')
