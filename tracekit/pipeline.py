@@ -32,9 +32,35 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
             "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
             "ridge_bf16_flops_per_byte": chips_mod.peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s
             if c.hbm_bw_bytes_per_s else None,
-            "sources": dict(sorted(c.sources.items()))})
+            "sources": dict(sorted(c.sources.items())), "exact": c.exact,
+            "trace_reported": dict(sorted(c.trace_reported.items())), "raised": dict(sorted(c.raised.items())),
+            "peak_notes": peak_notes(c)})
         g["devices"].append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
     return [report_mod._clean(g) for g in groups.values()]
+
+
+def peak_notes(c) -> list[str]:
+    """One line per peak whose source a reader must know about: what the trace said and whether it was used, and
+    every estimate raised to a rate the trace demonstrates (both numbers)."""
+    from tracekit.units import fmt_num
+    out = []
+    for key, t in sorted(c.trace_reported.items()):
+        unit = "FLOP/s" if key.startswith("peak_flops") else ("" if "x" in key and "core" in key else "B/s")
+        used = c.peak_flops_per_s.get(key.split(".", 1)[1]) if key.startswith("peak_flops_per_s.") else \
+            getattr(c, key, None)
+        if t["used"]:
+            out.append(f"{key}: {fmt_num(used, unit)} from the trace ({t['stat']})")
+        elif unit:
+            out.append(f"{key}: {fmt_num(used, unit)} from the table ({c.name} datasheet); the trace said "
+                       f"{fmt_num(t['value'], unit)} ({t['stat']}), more than 20 % off: not used")
+        else:
+            out.append(f"{key}: the trace's {t['stat']} is {t['value']:.3g}x the table part's, more than 20 % off: "
+                       "not used")
+    for key, r in sorted(c.raised.items()):
+        unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
+        out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from the estimate {fmt_num(r['estimate'], unit)} "
+                   f"to the rate {r['op']} ({r['module']}) demonstrates in this trace")
+    return out
 
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
@@ -62,6 +88,8 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
+    from tracekit.model import peaks, roofline
+    model_warnings = peaks.model_warnings(ops, roofline.device_chips(tr, chip))
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
@@ -70,7 +98,8 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},
-        warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
+        warnings=list(tr.warnings) + [w["message"] for w in model_warnings], model_warnings=model_warnings,
+        step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
         fail_on=fail_on)
 
 

@@ -35,6 +35,9 @@ OPS = {
     "in_hlo": ("bool", "True when the op joined to an instruction of the trace's HLO"),
     "trace_flops": ("float64", "FLOPs the trace itself reports for the op (TPU), NaN when absent"),
     "trace_bytes": ("float64", "bytes accessed the trace itself reports for the op (TPU), NaN when absent"),
+    "self_ps": ("int64", "duration_ps minus the time of the events nested inside it on the same line (XLA:CPU "
+                         "while/call/conditional events contain their bodies' op events); = duration_ps when nothing "
+                         "is nested, and for async windows"),
 }
 
 #: One row per HLO instruction of every module in the /host:metadata plane.
@@ -113,19 +116,22 @@ ROOFLINE = {
     "bytes_accessed": ("float64", "bytes read plus written by one execution (HBM/DRAM)"),
     "net_bytes": ("float64", "bytes a collective moves per device over the interconnect"),
     "group_size": ("int64", "collective participants, -1 when not a collective"),
-    "dtype": (CAT, "element type the op computes in (dot/conv: the operand type)"),
+    "dtype": (CAT, "element type of the op's result (e.g. f32 for a bf16 x bf16 -> f32 dot)"),
+    "compute_dtype": (CAT, "peak class the op computes at: dots/convolutions/GEMMs from their operand types and "
+                           "precision config (bf16, f16, fp8, int8, f32, f32_highest, bf16x3, ...), others from the "
+                           "result type; picks the peak FLOP/s"),
     "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
     "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
     "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
-    "compute_ps": ("float64", "flops / peak FLOP/s of the op's dtype"),
+    "compute_ps": ("float64", "flops / peak FLOP/s of the op's compute_dtype"),
     "memory_ps": ("float64", "bytes_accessed / peak memory bandwidth"),
     "network_ps": ("float64", "collective time from the ring/torus model; host transfers: bytes / host-link bandwidth"),
     "roofline_ps": ("float64", "max(compute_ps, memory_ps, network_ps)"),
     "bound_by": (CAT, "compute | memory | network | host_link | unknown"),
     "is_host_transfer": ("bool", "a copy between device and host memory (host offload): timed on the host link"),
-    "efficiency": ("float64", "roofline_ps / duration_ps (1.0 = at the roofline)"),
-    "headroom_ps": ("float64", "duration_ps - roofline_ps: time a perfect op would save"),
+    "efficiency": ("float64", "roofline_ps / self_ps (1.0 = at the roofline; above 1.05 a model warning)"),
+    "headroom_ps": ("float64", "self_ps - roofline_ps: time a perfect op would save"),
 }
 
 SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}

@@ -12,6 +12,7 @@ import pandas as pd
 from tracekit import schema
 from tracekit.ingest import frames
 from tracekit.ingest import hlo
+from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
 from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
 from tracekit.analysis.intervals import contain as _contain, frame_order as _order, sorted_frame as _sorted
@@ -109,10 +110,27 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     ops = _assign_runs(ops, mx)
     steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
     ops = _assign_steps(ops, steps)
+    ops = with_columns(ops, {"self_ps": _self_ps(ops)}) if len(ops) else ops
     _consistency_warnings(ops, h, host, warnings)
     return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
             "host_events": ex["host_events"],
             "hlo_modules": mods, "device_stats": dstats, "host": host}
+
+
+def _self_ps(ops: pd.DataFrame) -> np.ndarray:
+    """Self time of every op row: nested events on one line (sync rows only) leave their parent its own time.
+    Only host-clock lines nest (XLA:CPU thunks, GPU streams): a TPU op's duration is the device clock's while its
+    start is the line's, so TPU events may seem to overlap without nesting (xprof counts no child time there)."""
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    sync = ~ops["is_async"].to_numpy(bool) & cat_apply(ops["source"], lambda v: str(v).startswith(("cpu", "gpu")))
+    out = dur.copy()
+    if sync.any():
+        idx = np.nonzero(sync)[0]
+        line = ops["line"].cat.codes.to_numpy() if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
+            pd.factorize(ops["line"])[0]
+        out[idx] = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx],
+                                      dur[idx])[0]
+    return out
 
 
 def _hlo_modules(planes, warnings: list[str]) -> list:

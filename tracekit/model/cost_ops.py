@@ -15,6 +15,7 @@ from math import prod
 import numpy as np
 
 from tracekit.ingest.hloshape import elements, leaves, nbytes
+from tracekit.model.precision import dot_compute_dtype
 from tracekit.proto import hlo_pb2
 
 NAN = float("nan")
@@ -56,6 +57,8 @@ class Cost:
     known: bool = True
     reason: str = ""
     note: str = ""
+    compute_dtype: str = ""  #: matmul-like ops: the peak class they compute at (tracekit.model.precision)
+    dtype_flops: float = 0.0  #: flops of the op that decided ``compute_dtype`` (the largest matmul inside)
 
     def unknown(self, reason: str, *metrics: str) -> "Cost":
         """Mark ``metrics`` (all five when none are named) NaN, with ``reason``."""
@@ -183,6 +186,7 @@ def _gemm_custom_call(inst, oshapes) -> Cost:
     ints = lambda key: [int(x) for x in dd.get(key, [])]  # noqa: E731 - int64 lists arrive as strings
     c.flops = dot_flops(oshapes[0], oshapes[1], ints("lhs_contracting_dimensions"), ints("lhs_batch_dimensions"),
                         ints("rhs_contracting_dimensions"), ints("rhs_batch_dimensions"), _is_complex(out))
+    c.compute_dtype = dot_compute_dtype([oshapes[0].element_type, oshapes[1].element_type])
     c.note = "gemm custom call: dims from backend_config"
     return c
 
@@ -198,6 +202,7 @@ def _cudnn_conv(inst, oshapes) -> Cost:
         lhs, rhs, res = oshapes[0], oshapes[1], out
     c = Cost(bytes_read=float(sum(nbytes(s) for s in oshapes)), bytes_written=float(nbytes(out)))
     c.flops = conv_flops(lhs, rhs, res, inst.window, inst.convolution_dimension_numbers)
+    c.compute_dtype = dot_compute_dtype([oshapes[0].element_type, oshapes[1].element_type])
     c.note = "cudnn convolution custom call: forward-convolution flops"
     return c
 
@@ -248,10 +253,10 @@ def op_cost(inst, oshapes, env) -> Cost:
         dd = inst.dot_dimension_numbers if op == "dot" else inst.ragged_dot_dimension_numbers.dot_dimension_numbers
         fl = dot_flops(oshapes[0], oshapes[1], dd.lhs_contracting_dimensions, dd.lhs_batch_dimensions,
                        dd.rhs_contracting_dimensions, dd.rhs_batch_dimensions, _is_complex(inst.shape))
-        return io_cost(inst, oshapes, flops=fl)
+        return io_cost(inst, oshapes, flops=fl, compute_dtype=_operands_compute_dtype(inst, oshapes))
     if op == "convolution":
         fl = conv_flops(oshapes[0], oshapes[1], inst.shape, inst.window, inst.convolution_dimension_numbers)
-        return io_cost(inst, oshapes, flops=fl)
+        return io_cost(inst, oshapes, flops=fl, compute_dtype=_operands_compute_dtype(inst, oshapes))
     if op == "reduce":                     # (input elements - output elements) reducer applications
         f, t = env.applied(inst.called_computation_ids[0])
         n = float(elements(oshapes[0])) - first_el
@@ -274,9 +279,9 @@ def op_cost(inst, oshapes, env) -> Cost:
                        note="sort: n*ceil(log2 n) comparisons, n = all elements; comparator cost not counted")
     if op in ("rng", "rng-bit-generator"):
         return io_cost(inst, oshapes, transcendentals=out_el)
-    if op == "fft":                        # 8 * input elements * log2(prod fft_length)
-        n = prod(inst.fft_length)
-        return io_cost(inst, oshapes, flops=8.0 * elements(oshapes[0]) * math.log2(n) if n > 1 else 0.0)
+    if op == "fft":                        # XLA: 8 * input elements * prod over fft_length of floor(log2 length)
+        logs = prod(max(int(n), 1).bit_length() - 1 for n in inst.fft_length) if inst.fft_length else 0
+        return io_cost(inst, oshapes, flops=8.0 * elements(oshapes[0]) * logs)
     if op == "triangular-solve":           # XLA's count: 2 * batch * m^2 * n
         a, b = oshapes[0], oshapes[1]
         m = a.dimensions[-1]
@@ -296,6 +301,11 @@ def op_cost(inst, oshapes, env) -> Cost:
     if op == "custom-call":
         return custom_call_cost(inst, oshapes)
     return Cost().unknown(f"no cost rule for opcode {op}")
+
+
+def _operands_compute_dtype(inst, oshapes) -> str:
+    pc = inst.precision_config if inst.HasField("precision_config") else None
+    return dot_compute_dtype([s.element_type for s in oshapes[:2]], pc)
 
 
 def _layout_bitcast(inst, operand) -> bool:

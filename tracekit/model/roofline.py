@@ -20,14 +20,14 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.model import chips
+from tracekit.model import chips, execution, peaks, precision
 from tracekit.ingest import hlo
 from tracekit.columns import distinct_rows, unique_rows, with_columns
 from tracekit.ingest.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
-_COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "collective", "cost_known",
-              "unknown_reason"]
+_COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
+              "cost_known", "unknown_reason", "executions", "parent"]
 
 
 def costs(tr: Trace) -> pd.DataFrame:
@@ -50,12 +50,26 @@ def costs(tr: Trace) -> pd.DataFrame:
     return out
 
 
-def device_chips(tr: Trace, chip: str | None = None) -> dict:
-    """(host, device) -> Chip for every device in the trace."""
+def base_chips(tr: Trace, chip: str | None = None) -> dict:
+    """(host, device) -> Chip as detected (table, trace stats, calibration or estimate), before any raise."""
     out = {}
     for r in tr.devices.itertuples(index=False):
         out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip)
     return out
+
+
+def device_chips(tr: Trace, chip: str | None = None) -> dict:
+    """(host, device) -> the Chip the roofline uses: :func:`base_chips`, with the peaks of chips that are not an
+    exact table part (CPUs, unknown chips) raised to the best rate the trace demonstrates (see
+    :mod:`tracekit.model.peaks`). Cached on the Trace per ``chip``."""
+    cache = tr.__dict__.setdefault("_device_chips", {})
+    if chip not in cache:
+        base = base_chips(tr, chip)
+        if any(not c.exact for c in base.values()) and len(tr.ops):
+            cache[chip] = peaks.raise_estimates(base, _join(tr, base))
+        else:
+            cache[chip] = base
+    return cache[chip]
 
 
 def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
@@ -90,16 +104,21 @@ _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added. Costs, peaks and reasons are worked
     out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
-    per execution (trace-reported costs, the split of an op over its GPU kernels, the measured time) is per row.
-    When no identity's rows differ in those (the common case), the whole prediction is made per identity."""
+    per execution (trace-reported costs, the split of an op over its GPU kernels or over the events of one
+    execution, the measured time) is per row. When no identity's rows differ in those (the common case), the
+    whole prediction is made per identity. Peaks are :func:`device_chips`'."""
+    return _join(tr, device_chips(tr, chip))
+
+
+def _join(tr: Trace, dchips: dict) -> pd.DataFrame:
     n = len(tr.ops)
     if not n:
         return schema.conform(tr.ops.copy(), {**schema.OPS, **schema.ROOFLINE})
     ops = tr.ops
     inv, first, rows = distinct_rows(ops, _IDENT)
-    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip)
+    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    share = _per_kernel_split(ops)
+    share = _combine(_per_kernel_split(ops), execution.execution_split(ops, u["executions"][inv]))
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
@@ -107,9 +126,11 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     else:
         p = _predict(lambda k: u[k][inv], tf, tb, share, n, u)
     del tf, tb, share
+    _judge_done_over_windows(ops, p, u, inv)
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
-    dur = ops["duration_ps"].to_numpy().astype(float)
+    dur = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy().astype(float)
+    dur = np.where(dur >= 0, dur, ops["duration_ps"].to_numpy().astype(float))  # -1: a frame without self times
     new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0)
     new["intensity_flops_per_byte"] = p.pop("intensity_flops_per_byte")
     head = np.subtract(dur, roof, out=dur)  # NaN where the roofline is unknown
@@ -117,6 +138,7 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     del dur, head
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
+    new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
     new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=["hlo", "trace", "unknown"])
     new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
@@ -191,25 +213,26 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,
             "host_x": host_x, "intensity_flops_per_byte": intensity, "dtype_codes": b("dtype_codes"),
-            "coll_codes": b("coll_codes"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
+            "coll_codes": b("coll_codes"), "cdtype_codes": b("cdtype_codes"),
+            **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
 
 
-def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
+def _combine(a, b):
+    return b if a is None else (a if b is None else a * b)
+
+
+def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict) -> dict:
     """Everything that depends only on which op ran where: cost per execution, reasons, peaks."""
     n = len(u)
     c = costs(tr) if tr.has_hlo else pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
     opname = u["op"].fillna("").astype(str).to_numpy(dtype=object)
     opc = u["opcode"].fillna("").astype(str).to_numpy(dtype=object)
     is_async = u["is_async"].astype(bool).to_numpy()
-    # a -done op is costed as the async op it completes (its duration is the exposed wait for it); the tiny
-    # -start marker on the op line carries nothing (the window row carries the -start's cost)
+    # the async window (-start..-done) carries the transfer's cost; neither the -done event (the exposed wait,
+    # judged over its window afterwards) nor the tiny -start marker on the op line carries any of its own
     done = np.array([o.endswith("-done") for o in opc], bool) & ~is_async
     start_marker = np.array([o.endswith("-start") for o in opc], bool) & ~is_async
-    key_op = opname.copy()
-    if done.any() and tr.has_hlo:
-        d2s = hlo.done_to_start(tr.hlo)
-        key_op[done] = [d2s.get((int(p), o), o) for p, o in zip(u["program_id"].to_numpy()[done], opname[done])]
-    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": key_op.astype(str)})
+    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": opname.astype(str)})
     j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else \
         key.reindex(columns=list(key) + _COST_COLS).astype({k: object for k in _COST_COLS})  # fillna-able
     hx = _hlo_extras(tr, key)
@@ -225,12 +248,23 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     flops[start_marker], nbytes[start_marker], net[start_marker] = 0.0, 0.0, 0.0
     src[start_marker] = 0
     reason[start_marker] = "async -start marker: the cost is on its window"
+    flops[done], nbytes[done], net[done] = 0.0, 0.0, 0.0
+    src[done] = 0
+    reason[done] = "async -done without its window in the trace: no cost of its own"
+    # control flow whose body ops are traced on the same device carries none of their cost (they carry it)
+    expanded = _expanded_control_flow(u, opc, j)
+    flops[expanded], nbytes[expanded], net[expanded] = 0.0, 0.0, 0.0
+    src[expanded] = 0
+    reason[expanded] = "control flow: the ops it runs are traced and costed on their own"
+    executions = pd.to_numeric(j["executions"], errors="coerce").to_numpy(float) if "executions" in j else \
+        np.full(n, np.nan)
     host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
         ~start_marker
     gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
     coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
     dtype = j["dtype"].fillna("").astype(str).to_numpy(dtype=object)
-    dchips = device_chips(tr, chip)
+    cdtype = j["compute_dtype"].fillna("").astype(str).to_numpy(dtype=object) if "compute_dtype" in j else dtype
+    cdtype = np.where(cdtype == "", [precision.result_compute_dtype(x) for x in dtype], cdtype) if n else cdtype
     peak_f, bw, netw, hostw = (np.full(n, np.nan) for _ in range(4))
     fam_tpu = np.zeros(n, bool)
     hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
@@ -241,12 +275,13 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
         fam_tpu[m] = ch.family == "tpu"
         bw[m] = ch.hbm_bw_bytes_per_s
         hostw[m] = ch.host_link_bw_bytes_per_s
-        for dt in set(dtype[m]):
-            peak_f[m & (dtype == dt)] = chips.peak_flops(ch, dt or "bf16")[0]
+        for dt in set(cdtype[m]):
+            peak_f[m & (cdtype == dt)] = precision.peak(ch, dt)[0]
         netw[m] = _network_bw(ch, gsize[m], coll[m])
     reasons = [""] + sorted(set(reason) - {""})
     rcode = {r: i for i, r in enumerate(reasons)}
     dtypes = sorted(set(dtype))
+    cdtypes = sorted(set(cdtype))
     colls = sorted(set(coll))
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
@@ -254,8 +289,47 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
             "a2a": np.array([str(x).startswith(("all-to-all", "ragged-all-to-all")) for x in coll], bool),
             "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
+            "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
+            "executions": executions, "done": done, "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
             **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
+
+
+def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) -> np.ndarray:
+    """Identities of while/conditional/call ops whose body ops appear in the trace on the same device."""
+    cf = np.isin(opc.astype(str), execution.CONTROL_FLOW)
+    if not cf.any() or "parent" not in j:
+        return np.zeros(len(u), bool)
+    par = j["parent"].fillna("").astype(str).to_numpy()
+    pid = u["program_id"].astype(np.uint64).to_numpy()
+    parents = {(int(p), str(o)): a for p, o, a in zip(pid, u["op"].fillna("").astype(str), par) if a}
+    traced = execution.traced_ancestors(u[~cf], parents) if parents else set()
+    return cf & np.array([(str(h), str(d), int(p), str(o)) in traced for h, d, p, o in
+                          zip(u["host"], u["device"], pid, u["op"].fillna(""))], bool)
+
+
+def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
+    """Each ``-done`` row paired with its async window takes the window's verdict scaled to the wait a transfer
+    at the roofline would have left exposed (:func:`tracekit.model.execution.done_roofline`); in place."""
+    done = u["done"][inv]
+    if not done.any():
+        return
+    d_idx, w_idx = execution.pair_done_windows(ops, done, u["d2s"])
+    if not len(d_idx):
+        return
+    for k in ("compute", "memory", "network", "roofline_ps", "best", "src", "host_x", "reason", "net",
+              "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
+        if isinstance(p[k], np.ndarray) and not p[k].flags.writeable:
+            p[k] = p[k].copy()
+    wroof = p["roofline_ps"][w_idx]
+    roof = execution.done_roofline(ops, d_idx, w_idx, wroof)
+    scale = np.divide(roof, wroof, out=np.zeros(len(roof)), where=wroof > 0)
+    for k in ("compute", "memory", "network"):
+        p[k][d_idx] = p[k][w_idx] * scale
+    p["roofline_ps"][d_idx] = np.where(np.isnan(wroof), np.nan, roof)
+    for k in ("best", "src", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
+        p[k][d_idx] = p[k][w_idx]
+    p["net"][d_idx] = 0.0
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
