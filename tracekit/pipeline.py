@@ -89,7 +89,9 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
     from tracekit.model import peaks, roofline
+    from tracekit.analysis import claims
     model_warnings = peaks.model_warnings(ops, roofline.device_chips(tr, chip))
+    head = claims.headline(findings, frames["devices"], frames["ops"])
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
@@ -99,6 +101,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},
         warnings=list(tr.warnings) + [w["message"] for w in model_warnings], model_warnings=model_warnings,
+        headline=head,
         step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
         fail_on=fail_on)
 

@@ -30,3 +30,16 @@ def fmt_pct(x) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{100 * float(x):.1f}%"
+
+
+#: an efficiency above this contradicts the roofline model: shown with a mark that points at the model warnings
+ABOVE_ROOFLINE = 1.05
+ABOVE_MARK = " (!)"
+
+
+def fmt_eff(x) -> str:
+    """An efficiency as a percentage, marked when it is above the roofline (a model warning names the op)."""
+    text = fmt_pct(x)
+    if x is not None and not (isinstance(x, float) and math.isnan(x)) and float(x) > ABOVE_ROOFLINE:
+        text += ABOVE_MARK
+    return text

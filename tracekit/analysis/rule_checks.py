@@ -86,7 +86,8 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
         flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
-                 "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops)}
+                 "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops),
+                 "is_host_offload": is_host_offload(ops)}
         done = {k: f.result() for k, f in futures.items()}
     devices = done["devices"]
     devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
@@ -95,24 +96,61 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     stats = done["op_stats"]
     stats["share"] = stats["total_ps"] / profiled
     xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
-    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": done["steps"],
+    coll = done["collectives"]
+    coll["overlap_advice"] = overlap_advice(coll)
+    frames = {"ops": xops, "op_stats": stats, "collectives": coll, "steps": done["steps"],
               "devices": devices, "gaps": done["gaps"]}
     if host_events is not None:
         frames["host_events"] = host_events
     return frames
 
 
+def is_host_offload(ops: pd.DataFrame) -> np.ndarray:
+    """Copies between device and host memory that XLA scheduled itself (host offload: memory space S(5)), which
+    the roofline marks ``is_host_transfer``: deliberate, and not an input pipeline."""
+    if "is_host_transfer" not in ops.columns:
+        return np.zeros(len(ops), bool)
+    copy = tl._cat_mask(tl._col(ops, "opcode"), lambda s: s.isin(["copy", "copy-start", "copy-done"]))
+    return ops["is_host_transfer"].to_numpy(bool) & copy
+
+
+#: how to let XLA overlap a collective, per platform (the rule's fix quotes the one of the evidence's device)
+OVERLAP_ADVICE = {
+    "TPU": "on TPU XLA's latency-hiding scheduler is on by default: make the collective async and fusible "
+           "(--xla_tpu_enable_async_collective_fusion=true, --xla_tpu_enable_async_collective_fusion_fuse_all_gather"
+           "=true, --xla_tpu_overlap_compute_collective_tc=true) and leave it independent work",
+    "GPU": "on GPU enable the latency-hiding scheduler (--xla_gpu_enable_latency_hiding_scheduler=true) so XLA "
+           "starts the collective early",
+    "CPU": "XLA:CPU runs collectives as blocking thunks: only a program that gives them independent work in "
+           "another thread of the same step can hide them",
+}
+
+
+def overlap_advice(coll: pd.DataFrame) -> np.ndarray:
+    """Per collective row, the scheduling advice for its platform (from the device name: TPU:n, GPU:n, CPU:n)."""
+    if not len(coll):
+        return np.zeros(0, dtype=object)
+    dev = coll["device"].astype(str).str.split(":").str[0].str.upper()
+    return dev.map(OVERLAP_ADVICE).fillna("schedule the collective early and give it independent work").to_numpy(
+        dtype=object)
+
+
 # -------------------------------------------------------------------------------------------------------- checks
 @check("straggler-devices")
 def _straggler(frames: dict, p: dict) -> pd.DataFrame:
     """Devices whose busy time has a modified z-score above ``threshold`` among devices of the same kind (at
-    least ``min_devices`` of them); adds busy_ps_z and busy_ps_median."""
+    least ``min_devices`` of them) and exceeds their median by at least ``min_excess`` of it; adds busy_ps_z and
+    busy_ps_median."""
     dev = frames["devices"].copy()
     kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
     g = dev.groupby(kind)["busy_ps"]
     dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
     dev["busy_ps_median"] = g.transform("median")
-    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])]
+    # a robust z-score alone flags tiny spreads when the other devices agree to the microsecond: the straggler
+    # must also be busy at least ``min_excess`` (a fraction) longer than the median
+    excess = dev["busy_ps"] - dev["busy_ps_median"]
+    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])
+               & (excess >= p.get("min_excess", 0.0) * dev["busy_ps_median"])]
 
 
 @check("launch-bound")

@@ -124,6 +124,8 @@ class Finding:
     profiled_ps: float
     groups: tuple = ()
     why: str = ""
+    #: (host, device) -> (starts, ends): the device time the savings are laid on (tracekit.analysis.claims)
+    claims: dict = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """JSON-ready: plain Python values, NaN as None."""

@@ -31,6 +31,7 @@ import pandas as pd
 from tracekit.columns import unique_rows
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_checks import CHECKS, HOST_EVENTS, frames_for_rules  # noqa: F401  (re-exported)
+from tracekit.analysis.claims import claim_intervals
 from tracekit.analysis.rule_model import (FIELDS, FRAMES, SEVERITIES, TIME_COLUMN, Finding, Param, Rule,  # noqa: F401
                                  _DEFAULT_EVIDENCE, builtin_rules_dir, load_rules, parse_rule)
 
@@ -126,6 +127,7 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
     texts = [rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values()]
     names = {_AGG_PREFIX.sub("", w) for t in texts if t for w in _IDENT.findall(str(t))}
     names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
+    names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit
     cols = [c for c in df.columns if c in names]
     return df[cols] if len(cols) < len(df.columns) else df
 
@@ -219,7 +221,8 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
             raise TraceError(f"bad message or fix template ({e!r})", rule.path) from None
         pending.append((Finding(rule.id, rule.name, rule.severity, message, fix, params,
                                 top[cols + ["savings_ps"]].head(max_evidence), len(ev), int(round(savings)), 0,
-                                share, profiled, rule.groups, rule.why), per_dev))
+                                share, profiled, rule.groups, rule.why,
+                                claims=claim_intervals(rule.frame, ev, frames)), per_dev))
     pending.sort(key=lambda fp: (-fp[0].savings_ps, SEVERITIES.index(fp[0].severity) * -1, fp[0].rule_id))
     used, total_used = {}, 0.0
     for f, per_dev in pending:  # greedy: larger findings claim device time first

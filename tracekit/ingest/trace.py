@@ -4,6 +4,7 @@ module names by program id, HLO opcode and category per op, async windows, run i
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,6 +217,21 @@ def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
     return with_columns(ops, {"module": cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)})
 
 
+_COPY_KERNEL = re.compile(r"memcpy|memset|copybuffer|fillbuffer|copy_?kernel|\bcopy\b", re.IGNORECASE)
+_FORMAT_KERNEL = re.compile(r"transpose|im\d*d?2col|col2im|permute|layout|nchw|nhwc", re.IGNORECASE)
+
+
+def kernel_category(kernel: str) -> str:
+    """Category of a GPU kernel with no HLO op, from its name: memcpy/memset/buffer copies and fills -> 'copy',
+    transposes/im2col/layout changes -> 'data formatting', anything else -> 'kernel (no HLO)'."""
+    k = str(kernel or "")
+    if _COPY_KERNEL.search(k):
+        return "copy"
+    if _FORMAT_KERNEL.search(k):
+        return "data formatting"
+    return "kernel (no HLO)"
+
+
 def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
     """opcode and category from the HLO instruction each op ran (joined on program id and instruction name, once
     per distinct pair); ``in_hlo`` says which rows joined."""
@@ -226,13 +242,14 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
         top = h[~h["is_fusion_computation"]]
         table = {(int(p), n): (o, c) for p, n, o, c in zip(top["program_id"], top["name"], top["opcode"].astype(str),
                                                            top["category"].astype(str))}
-    inv, rows = unique_rows(ops, ["program_id", "op", "opcode", "category", "source"])
+    cols = ["program_id", "op", "opcode", "category", "source"] + (["kernel"] if "kernel" in ops.columns else [])
+    inv, rows = unique_rows(ops, cols)
     out = []
-    for pid, op, opc, cat, src in rows:
+    for pid, op, opc, cat, src, *kernel in rows:
         hit = table.get((int(pid), op or ""))
         if hit:
             opc, cat = hit[0], (cat or hit[1])
-        cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
+        cat = cat or opc or (kernel_category(kernel[0] if kernel else "") if str(src).startswith("gpu") else "")
         out.append((bool(hit), opc or "", cat))
     return with_columns(ops, {"in_hlo": np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool),
                               "opcode": cat_from([o[1] for o in out], inv),

@@ -9,7 +9,8 @@ Which number is the peak (see also :func:`tracekit.model.chips.detect`):
   whose variant is ambiguous) has estimated peaks. Once every executed instruction's cost is counted once, an
   estimate below what the trace itself demonstrates is raised to the best demonstrated rate
   (:func:`raise_estimates`): per chip and term (FLOP/s per compute dtype, memory bandwidth, interconnect and host
-  link), the highest rate of an op of at least :data:`MIN_EVIDENCE_PS` of self time with a known cost. The chip
+  link), the highest rate of an execution with a known cost and at least :data:`MIN_EVIDENCE_PS` of self time,
+  except executions more than :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed). The chip
   keeps the estimate and the op that demonstrated the rate in ``Chip.raised``.
 
 Self-check: an op measured more than 5 % faster than its roofline contradicts the model (a peak too low, a cost
@@ -29,21 +30,25 @@ from tracekit.model import precision
 #: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
 #: of timer resolution and per-event overhead
 MIN_EVIDENCE_PS = 1_000_000
+#: an execution more than this many times faster than its op's median is suspect and demonstrates nothing
+MAX_OVER_MEDIAN = 2.0
 #: an op whose efficiency exceeds this contradicts the model
 OVER = 1.05
 _TERMS = (("memory", "bytes_accessed", "hbm_bw_bytes_per_s"), ("network", "net_bytes", "egress_bw_bytes_per_s"))
 
 
 def _demonstrated(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per (host, device) and term, the best rate an op with a known cost and enough self time reached."""
+    """Per (host, term), the best rate the trace demonstrates: the fastest execution (with a known cost and at
+    least :data:`MIN_EVIDENCE_PS` of self time) of any op, leaving out executions more than
+    :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed: an XLA:CPU op can hand its work to a
+    thread pool and end before it is done)."""
+    cols = ["host", "term", "rate", "op", "module", "self_ps"]
     ok = (~ops["is_async"].to_numpy(bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
-    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
-    ok &= t >= MIN_EVIDENCE_PS
-    rows = []
     if not ok.any():
-        return pd.DataFrame(columns=["host", "device", "term", "rate", "op", "module", "self_ps"])
+        return pd.DataFrame(columns=cols)
     o = ops[ok]
-    sec = t[ok] / 1e12
+    t = (o["self_ps"] if "self_ps" in o else o["duration_ps"]).to_numpy(np.float64)
+    sec = np.where(t > 0, t, np.nan) / 1e12
     host_x = o["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in o else np.zeros(len(o), bool)
     amounts = {"memory": o["bytes_accessed"].to_numpy(float),
                "network": np.where(host_x, 0.0, o["net_bytes"].to_numpy(float)),
@@ -51,19 +56,27 @@ def _demonstrated(ops: pd.DataFrame) -> pd.DataFrame:
     cd = o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else np.full(len(o), "f32")
     for d in sorted(set(cd)):
         amounts[f"compute:{d}"] = np.where(cd == d, o["flops"].to_numpy(float), 0.0)
-    hosts, devs = o["host"].astype(str).to_numpy(), o["device"].astype(str).to_numpy()
+    key = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "module": o["module"].astype(str).to_numpy(),
+                        "op": o["op"].astype(str).to_numpy(), "t": t})
+    rows = []
     for term, amt in amounts.items():
-        rate = np.nan_to_num(amt / sec, nan=0.0)
-        if not (rate > 0).any():
+        rate = amt / sec
+        m = np.isfinite(rate) & (rate > 0)
+        if not m.any():
             continue
-        df = pd.DataFrame({"host": hosts, "device": devs, "rate": rate, "i": np.arange(len(o))})
-        best = df.sort_values("rate", ascending=False, kind="stable").drop_duplicates(["host", "device"])
-        for h, d, r, i in zip(best["host"], best["device"], best["rate"], best["i"]):
-            if r <= 0:
-                continue
-            rows.append({"host": h, "device": d, "term": term, "rate": float(r), "op": str(o["op"].iloc[i]),
-                         "module": str(o["module"].iloc[i]), "self_ps": int(t[ok][i])})
-    return pd.DataFrame(rows)
+        k = key[m].assign(rate=rate[m])
+        med = k.groupby(["host", "module", "op"], sort=False)["rate"].transform("median")
+        # an execution far faster than the op's own median is suspect (mistimed), not evidence
+        k = k[(k["t"] >= MIN_EVIDENCE_PS) & (k["rate"] <= MAX_OVER_MEDIAN * med)]
+        if not len(k):
+            continue
+        g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "max"), self_ps=("t", "median"))
+        g = g.reset_index()
+        best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
+        for r in best.drop_duplicates("host").itertuples(index=False):
+            rows.append({"host": r.host, "term": term, "rate": float(r.rate), "op": r.op, "module": r.module,
+                         "self_ps": int(r.self_ps)})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
@@ -81,8 +94,7 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             groups.setdefault((h, ch.name), []).append((h, d))
     for (h, _name), members in groups.items():
         ch = base[members[0]]
-        devs = {d for _, d in members}
-        mine = dem[(dem["host"] == h) & dem["device"].isin(devs)]
+        mine = dem[dem["host"] == h]
         if not len(mine):
             continue
         flops, src, raised = dict(ch.peak_flops_per_s), dict(ch.sources), dict(ch.raised)

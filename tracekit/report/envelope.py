@@ -84,7 +84,7 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
 def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
           steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
           hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
-          model_warnings: list | None = None) -> Report:
+          model_warnings: list | None = None, headline: dict | None = None) -> Report:
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
@@ -114,7 +114,11 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
         finding_dicts.append(_clean(d))
-    total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
+    # what the findings claim together is the union of their claims on device time, not their sum (two findings
+    # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
+    total_claimed = (headline or {}).get("claims_union_ps")
+    if total_claimed is None:
+        total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
     data = {
         "schema": SCHEMA,
         "tool": {"name": "tracekit", "version": _version()},
@@ -135,6 +139,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "hlo_present": bool(len(hlo)),
             "findings": len(finding_dicts),
             "claimed_savings_ps": total_claimed,
+            "above_roofline_floor_ps": (headline or {}).get("above_roofline_floor_ps"),
         }),
         "devices": records(devices),
         "step_stats": records(step_stats),

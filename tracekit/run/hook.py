@@ -318,7 +318,9 @@ def _summary_lines(rep, written: list[str]) -> list[str]:
     s = rep.data["summary"]
     fs = sorted(rep.findings, key=lambda f: -(f.get("savings_ps") or 0))
     head = (f"{len(fs)} finding(s) in {s['steps']} step(s), {fmt_time(s['profiled_ps'])} profiled; "
-            f"~{fmt_time(s.get('claimed_savings_ps') or 0)} could be won back")
+            f"findings claim ~{fmt_time(s.get('claimed_savings_ps') or 0)} together"
+            + (f", {fmt_time(s['above_roofline_floor_ps'])} above the roofline floor"
+               if s.get("above_roofline_floor_ps") is not None else ""))
     lines = [head + (f"; report: {', '.join(written)}" if written else "")]
     for n, f in enumerate(fs[:3], 1):
         msg = " ".join(str(f.get("message", "")).split())

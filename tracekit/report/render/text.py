@@ -2,7 +2,7 @@
 Rich formatting on a TTY (``color=True``), plain text otherwise (what pipes, files and tests see)."""
 from __future__ import annotations
 
-from tracekit.units import fmt_num, fmt_pct, fmt_time
+from tracekit.units import ABOVE_MARK, fmt_eff, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
 
@@ -24,6 +24,7 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
         est = " (ESTIMATED — run `tracekit calibrate`)" if c["estimated"] else ""
         out.append(f"chip: {c['name']}{est} × {len(c['devices'])} device(s); {peaks}; "
                    f"memory {fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [peaks from {src.split(':')[0]}]")
+        out += [f"  peak {note}" for note in c.get("peak_notes") or []]
     out.append(f"profiled: {fmt_time(s['profiled_ps'])} device time over {s['devices']} device(s); busy "
                f"{fmt_time(s['busy_ps'])} ({fmt_pct(s['busy_ps'] / s['profiled_ps'] if s['profiled_ps'] else None)}), "
                f"idle {fmt_time(s['idle_ps'])}; {s['steps']} step(s) from {', '.join(s['step_source']) or 'none'}")
@@ -58,12 +59,16 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
         for r in ops[:top]:
             rows.append([r["op"][:40], r["category"][:16], str(r["occurrences"]), fmt_time(r["total_ps"]),
                          fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
-                         r.get("bound_by") or "—", fmt_pct(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
+                         r.get("bound_by") or "—", fmt_eff(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
                          r.get("cost_source") or ""])
         out += _table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
                       rows, right={2, 3, 4, 5, 6, 8, 9})
+        if any(ABOVE_MARK in row[8] for row in rows):
+            out.append(f"{ABOVE_MARK.strip()} above its roofline: the model is wrong for it (see the model warnings)")
     f = d.get("findings") or []
     out += ["", f"Findings ({len(f)}), by time they would win back" if f else "Findings: none"]
+    if f:
+        out.append(claims_line(s))
     for i, x in enumerate(f, 1):
         share = f" ({fmt_pct(x['share'])} of profiled time)" if x.get("share") is not None else ""
         out.append(f"{i}. [{x['severity']}] {x['rule_id']} {x['name']}: ~{fmt_time(x['savings_ps'])}{share}")
@@ -78,6 +83,19 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
     if color:
         text = _colorize(text)
     return text
+
+
+def claims_line(s: dict) -> str:
+    """The headline's two labelled numbers: the union of the findings' claims and the time above the roofline
+    floor (the most any fix could win); never the sum of overlapping claims."""
+    prof = s.get("profiled_ps") or 0
+    line = (f"together the findings claim {fmt_time(s.get('claimed_savings_ps'))} "
+            f"({fmt_pct(s['claimed_savings_ps'] / prof if prof and s.get('claimed_savings_ps') is not None else None)}"
+            " of profiled time; the union of their overlapping estimates, not their sum)")
+    if s.get("above_roofline_floor_ps") is not None:
+        line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus every "
+                 "op at its roofline: the most any fix could win)")
+    return line
 
 
 def _colorize(text: str) -> str:
