@@ -58,8 +58,9 @@ def peak_notes(c) -> list[str]:
                        "not used")
     for key, r in sorted(c.raised.items()):
         unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
-        out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from the estimate {fmt_num(r['estimate'], unit)} "
-                   f"to the rate {r['op']} ({r['module']}) demonstrates in this trace")
+        out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from {fmt_num(r['estimate'], unit)} "
+                   f"({r.get('estimate_source', 'estimate')}) to the rate {r['op']} ({r['module']}) demonstrates in "
+                   "this trace")
     return out
 
 
@@ -90,7 +91,15 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     progress.stage("report")
     from tracekit.model import peaks, roofline
     from tracekit.analysis import claims
-    model_warnings = peaks.model_warnings(ops, roofline.device_chips(tr, chip))
+    dchips = roofline.device_chips(tr, chip)
+    model_warnings = peaks.model_warnings(ops, dchips)
+    missing = sorted({h for (h, _), c in dchips.items() if c.family == "cpu" and c.notes.startswith("no record")})
+    if missing:  # a CPU trace analyzed away from the machine that recorded it: its peaks are not that machine's
+        from tracekit.model.calibrate import processor_name
+        model_warnings = [{"message": f"CPU trace of host(s) {', '.join(map(str, missing))} has no record of the "
+                                      "machine that recorded it (<trace>.machine.json, written by `tracekit "
+                                      "capture` and the hook): its CPU peaks are this machine's "
+                                      f"({processor_name()}), which may not be the one that ran it"}] + model_warnings
     head = claims.headline(findings, frames["devices"], frames["ops"])
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]

@@ -283,7 +283,14 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
             raise TraceError("the command ran no JAX computation while traced: no trace was written", d,
                              "check that the script runs jitted code (and does not end with os._exit)")
     click.echo(f"tracekit: trace in {run_dir}", err=True)
-    rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
+    source = str(run_dir)
+    if port is None:  # recorded on this machine: a CPU trace keeps this CPU and its calibration beside it
+        from tracekit.ingest.trace import load
+        from tracekit.model import machine
+        source = load(str(run_dir))
+        if machine.is_cpu_trace(source):
+            machine.record_run(run_dir)
+    rep = pipeline.analyze(source, chip=chip, fail_on=fail_on)
     texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
     for out, text in zip(outputs, texts):
         _write_atomic(out, text)

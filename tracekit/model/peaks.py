@@ -125,6 +125,7 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
                 if term == "network" and ch.family == "cpu":
                     changes["link_bw_bytes_per_s"] = want
             raised[field] = {"estimate": cur if math.isfinite(cur) else None, "value": float(want),
+                             "estimate_source": str(src.get(field, "estimate")).split(":", 1)[0],
                              "op": top["op"], "module": top["module"], "self_ps": int(top["self_ps"])}
             src[field] = (f"raised: the trace demonstrates {want:.4g}/s ({top['op']} in {top['module']}, "
                           f"{top['self_ps'] / 1e6:.3g} µs), above the {cur:.4g} of '{src.get(field, 'estimate')}'")

@@ -16,6 +16,8 @@ contention between overlapping ops, and the host-link (PCIe) bandwidth of host-o
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -51,9 +53,21 @@ def costs(tr: Trace) -> pd.DataFrame:
 
 
 def base_chips(tr: Trace, chip: str | None = None) -> dict:
-    """(host, device) -> Chip as detected (table, trace stats, calibration or estimate), before any raise."""
-    out = {}
+    """(host, device) -> Chip as detected (table, trace stats, calibration or estimate), before any raise. A CPU
+    device takes the recording machine's record beside its trace (:mod:`tracekit.model.machine`) when there is
+    one; without it, this machine's calibration or estimate, and the chip's ``notes`` say the record is missing."""
+    from tracekit.model import machine
+
+    paths = dict(zip(getattr(tr, "hosts", []) or [], getattr(tr, "paths", []) or []))
+    out, cpu = {}, {}
     for r in tr.devices.itertuples(index=False):
+        if not chip and str(r.device_kind).lower().startswith("cpu"):
+            if r.host not in cpu:
+                found, note = machine.cpu_chip_for(paths.get(r.host))
+                base = found if found is not None else chips.detect(r.device_kind, {}, None)
+                cpu[r.host] = replace(base, notes=note)
+            out[(r.host, r.device)] = cpu[r.host]
+            continue
         out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip)
     return out
 

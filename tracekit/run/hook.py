@@ -342,7 +342,12 @@ def _analysis_main() -> None:
     from tracekit.report import render
     from tracekit.cli.commands import _write_atomic
     fail_on = spec.get("fail_on") or "never"
-    rep = pipeline.analyze(run, fail_on=fail_on)
+    from tracekit.ingest.trace import load
+    from tracekit.model import machine
+    tr = load(run)
+    if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
+        machine.record_run(run)
+    rep = pipeline.analyze(tr, fail_on=fail_on)
     written, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])
