@@ -90,7 +90,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
     from tracekit.model import peaks, roofline
-    from tracekit.analysis import claims
+    from tracekit.analysis import claims, customcalls
     dchips = roofline.device_chips(tr, chip)
     model_warnings = peaks.model_warnings(ops, dchips)
     missing = sorted({h for (h, _), c in dchips.items() if c.family == "cpu" and c.notes.startswith("no record")})
@@ -101,6 +101,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
                                       "capture` and the hook): its CPU peaks are this machine's "
                                       f"({processor_name()}), which may not be the one that ran it"}] + model_warnings
     head = claims.headline(findings, frames["devices"], frames["ops"])
+    custom = customcalls.summary(ops, tr.hlo, roofline.costs(tr) if tr.has_hlo else None)
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
@@ -112,7 +113,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         warnings=list(tr.warnings) + [w["message"] for w in model_warnings], model_warnings=model_warnings,
         headline=head,
         step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
-        fail_on=fail_on)
+        fail_on=fail_on, custom_calls=custom)
 
 
 def _display_path(p: str) -> str:

@@ -117,10 +117,11 @@ ROOFLINE = {
     "net_bytes": ("float64", "bytes a collective moves per device over the interconnect"),
     "group_size": ("int64", "collective participants, -1 when not a collective"),
     "dtype": (CAT, "element type of the op's result (e.g. f32 for a bf16 x bf16 -> f32 dot)"),
-    "compute_dtype": (CAT, "peak class the op computes at: dots/convolutions/GEMMs from their operand types and "
-                           "precision config (bf16, f16, fp8, int8, f32, f32_highest, bf16x3, ...), others from the "
-                           "result type; picks the peak FLOP/s"),
-    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
+    "compute_dtype": (CAT, "peak class the op computes at: dots/convolutions/GEMMs (and the custom-call models' "
+                           "GEMM/conv/attention) from their operand types and precision config (bf16, f16, fp8, "
+                           "int8, f32, f32_highest, bf16x3, ...), others from the result type; picks the peak FLOP/s"),
+    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | model:<name> (a custom-call cost model, "
+                         "tracekit.model.custom_calls) | unknown"),
     "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
     "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),

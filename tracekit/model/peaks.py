@@ -144,7 +144,8 @@ def _flops_key(cdt: str) -> str | None:
         return "tf32"
     if cdt in ("f32_highest", "f32_full", "f32_high"):
         return "f32"
-    return cdt or None
+    from tracekit.model.chips import canonical_dtype
+    return canonical_dtype(cdt) or None
 
 
 def _pass_factor(ch, cdt: str) -> float:

@@ -3,7 +3,8 @@ cost model), the chip's peaks (trace first, else the sourced table, else calibra
 compute / memory / network time, bound-by, efficiency and headroom.
 
 Formulas (see ../shared/DOMAIN.md):
-    compute_ps  = flops / peak_flops(dtype)                    (dtype-aware: an f32 dot against the f32 peak)
+    compute_ps  = flops / peak_flops(compute_dtype)            (dtype-aware: an f32 dot against the f32 peak; a
+                  custom call priced by a model runs at its operand type's peak: bf16 x bf16 -> f32 at bf16)
     memory_ps   = bytes_accessed / hbm_bw
     network_ps  = net_bytes / W   where net_bytes is what one device sends on a ring (cost model) and
                   W = egress bandwidth (GPU: NVLink/IF per GPU), TPU: one link's bandwidth both ways when the ring
@@ -29,7 +30,9 @@ from tracekit.ingest.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
-              "cost_known", "unknown_reason", "executions", "parent"]
+              "cost_known", "unknown_reason", "cost_model", "executions", "parent"]
+#: cost_source categories; custom-call models follow as 'model:<name>'
+SOURCES = ["hlo", "trace", "unknown"]
 
 
 def costs(tr: Trace) -> pd.DataFrame:
@@ -153,7 +156,7 @@ def _join(tr: Trace, dchips: dict) -> pd.DataFrame:
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
-    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=["hlo", "trace", "unknown"])
+    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=SOURCES + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
@@ -254,7 +257,11 @@ def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict) -> dict:
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
     nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
+    model = j["cost_model"].fillna("").astype(str).to_numpy(dtype=object)
+    models = sorted(set(model[known]) - {""})
     src = np.where(known, 0, 2)
+    for i, name in enumerate(models):  # a custom call priced by a cost model: cost_source 'model:<name>'
+        src[known & (model == name)] = len(SOURCES) + i
     reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
     miss = ~known & (reason == "")
     reason[miss] = np.where(u["in_hlo"].astype(bool).to_numpy()[miss], "no cost for this instruction",
@@ -305,6 +312,7 @@ def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict) -> dict:
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
             "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
             "executions": executions, "done": done, "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
+            "models": [f"model:{m}" for m in models],
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
             **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
 
