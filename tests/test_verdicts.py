@@ -320,3 +320,47 @@ def test_compute_dtype_from_operands_synthetic_hlo(tmp_path):
         assert r["compute_dtype"] == cdt and r["flops"] == flops, name
         assert r["compute_ps"] == pytest.approx(flops / peak * 1e12), name
     assert o.loc["gemm_fusion", "dtype"] == "f32"
+
+
+def _loop_trace(tmp_path, with_body: bool):
+    """A TPU module: while (known_trip_count 5) whose body is one 256^3 dot; the trace holds the while event and,
+    when ``with_body``, the body's dot events inside it."""
+    from tracekit.ingest import synth
+    from tracekit.ingest.synth import instr, shape
+    from tracekit.proto import hlo_pb2
+    n = 256
+    body = hlo_pb2.HloComputationProto(name="body", id=600, root_id=602)
+    d = instr("dot.b", "dot", shape("bf16", [n, n]), [601, 601], id=602)
+    d.dot_dimension_numbers.lhs_contracting_dimensions.append(1)
+    d.dot_dimension_numbers.rhs_contracting_dimensions.append(0)
+    body.instructions.extend([instr("bp", "parameter", shape("bf16", [n, n]), id=601, parameter_number=0), d])
+    cond = hlo_pb2.HloComputationProto(name="cond", id=700, root_id=702)
+    cond.instructions.extend([instr("cp", "parameter", shape("bf16", [n, n]), id=701, parameter_number=0),
+                              instr("c", "constant", shape("pred", []), id=702)])
+    w = instr("while.1", "while", shape("bf16", [n, n]), [1], id=2, called_computation_ids=[600, 700],
+              backend_config=b'{"known_trip_count":{"n":"5"}}')
+    ins = [instr("p", "parameter", shape("bf16", [n, n]), id=1, parameter_number=0), w]
+    b = synth.SpaceBuilder(hostname="t")
+    b.hlo_module(synth.module("jit_loop", 7, ins, [body, cond]), label="jit_loop(7)")
+    ln = b.plane("/device:GPU:0", {"device_vendor": "NVIDIA", "compute_cap_major": 9, "compute_cap_minor": 0,
+                                   "core_count": 132, "memory_size": 85e9}).line("Stream #1(Kernel)")
+    ln.event("while_kernel", 0, 10**8, stats={"hlo_op": "while.1", "hlo_module": "jit_loop", "program_id": 7})
+    if with_body:
+        for k in range(5):
+            ln.event("gemm", 10**6 + k * 10**7, 5 * 10**6,
+                     stats={"hlo_op": "dot.b", "hlo_module": "jit_loop", "program_id": 7})
+    f = tmp_path / f"loop{int(with_body)}.xplane.pb"
+    b.write(f)
+    return roofline.join(tracekit.load(f))
+
+
+def test_loop_body_traced_or_not_is_counted_once(tmp_path):
+    """Without body events the while carries body x known_trip_count (5 x 2*256^3); with them (nested inside
+    it, as a command buffer or XLA:CPU shows them) the while carries nothing and its self time only."""
+    flops = 2 * 256**3
+    alone = _loop_trace(tmp_path, with_body=False)
+    assert alone["flops"].sum() == 5 * flops
+    nested = _loop_trace(tmp_path, with_body=True)
+    w = nested[nested["op"].astype(str) == "while.1"].iloc[0]
+    assert w["flops"] == 0 and w["self_ps"] == 10**8 - 5 * 5 * 10**6
+    assert nested["flops"].sum() == 5 * flops

@@ -89,10 +89,12 @@ def device_chips(tr: Trace, chip: str | None = None) -> dict:
     return cache[chip]
 
 
-def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
+def _per_kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.ndarray | None:
     """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
     one-event ops; for GPU ops made of several kernels, the kernels of one execution (consecutive rows of the
-    same op on a device) split it by duration."""
+    same op on a device) split it by duration. A run of k consecutive events of an op that executes e times per
+    run of its module (a loop body: e = trip count, from ``executions``) holds min(k, e) executions: a loop
+    body's single kernel per iteration is not taken for one op's several kernels."""
     gpu = (ops["source"] == "gpu_kernel").to_numpy()
     if not gpu.any():
         return None
@@ -107,7 +109,12 @@ def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
     run = np.cumsum(new) - 1
     dur = g["duration_ps"].to_numpy()[order].astype(float)
     tot = np.bincount(run, weights=dur)
-    frac = np.divide(dur, tot[run], out=np.ones_like(dur), where=tot[run] > 0)
+    count = np.bincount(run)
+    frac = np.divide(dur, tot[run], out=1.0 / count[run], where=tot[run] > 0)
+    if executions is not None:
+        e = executions[gpu][order]
+        e = np.where(np.isfinite(e) & (e >= 1), e, 1.0)
+        frac = np.where(count[run] > e, e * frac, 1.0)
     s = np.empty(len(g))
     s[order] = frac
     share[gpu] = s
@@ -135,7 +142,8 @@ def _join(tr: Trace, dchips: dict) -> pd.DataFrame:
     inv, first, rows = distinct_rows(ops, _IDENT)
     u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    share = _combine(_per_kernel_split(ops), execution.execution_split(ops, u["executions"][inv]))
+    execs = u["executions"][inv]
+    share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
