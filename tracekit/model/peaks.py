@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model import precision
+from tracekit.units import fmt_num, fmt_time
 
 #: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
 #: of timer resolution and per-event overhead
@@ -178,9 +179,9 @@ def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int = 20) -> list[dic
         r = g.loc[g["_e"].idxmax()]
         ch = dchips.get((r["host"], r["device"]))
         rate, peak, unit, src = _rate_and_peak(r, bound, ch)
-        msg = (f"model: {op} ({mod}) ran {r['_e']:.0%} of its roofline ({len(g)} execution(s), "
-               f"{g['_t'].sum() / 1e6:.4g} µs): measured {rate:.4g} {unit} against a peak of {peak:.4g} {unit} "
-               f"({src}); its efficiency is shown above 100 % and the peak or its cost is wrong")
+        msg = (f"model: {op} ({mod}) ran {r['_e']:.0%} of its roofline ({len(g)} execution(s) above it, "
+               f"{fmt_time(g['_t'].sum())}): measured {fmt_num(rate, unit)} against a peak of {fmt_num(peak, unit)} "
+               f"({src}); its efficiency is shown above 100 %: the peak, its cost or its time is wrong")
         out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(len(g)),
                     "time_ps": int(g["_t"].sum()), "share_of_op_time": float(g["_t"].sum() / total),
                     "efficiency_max": float(r["_e"]), "measured_rate": rate, "peak": peak, "unit": unit,
