@@ -3,6 +3,7 @@ fixtures/cpu/cases.json (never tracekit's output), the compiled HLO's operand ty
 numbers written out as literals, and physical limits (no op faster than its roofline without a model warning)."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -19,8 +20,14 @@ PROGRAMS = ["scan_loop", "fori_loop", "while_dynamic", "cond_branch", "fft", "ga
             "dot_bf16_f32"]
 
 
+@functools.lru_cache(maxsize=None)
+def _loaded(path: str):
+    tr = tracekit.load(path)
+    return tr, roofline.join(tr)
+
+
 def _joined(case):
-    return roofline.join(tracekit.load(cpu_fixture(case)))
+    return _loaded(str(cpu_fixture(case)))[1]
 
 
 def _expected(info: dict, fn: str) -> tuple[float, float]:
@@ -114,8 +121,7 @@ def _all_traces():
 def test_ops_above_their_roofline_are_rare_and_named(kind, name):
     """On every trace: ops measured more than 5 % faster than their roofline hold under 1 % of op time, and
     every one of them (sync ops and async windows) is named by a model warning."""
-    tr = tracekit.load(cpu_fixture(name) if kind == "fixture" else shared_trace(name))
-    o = roofline.join(tr)
+    tr, o = _loaded(str(cpu_fixture(name) if kind == "fixture" else shared_trace(name)))
     over, share = _over(o)
     assert share < 0.01, share
     named = {(w["module"], w["op"]) for w in peaks.model_warnings(o, roofline.device_chips(tr), limit=10**6)}
@@ -182,7 +188,7 @@ def test_h100_variants_identified_exactly(cores, name, bw):
 def test_done_waits_carry_no_cost_and_are_judged_over_their_window():
     """v6e: every copy-done (one lasts a few ns) carries no bytes of its own; the transfer's 5.37 GB sit on the
     -start..-done window, and no -done wait is shown above 100 %."""
-    o = roofline.join(tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")))
+    o = _loaded(str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")))[1]
     done = o[~o["is_async"] & o["opcode"].astype(str).eq("copy-done")]
     assert len(done) == 2400 and (done["bytes_accessed"] == 0).all() and (done["flops"] == 0).all()
     assert (done["efficiency"].fillna(0) <= 1.0).all() and done["duration_ps"].min() < 10_000
@@ -239,8 +245,7 @@ def test_headline_states_the_union_and_the_floor():
     s = rep.data["summary"]
     total = sum(f["savings_ps"] for f in rep.findings)
     assert len(rep.findings) >= 2 and s["claimed_savings_ps"] < total and s["claimed_savings_ps"] <= s["profiled_ps"]
-    tr = tracekit.load(cpu_fixture("allreduce_exposed"))
-    o = roofline.join(tr)
+    o = _joined("allreduce_exposed")
     o = o[~o["is_async"]]
     floor = np.where(o["roofline_ps"].isna(), o["self_ps"], np.minimum(o["roofline_ps"], o["self_ps"])).sum()
     assert s["above_roofline_floor_ps"] == pytest.approx(s["profiled_ps"] - floor, rel=1e-6)

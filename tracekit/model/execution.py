@@ -77,8 +77,9 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | N
 
 def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tuple[np.ndarray, np.ndarray]:
     """(done rows, their window rows): each sync ``-done`` row (``done`` mask) paired with the async window of
-    its ``-start`` (``start_of``: (program_id, done op) -> start op) on the same host and device, the latest one
-    that starts at or before it and ends at or after its start."""
+    its ``-start`` (``start_of``: (program_id, done op) -> start op) on the same host and device: the latest one
+    that starts at or before it (a trace's own async event may end before the -done starts) and that no earlier
+    -done took: a -done whose -start is missing from the trace stays unpaired."""
     d_idx = np.nonzero(done)[0]
     w_idx = np.nonzero(ops["is_async"].to_numpy(bool))[0]
     if not len(d_idx) or not len(w_idx):
@@ -92,16 +93,16 @@ def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tu
                      for h, d, p, o in drows], np.int64)
     dk = dmap[dinv] if len(dmap) else np.zeros(0, np.int64)
     start = ops["start_ps"].to_numpy(np.int64)
-    end = start + ops["duration_ps"].to_numpy(np.int64)
     out_d, out_w = [], []
     for k in np.unique(dk[dk >= 0]):
         ws = w_idx[winv == k]
         ws = ws[np.argsort(start[ws], kind="stable")]
         ds = d_idx[dk == k]
+        ds = ds[np.argsort(start[ds], kind="stable")]
         pos = np.searchsorted(start[ws], start[ds], "right") - 1
         ok = pos >= 0
+        ok[1:] &= pos[1:] != pos[:-1]  # a window completes one -done: a later one without its own start is unpaired
         w = ws[np.where(ok, pos, 0)]
-        ok &= end[w] >= start[ds]
         out_d.append(ds[ok])
         out_w.append(w[ok])
     if not out_d:

@@ -312,9 +312,11 @@ def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict) -> dict:
     dtypes = sorted(set(dtype))
     cdtypes = sorted(set(cdtype))
     colls = sorted(set(coll))
+    xfer = hx["transfer_bytes"].to_numpy(float).copy()
+    xfer[done] = 0.0  # a -done moves nothing of its own: the transfer is its window's
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
-            "host_x": host_x, "xfer": hx["transfer_bytes"].to_numpy(float), "gsize": gsize,
+            "host_x": host_x, "xfer": xfer, "gsize": gsize,
             "a2a": np.array([str(x).startswith(("all-to-all", "ragged-all-to-all")) for x in coll], bool),
             "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
@@ -357,8 +359,8 @@ def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarra
     for k in ("compute", "memory", "network"):
         p[k][d_idx] = p[k][w_idx] * scale
     p["roofline_ps"][d_idx] = np.where(np.isnan(wroof), np.nan, roof)
-    for k in ("best", "src", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
-        p[k][d_idx] = p[k][w_idx]
+    for k in ("best", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
+        p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
     p["net"][d_idx] = 0.0
 
 
