@@ -66,8 +66,10 @@ def peak_notes(c) -> list[str]:
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
-            fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None) -> report_mod.Report:
-    """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
+            fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
+            model_flops_per_step: float | None = None) -> report_mod.Report:
+    """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
+    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import rule_checks
     from tracekit.analysis import rules
@@ -85,7 +87,10 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
-                                          min_gap_ps=min_gap_ps)
+                                          min_gap_ps=min_gap_ps, modules=tr.modules)
+    step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
+    mem, ov = memory_and_overview(tr, ops, frames["steps"], chip, ", ".join(step_source), model_flops_per_step)
+    frames.update(rule_frames(mem, ov, frames["devices"]))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
@@ -111,9 +116,26 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
                             "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
                                       for r in rule_list}},
         warnings=list(tr.warnings) + [w["message"] for w in model_warnings], model_warnings=model_warnings,
-        headline=head,
-        step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
-        fail_on=fail_on, custom_calls=custom)
+        headline=head, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem, custom_calls=custom)
+
+
+def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
+                        step_source: str = "", model_flops_per_step: float | None = None):
+    """The memory view (:mod:`tracekit.analysis.memory`) and the utilization headline
+    (:mod:`tracekit.analysis.overview`), with each offloading program's measured wait and host-link roofline."""
+    from tracekit.analysis import memory, overview
+    from tracekit.model import roofline
+    mem = memory.build(tr, chip)
+    ov = overview.build(ops, steps, roofline.device_chips(tr, chip), step_source=step_source,
+                        model_flops_per_step=model_flops_per_step)
+    return memory.with_offload_time(mem, ov.devices), ov
+
+
+def rule_frames(mem, ov, devices: pd.DataFrame) -> dict:
+    """The frames the memory and utilization rules read: ``memory_devices``, ``memory_programs``, ``offload``,
+    ``overview`` (see docs/rules.md)."""
+    from tracekit.analysis import memory
+    return memory.rule_frames(mem, ov.devices, devices)
 
 
 def _display_path(p: str) -> str:

@@ -35,6 +35,8 @@ OPS = {
     "in_hlo": ("bool", "True when the op joined to an instruction of the trace's HLO"),
     "trace_flops": ("float64", "FLOPs the trace itself reports for the op (TPU), NaN when absent"),
     "trace_bytes": ("float64", "bytes accessed the trace itself reports for the op (TPU), NaN when absent"),
+    "trace_model_flops": ("float64", "model FLOPs the trace reports for the op (TPU ``model_flops``: without "
+                                     "rematerialization), NaN when absent"),
     "self_ps": ("int64", "duration_ps minus the time of the events nested inside it on the same line (XLA:CPU "
                          "while/call/conditional events contain their bodies' op events); = duration_ps when nothing "
                          "is nested, and for async windows"),
@@ -110,6 +112,18 @@ HOST_EVENTS = {
     "duration_ps": ("int64", "duration, ps"),
 }
 
+#: The device allocator's events on host threads (xprof's memory-profile data): one row per allocation or free.
+MEMORY_EVENTS = {
+    "host": (CAT, "host the trace came from"),
+    "allocator": (CAT, "allocator_name (e.g. GPU_0_bfc), else 'device N' from index_on_host (TPU)"),
+    "kind": (CAT, "alloc | free"),
+    "start_ps": ("int64", "time of the event, ps since the host's epoch"),
+    "bytes_in_use": ("float64", "bytes allocated after the event (stat bytes_allocated)"),
+    "peak_bytes_in_use": ("float64", "the allocator's peak so far (stat peak_bytes_in_use)"),
+    "bytes_available": ("float64", "bytes the allocator still has (stat bytes_available)"),
+    "requested_bytes": ("float64", "bytes this allocation asked for, NaN when absent"),
+}
+
 #: Columns the roofline stage adds to OPS.
 ROOFLINE = {
     "flops": ("float64", "floating-point operations of one execution"),
@@ -135,7 +149,7 @@ ROOFLINE = {
     "headroom_ps": ("float64", "self_ps - roofline_ps: time a perfect op would save"),
 }
 
-SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
+SCHEMAS = {"memory_events": MEMORY_EVENTS, "host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
 
 _FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
 

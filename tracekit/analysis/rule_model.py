@@ -18,7 +18,9 @@ from tracekit.analysis.rule_checks import CHECKS
 SEVERITIES = ("info", "warning", "error")
 #: Frame a rule reads -> the column that is each row's own time (the cap on its savings).
 TIME_COLUMN = {"ops": "duration_ps", "op_stats": "total_ps", "collectives": "span_ps", "steps": "step_ps",
-               "devices": "span_ps", "gaps": "duration_ps", "host_events": "duration_ps"}
+               "devices": "span_ps", "gaps": "duration_ps", "host_events": "duration_ps",
+               "memory_devices": "span_ps", "memory_programs": "time_ps", "offload": "wait_ps",
+               "overview": "step_total_ps"}
 FRAMES = tuple(TIME_COLUMN)
 #: field -> (required, meaning)
 FIELDS = {
