@@ -128,6 +128,128 @@ ROOFLINE = {
     "headroom_ps": ("float64", "duration_ps - roofline_ps: time a perfect op would save"),
 }
 
+#: The frames rules read (a rule file's ``frame:``), built by :func:`tracekit.analysis.rule_checks.frames_for_rules`:
+#: column -> (kind, meaning), kind one of text | int64 | uint64 | float64 | bool (text: categorical or string);
+#: :func:`unit_of` gives each column's unit. Rule expressions may only name these columns (plus the rule's own
+#: ``derive`` columns and what its ``check`` adds). ``docs/rules.md`` lists them.
+_TEXT = "text"
+
+
+def _kinds(schema: dict) -> dict:
+    return {c: (_TEXT if d in (CAT, "object") else d, m) for c, (d, m) in schema.items()}
+
+
+_DOT = {"dot_m": ("int64", "matmul M: product of the lhs non-contracting, non-batch dims; -1 when not a dot"),
+        "dot_n": ("int64", "matmul N: the same for the rhs; -1 when not a dot"),
+        "dot_k": ("int64", "matmul K: product of the contracting dims; -1 when not a dot")}
+_FLAGS = {"is_collective": ("bool", "a collective (opcode or category, or an NCCL/RCCL kernel)"),
+          "is_matmul": ("bool", "dot/convolution, a fusion the trace calls convolution/dot/matmul, or a GEMM kernel"),
+          "is_data_shuffle": ("bool", "copy/transpose/gather/pad/... or the trace's 'data formatting' category")}
+RULE_FRAMES = {
+    "ops": {**_kinds(OPS), **_kinds(ROOFLINE), **_DOT, **_FLAGS,
+            "in_step": ("bool", "the op starts inside a step of its own device")},
+    "op_stats": {
+        "module": (_TEXT, "HLO module name"),
+        "program_id": ("uint64", "XLA program id; 0 when unknown"),
+        "op": (_TEXT, "HLO instruction name (the kernel name for ops without one)"),
+        "opcode": (_TEXT, "HLO opcode"),
+        "category": (_TEXT, "op category"),
+        "kernel": (_TEXT, "GPU kernel name (empty elsewhere)"),
+        "device_kind": (_TEXT, "chip, e.g. 'TPU v6 Lite'"),
+        "dtype": (_TEXT, "element type the op computes in"),
+        "cost_source": (_TEXT, "where flops/bytes came from: trace | hlo | unknown"),
+        "unknown_reason": (_TEXT, "why the cost is unknown"),
+        **_DOT, **_FLAGS,
+        "is_host_transfer": ("bool", "some execution is a device<->host transfer"),
+        "occurrences": ("int64", "executions of the op (sync rows) over every device"),
+        "devices": ("int64", "devices the op ran on"),
+        "total_ps": ("int64", "time of all executions, summed over devices"),
+        "flops": ("float64", "FLOPs summed over executions (NaN when unknown)"),
+        "bytes_accessed": ("float64", "bytes read plus written, summed over executions"),
+        "net_bytes": ("float64", "bytes a collective moves per device, summed over executions"),
+        "compute_ps": ("float64", "compute roofline time, summed over executions"),
+        "memory_ps": ("float64", "memory roofline time, summed over executions"),
+        "network_ps": ("float64", "network roofline time, summed over executions"),
+        "roofline_ps": ("float64", "roofline time (max of the three), summed over executions"),
+        "headroom_ps": ("float64", "sum of max(0, measured - roofline) over executions"),
+        "mean_ps": ("float64", "total_ps / occurrences"),
+        "share": ("float64", "total_ps / profiled time (the sum of device spans)"),
+        "busy_share": ("float64", "total_ps / time of all sync ops"),
+        "efficiency": ("float64", "roofline_ps / total_ps (1.0 = at the roofline)"),
+        "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
+        "bound_by": (_TEXT, "compute | memory | network | host_link | unknown (largest summed roofline term)"),
+        "chip_f32_slower": ("bool", "the chip runs bf16 matmuls faster than f32 (TPUs, tensor-core GPUs)"),
+    },
+    "collectives": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "device_kind": (_TEXT, "chip"),
+        "module": (_TEXT, "HLO module name"), "op": (_TEXT, "HLO instruction name"), "opcode": (_TEXT, "HLO opcode"),
+        "category": (_TEXT, "op category"), "kernel": (_TEXT, "GPU kernel name (empty elsewhere)"),
+        "step": ("int64", "step number, -1 when unknown"),
+        "is_async": ("bool", "an async window (-start to -done) rather than a sync op"),
+        "start_ps": ("int64", "start, ps since the host's epoch"),
+        "span_ps": ("int64", "length of the collective (sync op or async window)"),
+        "covered_ps": ("int64", "part of the span with compute running on the same device"),
+        "exposed_ps": ("int64", "span_ps - covered_ps: collective time with no compute underneath"),
+        "overlap_ratio": ("float64", "covered_ps / span_ps (1.0 for an empty span)"),
+        "overlap_class": (_TEXT, "hidden | partial | exposed (by overlap_ratio)"),
+        "network_ps": ("float64", "predicted network time of the collective (NaN when unknown)"),
+        "net_bytes": ("float64", "bytes the collective moves per device (NaN when unknown)"),
+        "group_size": ("int64", "participants per replica group, -1 when unknown"),
+    },
+    "steps": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "step": ("int64", "step number"),
+        "start_ps": ("int64", "step start"),
+        "step_ps": ("int64", "step duration"),
+        "compute_ps": ("int64", "union of compute (sync, non-collective) ops within the step"),
+        "collective_ps": ("int64", "union of collectives (sync and async windows) within the step"),
+        "collective_exposed_ps": ("int64", "collective time with no compute running"),
+        "collective_hidden_ps": ("int64", "collective time under compute (part of compute_ps)"),
+        "wait_ps": ("int64", "stalled on async copies/transfers (*-done markers), neither compute nor idle"),
+        "idle_ps": ("int64", "step_ps - compute - exposed collectives - wait"),
+    },
+    "devices": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "device_kind": (_TEXT, "chip"),
+        "window_start_ps": ("int64", "start of the device's window"),
+        "span_ps": ("int64", "length of the device's window: its profiled time"),
+        "busy_ps": ("int64", "union of sync ops"),
+        "idle_ps": ("int64", "span_ps - busy_ps"),
+        "idle_before_first_op_ps": ("int64", "window start to the first sync op"),
+        "op_count": ("int64", "sync ops"),
+        "async_count": ("int64", "async windows"),
+        "utilization": ("float64", "busy_ps / span_ps"),
+        "busy_ps_z": ("float64", "modified z-score of busy_ps among devices of the same device_kind"),
+    },
+    "gaps": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"),
+        "start_ps": ("int64", "gap start"),
+        "duration_ps": ("int64", "gap length"),
+        "kind": (_TEXT, "before_first_op | inside_step | between_steps | between_ops"),
+        "step": ("int64", "step containing the gap, -1 outside steps"),
+    },
+    "host_events": _kinds(HOST_EVENTS),
+}
+
+#: units of columns whose suffix does not say (see :func:`unit_of`)
+UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction", "efficiency": "fraction",
+         "overlap_ratio": "fraction", "tiny_fraction": "fraction", "pad_waste": "fraction",
+         "flops": "FLOP", "trace_flops": "FLOP", "trace_bytes": "bytes", "bytes_accessed": "bytes",
+         "occurrences": "count", "devices": "count", "op_count": "count", "async_count": "count",
+         "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
+         "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps"}
+
+
+def unit_of(column: str, kind: str = "") -> str:
+    """The unit of a column: from :data:`UNITS`, else its suffix (``_ps`` ps, ``_bytes`` bytes,
+    ``_flops_per_byte`` FLOP/byte, ``_per_s`` 1/s, ``_z`` z-score); empty for text, flags and ids."""
+    if column in UNITS:
+        return UNITS[column]
+    for suffix, unit in (("_ps", "ps"), ("_bytes", "bytes"), ("_flops_per_byte", "FLOP/byte"), ("_per_s", "1/s"),
+                         ("_z", "z-score")):
+        if column.endswith(suffix):
+            return unit
+    return ""
+
+
 SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
 
 _FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
