@@ -43,10 +43,13 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import rule_checks
-    from tracekit.analysis import rules
+    from tracekit.analysis import rule_cases, rule_model, rules
     from tracekit.analysis import timeline
     from tracekit.progress import NULL
     progress = progress or NULL
+    # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
+    rule_list = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
+    resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
     if isinstance(source, Trace):
         tr = source
@@ -55,7 +58,6 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
     ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
-    rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps)
@@ -68,8 +70,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
         steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
-                            "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
-                                      for r in rule_list}},
+                            "rules": resolved},
         warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
         fail_on=fail_on)
 

@@ -71,44 +71,47 @@ def _where(cond, a, b):
     return out if index is None else pd.Series(out, index=index)
 
 
-#: name -> (min args, max args or None, implementation, meaning)
+#: name -> (min args, max args or None, implementation, usage, meaning)
 FUNCTIONS: dict[str, tuple] = {
-    "abs": (1, 1, np.abs, "absolute value"),
-    "min": (2, None, _nary(np.minimum), "element-wise minimum of two or more values (NaN if any is NaN)"),
-    "max": (2, None, _nary(np.maximum), "element-wise maximum of two or more values (NaN if any is NaN)"),
-    "sqrt": (1, 1, np.sqrt, "square root"),
-    "exp": (1, 1, np.exp, "e to the power x"),
-    "log": (1, 1, np.log, "natural logarithm"),
-    "log2": (1, 1, np.log2, "base-2 logarithm"),
-    "log10": (1, 1, np.log10, "base-10 logarithm"),
-    "floor": (1, 1, np.floor, "round down"),
-    "ceil": (1, 1, np.ceil, "round up"),
-    "where": (3, 3, _where, "where(cond, a, b): a where cond is true, else b"),
-    "isna": (1, 1, pd.isna, "true where the value is missing (NaN)"),
-    "notna": (1, 1, pd.notna, "true where the value is present"),
+    "abs": (1, 1, np.abs, "abs(x)", "absolute value"),
+    "min": (2, None, _nary(np.minimum), "min(a, b, ...)", "element-wise minimum (NaN if any is NaN)"),
+    "max": (2, None, _nary(np.maximum), "max(a, b, ...)", "element-wise maximum (NaN if any is NaN)"),
+    "sqrt": (1, 1, np.sqrt, "sqrt(x)", "square root"),
+    "exp": (1, 1, np.exp, "exp(x)", "e to the power x"),
+    "log": (1, 1, np.log, "log(x)", "natural logarithm"),
+    "log2": (1, 1, np.log2, "log2(x)", "base-2 logarithm"),
+    "log10": (1, 1, np.log10, "log10(x)", "base-10 logarithm"),
+    "floor": (1, 1, np.floor, "floor(x)", "round down"),
+    "ceil": (1, 1, np.ceil, "ceil(x)", "round up"),
+    "where": (3, 3, _where, "where(cond, a, b)", "a where cond is true, else b"),
+    "isna": (1, 1, pd.isna, "isna(x)", "true where the value is missing (NaN)"),
+    "notna": (1, 1, pd.notna, "notna(x)", "true where the value is present"),
 }
 
-#: method -> (min args, max args, keyword arguments, arguments that must be constants/params, implementation,
-#: meaning); called as ``column.method(...)``
+#: method -> (min args, max args, keyword arguments, "list"/"const"/"" (what the arguments must be),
+#: implementation, usage, meaning); called as ``column.method(...)``
 METHODS: dict[str, tuple] = {
-    "isin": (1, 1, (), "list", lambda s, v: s.isin(v), "true where the value is in the list of constants"),
-    "between": (2, 2, (), "", lambda s, lo, hi: s.between(lo, hi), "lo <= value <= hi"),
-    "abs": (0, 0, (), "", lambda s: s.abs(), "absolute value"),
-    "isna": (0, 0, (), "", lambda s: s.isna(), "true where the value is missing"),
-    "notna": (0, 0, (), "", lambda s: s.notna(), "true where the value is present"),
-    "fillna": (1, 1, (), "", lambda s, v: s.fillna(v), "missing values replaced by the argument"),
+    "isin": (1, 1, (), "list", lambda s, v: s.isin(v), "x.isin(['a', 'b'])", "true where x is one of the constants"),
+    "between": (2, 2, (), "", lambda s, lo, hi: s.between(lo, hi), "x.between(lo, hi)", "lo <= x <= hi"),
+    "abs": (0, 0, (), "", lambda s: s.abs(), "x.abs()", "absolute value"),
+    "isna": (0, 0, (), "", lambda s: s.isna(), "x.isna()", "true where x is missing"),
+    "notna": (0, 0, (), "", lambda s: s.notna(), "x.notna()", "true where x is present"),
+    "fillna": (1, 1, (), "", lambda s, v: s.fillna(v), "x.fillna(v)", "x with missing values replaced by v"),
 }
-#: text method -> same fields; called as ``column.str.method(...)``
+#: text method -> the same fields; called as ``column.str.method(...)``
 STR_METHODS: dict[str, tuple] = {
     "contains": (1, 1, ("case", "regex"), "const",
                  lambda s, pat, case=True, regex=True: s.str.contains(pat, case=case, regex=regex),
-                 "true where the text contains the pattern (a regular expression unless regex=False; "
-                 "case=False ignores case)"),
-    "startswith": (1, 1, (), "const", lambda s, p: s.str.startswith(p), "true where the text starts with it"),
-    "endswith": (1, 1, (), "const", lambda s, p: s.str.endswith(p), "true where the text ends with it"),
-    "lower": (0, 0, (), "", lambda s: s.str.lower(), "the text in lower case"),
-    "upper": (0, 0, (), "", lambda s: s.str.upper(), "the text in upper case"),
-    "len": (0, 0, (), "", lambda s: s.str.len(), "length of the text"),
+                 "x.str.contains('pat', case=False, regex=True)",
+                 "true where the text contains the pattern (a regular expression unless regex=False; case=False "
+                 "ignores case)"),
+    "startswith": (1, 1, (), "const", lambda s, p: s.str.startswith(p), "x.str.startswith('s')",
+                   "true where the text starts with s"),
+    "endswith": (1, 1, (), "const", lambda s, p: s.str.endswith(p), "x.str.endswith('s')",
+                 "true where the text ends with s"),
+    "lower": (0, 0, (), "", lambda s: s.str.lower(), "x.str.lower()", "the text in lower case"),
+    "upper": (0, 0, (), "", lambda s: s.str.upper(), "x.str.upper()", "the text in upper case"),
+    "len": (0, 0, (), "", lambda s: s.str.len(), "x.str.len()", "length of the text"),
 }
 
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -326,8 +329,8 @@ class _Compiler:
         f = node.func
         if isinstance(f, ast.Name) and not f.id.startswith(_PARAM):
             if f.id not in FUNCTIONS:
-                self.refuse(node, f"`{f.id}` is not an allowed function (functions: {', '.join(FUNCTIONS)})")
-            lo, hi, impl, _ = FUNCTIONS[f.id]
+                self.refuse(node, f"`{f.id}` is not an allowed function")
+            lo, hi, impl = FUNCTIONS[f.id][:3]
             if node.keywords:
                 self.refuse(node, f"{f.id}() takes no keyword arguments")
             self.count(node, f.id, lo, hi)
@@ -339,17 +342,16 @@ class _Compiler:
                 table, label, recv = STR_METHODS, f".str.{f.attr}", recv.value
             else:
                 table, label = METHODS, f".{f.attr}"
-            if f.attr not in table:
-                allowed = " ".join(f".{m}()" for m in METHODS) + " " + " ".join(f".str.{m}()" for m in STR_METHODS)
-                self.refuse(node, f"{label}() is not an allowed method (methods: {allowed})")
-            lo, hi, kwnames, argkind, impl, _ = table[f.attr]
-            self.count(node, label, lo, hi)
             before = set(self.used)
             self.used = set()
-            on = self.expr(recv)
+            on = self.expr(recv)  # the receiver first: `pd.x()` is refused for `pd`, not for `.x()`
+            if f.attr not in table:
+                self.refuse(node, f"{label}() is not an allowed method")
             if not self.used:
                 self.refuse(node, f"{label}() must follow an expression that reads a {self.names_are}")
             self.used |= before
+            lo, hi, kwnames, argkind, impl = table[f.attr][:5]
+            self.count(node, label, lo, hi)
             if argkind == "list":
                 args = [self.constants(a) for a in node.args]
             else:
