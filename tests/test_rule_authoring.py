@@ -251,3 +251,22 @@ def test_docs_list_grammar_frames_and_template_variables():
         assert heading in doc, heading
     assert doc.count("### Example") == len(RULES)
     assert "| `exposed_ps` | int64 | ps |" in doc and "| `overlap_ratio` | float64 | fraction |" in doc
+
+
+def test_readme_rule_example(tmp_path):
+    """The user rule in the README loads, its cases pass, and it runs in an analysis with a unit-valued --param."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Writing a rule"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    d = tmp_path / "my_rules"
+    d.mkdir()
+    (d / "MY001-slow-transposes.yaml").write_text(block)
+    r = CliRunner().invoke(main, ["rules", "test", str(d)])
+    assert r.exit_code == 0 and "1 rule(s), 2 case(s): 2 passed, 0 failed" in r.output, r.output
+    assert "--param my001.min_share=5%" in section and "tracekit rules test my_rules/" in section
+    r = CliRunner().invoke(main, ["analyze", str(cpu_fixture("big_matmul")), "--rules", str(d), "--param",
+                                  "my001.min_share=5%", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["params"]["rules"]["MY001"] == {"min_share": 0.05}

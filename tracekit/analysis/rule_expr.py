@@ -148,7 +148,7 @@ class Expr:
     def evaluate(self, values: Any, params: Mapping) -> Any:
         """The value over ``values`` (a DataFrame, or a mapping name -> scalar for ``report_if``)."""
         try:
-            return self.fn(values, params)
+            return self.fn(_Columns(values), params)
         except ExprError:
             raise
         except (TypeError, ValueError, ArithmeticError, KeyError) as e:
@@ -244,7 +244,7 @@ class _Compiler:
                               + (f" (did you mean {', '.join(close)}?)" if close else "")
                               + (" — parameters are written @name" if name in self.params else ""))
         self.used.add(name)
-        return lambda values, params: _column(values[name])
+        return lambda values, params: values[name]
 
     # --- operators
     def on_BinOp(self, node: ast.BinOp):
@@ -387,11 +387,20 @@ class _Compiler:
 
 
 # ------------------------------------------------------------------------------------------------ run-time ops
-def _column(s):
-    """Integer columns narrower than 64 bits are widened (products of dims must not wrap around)."""
-    if isinstance(s, pd.Series) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
-        return s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
-    return s
+class _Columns:
+    """The values an evaluation reads, each fetched once; integer columns narrower than 64 bits are widened
+    (products of dims must not wrap around)."""
+
+    def __init__(self, values):
+        self.values, self.seen = values, {}
+
+    def __getitem__(self, name):
+        if name not in self.seen:
+            s = self.values[name]
+            if isinstance(s, pd.Series) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
+                s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
+            self.seen[name] = s
+        return self.seen[name]
 
 
 def _numeric(x, node):
