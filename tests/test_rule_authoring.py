@@ -135,6 +135,10 @@ def test_case_names_default_and_unique():
 
 
 # ---------------------------------------------------------------------------------------- parameter units
+def test_fraction_with_a_whole_default_stays_a_fraction():
+    assert Param(0, 0, 1, kind="fraction").coerce("5%", "XX001.p") == 0.05
+
+
 @pytest.mark.parametrize("kind,text,want", [
     ("duration", "10ms", 10 * 10**9), ("duration", "250us", 250 * 10**6), ("duration", "250µs", 250 * 10**6),
     ("duration", "2s", 2 * 10**12), ("duration", "100ns", 100 * 10**3), ("duration", "1500", 1500),

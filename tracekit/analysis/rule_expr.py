@@ -23,8 +23,9 @@ Grammar (the allow-list)
   propagates), ``sqrt``, ``exp``, ``log``, ``log2``, ``log10``, ``floor``, ``ceil``, ``where(cond, a, b)``,
   ``isna(x)``, ``notna(x)``.
 * **column methods** (:data:`METHODS`), only directly on an expression that reads a column: ``.isin([..])``,
-  ``.between(lo, hi)`` (inclusive), ``.abs()``, ``.isna()``, ``.notna()``, ``.fillna(value)``; text methods
-  ``.str.contains(pat, case=True, regex=True)``, ``.str.startswith(s)``, ``.str.endswith(s)``,
+  ``.between(lo, hi)`` (inclusive), ``.abs()``, ``.isna()``/``.isnull()``, ``.notna()``/``.notnull()``,
+  ``.fillna(value)``; text methods ``.str.contains(pat, case=True, regex=True, na=None)``,
+  ``.str.startswith(s)``, ``.str.endswith(s)``,
   ``.str.lower()``, ``.str.upper()``, ``.str.len()``. Text arguments are constants or ``@params``; keyword
   arguments are constants.
 
@@ -96,18 +97,21 @@ METHODS: dict[str, tuple] = {
     "abs": (0, 0, (), "", lambda s: s.abs(), "x.abs()", "absolute value"),
     "isna": (0, 0, (), "", lambda s: s.isna(), "x.isna()", "true where x is missing"),
     "notna": (0, 0, (), "", lambda s: s.notna(), "x.notna()", "true where x is present"),
+    "isnull": (0, 0, (), "", lambda s: s.isna(), "x.isnull()", "the same as x.isna()"),
+    "notnull": (0, 0, (), "", lambda s: s.notna(), "x.notnull()", "the same as x.notna()"),
     "fillna": (1, 1, (), "", lambda s, v: s.fillna(v), "x.fillna(v)", "x with missing values replaced by v"),
 }
 #: text method -> the same fields; called as ``column.str.method(...)``
 STR_METHODS: dict[str, tuple] = {
-    "contains": (1, 1, ("case", "regex"), "const",
-                 lambda s, pat, case=True, regex=True: s.str.contains(pat, case=case, regex=regex),
-                 "x.str.contains('pat', case=False, regex=True)",
+    "contains": (1, 1, ("case", "regex", "na"), "const",
+                 lambda s, pat, case=True, regex=True, na=None: s.str.contains(pat, case=case, regex=regex,
+                                                                              **({} if na is None else {"na": na})),
+                 "x.str.contains('pat', case=False, regex=True, na=False)",
                  "true where the text contains the pattern (a regular expression unless regex=False; case=False "
-                 "ignores case)"),
-    "startswith": (1, 1, (), "const", lambda s, p: s.str.startswith(p), "x.str.startswith('s')",
+                 "ignores case; na: the value for missing text)"),
+    "startswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.startswith(p, **na), "x.str.startswith('s')",
                    "true where the text starts with s"),
-    "endswith": (1, 1, (), "const", lambda s, p: s.str.endswith(p), "x.str.endswith('s')",
+    "endswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.endswith(p, **na), "x.str.endswith('s')",
                  "true where the text ends with s"),
     "lower": (0, 0, (), "", lambda s: s.str.lower(), "x.str.lower()", "the text in lower case"),
     "upper": (0, 0, (), "", lambda s: s.str.upper(), "x.str.upper()", "the text in upper case"),

@@ -122,7 +122,7 @@ class Param:
                 v = parse_quantity(value, kind)
                 if isinstance(v, float) and not math.isfinite(v):
                     raise ValueError("expected a finite number")
-                whole = kind in ("duration", "bytes", "count") or (isinstance(self.default, int)
+                whole = kind in ("duration", "bytes", "count") or (kind == "number" and isinstance(self.default, int)
                                                                    and not isinstance(self.default, bool))
                 if whole:
                     if kind == "count" or kind == "number":
