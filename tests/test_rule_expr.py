@@ -69,10 +69,13 @@ ESCAPES = [
     ("share >", "not a valid expression"),
     ("abs > 0", "is a function"),
     ("@min_share() > 0", "only the listed functions"),
+    ("-" * 3000 + "share > 0", "nested deeper"),
+    ("(" * 250 + "share" + ")" * 250 + " > 0", "not a valid expression"),
+    ("share" + " + share" * 400 + " > 0", "nested deeper"),
 ]
 
 
-@pytest.mark.parametrize("expr,why", ESCAPES, ids=[e for e, _ in ESCAPES])
+@pytest.mark.parametrize("expr,why", ESCAPES, ids=[e[:60] for e, _ in ESCAPES])
 def test_escape_refused_at_load(expr, why):
     with pytest.raises(TraceError) as e:
         parse_rule(_doc(where=expr), "rules/XX001-slow-op.yaml")

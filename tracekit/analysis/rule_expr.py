@@ -32,7 +32,8 @@ Grammar (the allow-list)
 Refused, among others: any other attribute (``x.__class__``, ``x.apply``, ``pd.eval``), indexing (``x[0]``,
 ``f(x)[0]``), names starting with ``_``, lambdas, comprehensions, f-strings, ``:=``, ``*``/``**`` unpacking,
 conditional expressions (use ``where(c, a, b)``), ``is``, dicts and sets, and any name that is not a declared
-column, parameter or function. Expressions are at most :data:`MAX_LENGTH` characters.
+column, parameter or function. Expressions are at most :data:`MAX_LENGTH` characters and
+:data:`MAX_DEPTH` levels deep.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 MAX_LENGTH = 4000
+MAX_DEPTH = 60
 _PARAM = "PARAM__"  # ``@name`` is rewritten to ``PARAM__name`` before parsing (user names cannot start so)
 
 
@@ -202,6 +204,15 @@ def compile_expr(text: str, names: Collection[str], params: Collection[str], *, 
         tree = ast.parse(_prepare(text), mode="eval")
     except SyntaxError as e:
         raise ExprError(f"not a valid expression ({e.msg})") from None
+    except (RecursionError, MemoryError):
+        raise ExprError(f"nested deeper than {MAX_DEPTH} levels") from None
+    depth, todo = 0, [(tree.body, 1)]
+    while todo:  # the compiler and the closures recurse: bound the depth first
+        node, d = todo.pop()
+        depth = max(depth, d)
+        todo += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    if depth > MAX_DEPTH:
+        raise ExprError(f"nested deeper than {MAX_DEPTH} levels")
     c = _Compiler(set(names), set(params), names_are)
     fn = c.expr(tree.body)
     return Expr(text, frozenset(c.used), frozenset(c.used_params), fn)
