@@ -257,7 +257,9 @@ class _Compiler:
             close = difflib.get_close_matches(name, sorted(self.names), n=3)
             self.refuse(node, f"`{name}` is not a {self.names_are} here"
                               + (f" (did you mean {', '.join(close)}?)" if close else "")
-                              + (" — parameters are written @name" if name in self.params else ""))
+                              + ("; parameters are written @name" if name in self.params else "")
+                              + ("; a frame's columns are declared in tracekit.schema.RULE_FRAMES (docs/rules.md#frames)"
+                                 if self.names_are == "column" and name not in self.params else ""))
         self.used.add(name)
         return lambda values, params: values[name]
 
