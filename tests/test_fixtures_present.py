@@ -21,7 +21,11 @@ except ImportError:  # running from a checkout that is not installed
     from tracekit.proto import hlo_pb2, xplane_pb2
 
 FIXTURES = ROOT / "fixtures" / "cpu"
-CASES = ["train_step", "sharded8", "allreduce_exposed", "matvec_b1", "sleepy_steps", "big_matmul"]
+ORIGINAL = ["train_step", "sharded8", "allreduce_exposed", "matvec_b1", "sleepy_steps", "big_matmul"]
+PROGRAMS = ["scan_loop", "fori_loop", "while_dynamic", "cond_branch", "fft", "gather_scatter", "sort_topk",
+            "attention", "layernorm", "conv_strided", "conv_dilated", "conv_grouped", "conv_transpose", "dot_int8",
+            "dot_bf16_f32"]
+CASES = ORIGINAL + PROGRAMS
 MULTI_DEVICE = {"sharded8", "allreduce_exposed"}
 MAX_BYTES = 1_000_000
 
@@ -80,11 +84,13 @@ def test_cases_json_lists_every_case():
     index = json.loads((FIXTURES / "cases.json").read_text())
     assert index["platform"] == "cpu"
     assert set(CASES) <= set(index["cases"])
+    assert index["machine"]["cpu_count"] >= 1
     for case in CASES:
         info = index["cases"][case]
         assert info["devices"] == (8 if case in MULTI_DEVICE else 1)
-        for cost in info["xla_cost"].values():
-            assert cost["flops"] > 0 and cost["bytes accessed"] > 0
+        for name, cost in info["xla_cost"].items():
+            if name != "top_k":  # XLA cannot count the TopK custom call: -1
+                assert cost["flops"] > 0 and cost["bytes accessed"] > 0
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -92,7 +98,27 @@ def test_trace_exists_and_is_small(case):
     path = trace_path(case)
     assert path.is_file(), f"missing {path}; run fixtures/capture_cpu.py"
     assert path.stat().st_size < MAX_BYTES
-    assert [p.name for p in sorted(path.parent.iterdir())] == ["cpu.xplane.pb"]
+    assert [p.name for p in sorted(path.parent.iterdir())] == ["cpu.machine.json", "cpu.xplane.pb"]
+    machine = json.loads((path.parent / "cpu.machine.json").read_text())
+    assert machine["format"] == "tracekit.machine/1" and machine["cpu_count"] >= 1 and machine["processor"]
+    assert machine["calibration"]["peak_flops_per_s"]["f32"] > 0
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cases_json_has_xla_numbers_and_step_times(case):
+    """Every case records, for every jitted function it profiles, XLA's cost_analysis() and memory_analysis(),
+    and the wall time of every profiled step as the capture script measured it."""
+    info = json.loads((FIXTURES / "cases.json").read_text())["cases"][case]
+    assert set(info["xla_cost"]) == set(info["jitted"]) == set(info["xla_memory"]) == set(info["hlo_ops"])
+    for mem in info["xla_memory"].values():
+        for key in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+                    "generated_code_size_in_bytes"):
+            assert isinstance(mem[key], int) and mem[key] >= 0
+        assert mem["argument_size_in_bytes"] > 0 and mem["output_size_in_bytes"] > 0
+    walls = info["step_wall_s"]
+    assert len(walls) == info["steps"] and all(0 < w < 10 for w in walls)
+    for key in ("trip_count", "xla_cost_body"):
+        assert (key in info) == (case in ("scan_loop", "fori_loop", "while_dynamic"))
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -64,6 +64,9 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
+    from tracekit.analysis import customcalls
+    from tracekit.model import roofline
+    custom = customcalls.summary(ops, tr.hlo, roofline.costs(tr) if tr.has_hlo else None)
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
     return report_mod.build(
@@ -72,7 +75,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
                             "rules": resolved},
         warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
-        fail_on=fail_on)
+        fail_on=fail_on, custom_calls=custom)
 
 
 def _display_path(p: str) -> str:

@@ -114,7 +114,10 @@ ROOFLINE = {
     "net_bytes": ("float64", "bytes a collective moves per device over the interconnect"),
     "group_size": ("int64", "collective participants, -1 when not a collective"),
     "dtype": (CAT, "element type the op computes in (dot/conv: the operand type)"),
-    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | unknown"),
+    "compute_dtype": (CAT, "element type whose peak FLOP/s the op is judged against (custom-call GEMM/conv/"
+                           "attention models: the operand type, bf16 x bf16 -> f32 at bf16; else dtype)"),
+    "cost_source": (CAT, "where flops/bytes came from: trace | hlo | model:<name> (a custom-call cost model, "
+                         "tracekit.model.custom_calls) | unknown"),
     "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
     "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
     "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),

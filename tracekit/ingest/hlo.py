@@ -9,7 +9,7 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from tracekit import schema
-from tracekit.ingest import hloshape
+from tracekit.ingest import backend_config, hloshape
 from tracekit.proto import hlo_pb2, xplane_pb2
 from tracekit.ingest.xspace import stat_names
 
@@ -133,16 +133,34 @@ def _on_host(shape: hlo_pb2.ShapeProto) -> bool:
     return any(l.HasField("layout") and l.layout.memory_space == HOST_MEMORY_SPACE for l in hloshape.leaves(shape))
 
 
+def _dot_numbers(ins: hlo_pb2.HloInstructionProto) -> tuple | None:
+    """(lhs contracting, lhs batch, rhs contracting, rhs batch) of a dot, or of a GEMM custom call (its
+    GpuBackendConfig.gemm_backend_config.dot_dimension_numbers: cuBLAS, cuBLASLt, hipBLASLt, FP8); else None."""
+    if ins.opcode == "dot":
+        dn = ins.dot_dimension_numbers
+        return (set(dn.lhs_contracting_dimensions), set(dn.lhs_batch_dimensions), set(dn.rhs_contracting_dimensions),
+                set(dn.rhs_batch_dimensions))
+    if ins.opcode == "custom-call" and b"gemm_backend_config" in ins.backend_config[:4096]:
+        dd = backend_config.sub(backend_config.json_config(ins), "gemm_backend_config", "dot_dimension_numbers")
+        if dd:
+            return tuple(set(backend_config.ints(dd, k)) for k in (
+                "lhs_contracting_dimensions", "lhs_batch_dimensions", "rhs_contracting_dimensions",
+                "rhs_batch_dimensions"))
+    return None
+
+
 def _dot_dims(ins: hlo_pb2.HloInstructionProto, shapes: dict) -> tuple[int, int, int]:
-    """(M, N, K) of a dot from its operand shapes and dimension numbers; (-1, -1, -1) when not a dot."""
-    if ins.opcode != "dot" or len(ins.operand_ids) < 2:
+    """(M, N, K) of a dot (or GEMM custom call) from its operand shapes and dimension numbers; (-1, -1, -1) when
+    not one."""
+    numbers = _dot_numbers(ins) if len(ins.operand_ids) >= 2 else None
+    if numbers is None:
         return -1, -1, -1
     lhs, rhs = shapes.get(ins.operand_ids[0]), shapes.get(ins.operand_ids[1])
     if lhs is None or rhs is None:
         return -1, -1, -1
-    dn = ins.dot_dimension_numbers
-    lc, lb, rc, rb = set(dn.lhs_contracting_dimensions), set(dn.lhs_batch_dimensions), \
-        set(dn.rhs_contracting_dimensions), set(dn.rhs_batch_dimensions)
+    lc, lb, rc, rb = numbers
+    if any(i >= len(lhs.dimensions) for i in lc | lb) or any(i >= len(rhs.dimensions) for i in rc | rb):
+        return -1, -1, -1
     def prod(dims, keep):
         out = 1
         for i, d in enumerate(dims):

@@ -109,16 +109,14 @@ def _numpy_runner(n):
     return lambda: a @ b
 
 
-def _processor() -> str:
-    """platform.processor(), else the model name from /proc/cpuinfo, else the machine type."""
-    name = platform.processor()
-    if not name:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-        except OSError:
-            name = ""
-    return name or platform.machine() or "unknown"
+def processor_name() -> str:
+    """The CPU model: the model name from /proc/cpuinfo, else platform.processor(), else the machine type."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        name = ""
+    return name or platform.processor() or platform.machine() or "unknown"
 
 
 def measure(seconds: float = 5.0) -> dict:
@@ -139,7 +137,7 @@ def measure(seconds: float = 5.0) -> dict:
     return {
         "version": FORMAT_VERSION,
         "measured_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "processor": _processor(),
+        "processor": processor_name(),
         "cpu_count": os.cpu_count() or 1,
         "platform": platform.platform(),
         "peak_flops_per_s": flops,
@@ -147,6 +145,11 @@ def measure(seconds: float = 5.0) -> dict:
         "engines": engines,
         "details": details,
     }
+
+
+def write_json_atomic(path: Path, record: dict) -> None:
+    """Write ``record`` as JSON to ``path`` through a temporary file in the same folder (never a partial file)."""
+    _write_atomic(Path(path), record)
 
 
 def _write_atomic(path: Path, record: dict) -> None:

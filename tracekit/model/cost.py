@@ -26,7 +26,8 @@ Where we differ from XLA on purpose:
     the gathered bytes for an unfused gather); a parameter read both by a slice and in full counts once in full
     (XLA: full + slice).
   * tuple costs 0 (XLA on CPU: 8 bytes of pointer per element); ``-done`` halves of async pairs cost 0 (XLA: in+out
-    again); opaque custom calls keep their I/O bytes with NaN flops (XLA: -1 for flops and bytes).
+    again); custom calls are priced by :mod:`tracekit.model.custom_calls` (GEMMs, convolutions, attention, TopK,
+    sort: ``cost_model`` names the model) and the others keep their I/O bytes with NaN flops (XLA: -1 for both).
   * conditional: per-metric max over branches (as XLA); the row's note says so.
   * multi-dimensional fft: 8 * elements * log2(prod fft_length) (XLA multiplies the per-dimension logs).
 Collectives: ``net_bytes`` are the bytes each device sends on a ring, V = full array: all-gather (V = output),
@@ -39,13 +40,14 @@ import json
 
 import pandas as pd
 
+from tracekit.model import custom_calls
 from tracekit.model.cost_ops import COLLECTIVE_OF, NAN, Cost, op_cost
 from tracekit.ingest.hloshape import first_dtype, nbytes
 from tracekit.proto import hlo_pb2
 
 COLUMNS = ["module", "computation", "name", "opcode", "dtype", "flops", "transcendentals", "bytes_read",
            "bytes_written", "bytes_accessed", "net_bytes", "group_size", "collective", "cost_known",
-           "unknown_reason", "note"]
+           "unknown_reason", "note", "cost_model", "compute_dtype"]
 _METRICS = ("flops", "transcendentals", "bytes_read", "bytes_written", "net_bytes")
 _CONTROL = ("while", "conditional", "call", "async-start")
 
@@ -154,6 +156,8 @@ class _Model:
                         if i.opcode in COLLECTIVE_OF and not c.collective:
                             c.collective, c.group_size = ic.collective, ic.group_size
             return c
+        if op == "custom-call":  # vendor libraries and hand-written kernels: tracekit.model.custom_calls
+            return custom_calls.cost(inst, [o.shape for o in self.operands(cid, inst)])
         return op_cost(inst, [o.shape for o in self.operands(cid, inst)], self)
 
     def while_cost(self, inst) -> Cost:
@@ -241,10 +245,11 @@ def _frame(module, num_devices) -> tuple[pd.DataFrame, str | None]:
     for cid in model.executable():
         cname = model.comps[cid].name
         for inst, c in model.rows(cid):
-            recs.append((module.name, cname, inst.name, inst.opcode, first_dtype(inst.shape), float(c.flops),
+            dtype = first_dtype(inst.shape)
+            recs.append((module.name, cname, inst.name, inst.opcode, dtype, float(c.flops),
                          float(c.transcendentals), float(c.bytes_read), float(c.bytes_written),
                          float(c.bytes_read + c.bytes_written), float(c.net_bytes), int(c.group_size),
-                         c.collective, bool(c.known), c.reason, c.note))
+                         c.collective, bool(c.known), c.reason, c.note, c.model, c.compute_dtype or dtype))
     df = pd.DataFrame.from_records(recs, columns=COLUMNS)
     df = df.astype({"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
                     "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool})

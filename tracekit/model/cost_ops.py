@@ -7,7 +7,6 @@ the two can be compared. Deliberate differences are listed in the docstring of :
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from math import prod
@@ -35,9 +34,6 @@ ELEMENTWISE = frozenset("""add subtract multiply divide remainder maximum minimu
 #: data movement: no flops, read every operand, write the output
 MOVE = frozenset("""copy copy-start broadcast reshape dynamic-reshape concatenate pad reverse transpose topk
     get-dimension-size set-dimension-size""".split())
-#: custom-call targets that are a GEMM described by ``dot_dimension_numbers`` in their backend_config
-GEMM_TARGETS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8",
-                          "__cublas$lt$matmul$mx", "__hipblaslt$matmul"})
 COLLECTIVE_OF = {"all-reduce": "all-reduce", "all-reduce-start": "all-reduce", "all-gather": "all-gather",
                  "all-gather-start": "all-gather", "reduce-scatter": "reduce-scatter", "all-to-all": "all-to-all",
                  "ragged-all-to-all": "ragged-all-to-all", "collective-permute": "collective-permute",
@@ -56,6 +52,10 @@ class Cost:
     known: bool = True
     reason: str = ""
     note: str = ""
+    #: the custom-call cost model that priced the op (``cost_source`` becomes ``model:<name>``), else empty
+    model: str = ""
+    #: element type whose peak the FLOPs run at (the operand type of a GEMM/conv/attention), else empty
+    compute_dtype: str = ""
 
     def unknown(self, reason: str, *metrics: str) -> "Cost":
         """Mark ``metrics`` (all five when none are named) NaN, with ``reason``."""
@@ -66,7 +66,7 @@ class Cost:
         return self
 
 
-def _is_complex(shape) -> bool:
+def is_complex(shape) -> bool:
     return any(s.element_type in (PT.C64, PT.C128) for s in leaves(shape))
 
 
@@ -87,6 +87,18 @@ def dot_flops(lhs, rhs, lhs_contract, lhs_batch, rhs_contract, rhs_batch, comple
     m = prod(d for i, d in enumerate(lhs.dimensions) if i not in set(lhs_contract) | set(lhs_batch))
     n = prod(d for i, d in enumerate(rhs.dimensions) if i not in set(rhs_contract) | set(rhs_batch))
     return 2.0 * b * m * n * k * (4 if complex_ else 1)
+
+
+def ragged_dot_flops(lhs, rhs, rhs_contract, rhs_batch, rhs_group, complex_: bool) -> float:
+    """2 * prod(lhs dims) * prod(rhs dims that are neither contracting, batch nor group) (x4 complex).
+
+    A ragged dot (MoE grouped GEMM) multiplies each lhs row by the matrix of ONE group, so the ragged dimension
+    counts once (its total size), never times the number of groups: ragged non-contracting lhs [M, K] x rhs
+    [G, K, N] -> 2*M*K*N; ragged contracting lhs [M, K] x rhs [K, N] -> 2*M*K*N (the G outputs split K); ragged
+    batch lhs [B, M, K] x rhs [B, K, N] -> 2*B*M*K*N. lhs holds batch x M x K once, whatever the mode."""
+    skip = set(rhs_contract) | set(rhs_batch) | set(rhs_group)
+    n = prod(d for i, d in enumerate(rhs.dimensions) if i not in skip)
+    return 2.0 * prod(lhs.dimensions) * n * (4 if complex_ else 1)
 
 
 #: largest (window taps x output positions) of one spatial dimension whose valid taps are counted (~1 s)
@@ -121,7 +133,7 @@ def conv_flops(lhs, rhs, out, window, dn) -> float:
                             out.dimensions[dn.output_spatial_dimensions[i]], w)
     macs = (out.dimensions[dn.output_batch_dimension] * out.dimensions[dn.output_feature_dimension]
             * rhs.dimensions[dn.kernel_input_feature_dimension] * taps)
-    return 2.0 * macs * (4 if _is_complex(out) else 1)
+    return 2.0 * macs * (4 if is_complex(out) else 1)
 
 
 def group_size(inst, num_devices: int | None) -> int | None:
@@ -168,50 +180,6 @@ def collective_cost(inst, oshapes, env) -> Cost:
     return c
 
 
-def _gemm_custom_call(inst, oshapes) -> Cost:
-    try:
-        cfg = json.loads(inst.backend_config or b"{}")
-    except ValueError:
-        cfg = {}
-    g = cfg.get("gemm_backend_config", cfg) if isinstance(cfg, dict) else {}
-    dd = g.get("dot_dimension_numbers") if isinstance(g, dict) else None
-    out = first_leaf(inst.shape)            # (result, workspace): the workspace is scratch, not output
-    c = Cost(bytes_read=float(sum(nbytes(s) for s in oshapes)), bytes_written=float(nbytes(out)))
-    if not dd or len(oshapes) < 2:
-        return c.unknown(f"gemm custom call {inst.custom_call_target} without dot_dimension_numbers",
-                         "flops", "transcendentals")
-    ints = lambda key: [int(x) for x in dd.get(key, [])]  # noqa: E731 - int64 lists arrive as strings
-    c.flops = dot_flops(oshapes[0], oshapes[1], ints("lhs_contracting_dimensions"), ints("lhs_batch_dimensions"),
-                        ints("rhs_contracting_dimensions"), ints("rhs_batch_dimensions"), _is_complex(out))
-    c.note = "gemm custom call: dims from backend_config"
-    return c
-
-
-def _cudnn_conv(inst, oshapes) -> Cost:
-    out = first_leaf(inst.shape)            # (result, scratch)
-    t = inst.custom_call_target
-    if "BackwardInput" in t:                # d_input = f(d_output, filter)
-        lhs, rhs, res = out, oshapes[1], oshapes[0]
-    elif "BackwardFilter" in t:             # d_filter = f(input, d_output)
-        lhs, rhs, res = oshapes[0], out, oshapes[1]
-    else:
-        lhs, rhs, res = oshapes[0], oshapes[1], out
-    c = Cost(bytes_read=float(sum(nbytes(s) for s in oshapes)), bytes_written=float(nbytes(out)))
-    c.flops = conv_flops(lhs, rhs, res, inst.window, inst.convolution_dimension_numbers)
-    c.note = "cudnn convolution custom call: forward-convolution flops"
-    return c
-
-
-def custom_call_cost(inst, oshapes) -> Cost:
-    t = inst.custom_call_target
-    if t in GEMM_TARGETS or t.startswith("__cublas$"):
-        return _gemm_custom_call(inst, oshapes)
-    if t.startswith("__cudnn$conv") and len(oshapes) >= 2 and inst.HasField("convolution_dimension_numbers"):
-        return _cudnn_conv(inst, oshapes)
-    c = io_cost(inst, oshapes, note="bytes are the operand and result sizes")
-    return c.unknown(f"opaque custom call {t}", "flops", "transcendentals")
-
-
 def op_cost(inst, oshapes, env) -> Cost:
     """Cost of one execution of a non-control-flow instruction. ``oshapes``: operand shapes; ``env`` gives
     ``applied(computation_id) -> (flops, transcendentals)`` of one application of a reducer/comparator and
@@ -244,10 +212,16 @@ def op_cost(inst, oshapes, env) -> Cost:
         u_el = elements(oshapes[n + 1])
         return Cost(flops=u_el * f, transcendentals=u_el * t, bytes_read=2 * upd + nbytes(oshapes[n]),
                     bytes_written=upd)
-    if op in ("dot", "ragged-dot"):
-        dd = inst.dot_dimension_numbers if op == "dot" else inst.ragged_dot_dimension_numbers.dot_dimension_numbers
+    if op == "dot":
+        dd = inst.dot_dimension_numbers
         fl = dot_flops(oshapes[0], oshapes[1], dd.lhs_contracting_dimensions, dd.lhs_batch_dimensions,
-                       dd.rhs_contracting_dimensions, dd.rhs_batch_dimensions, _is_complex(inst.shape))
+                       dd.rhs_contracting_dimensions, dd.rhs_batch_dimensions, is_complex(inst.shape))
+        return io_cost(inst, oshapes, flops=fl)
+    if op == "ragged-dot":
+        rd = inst.ragged_dot_dimension_numbers
+        dd = rd.dot_dimension_numbers
+        fl = ragged_dot_flops(oshapes[0], oshapes[1], dd.rhs_contracting_dimensions, dd.rhs_batch_dimensions,
+                              rd.rhs_group_dimensions, is_complex(inst.shape))
         return io_cost(inst, oshapes, flops=fl)
     if op == "convolution":
         fl = conv_flops(oshapes[0], oshapes[1], inst.shape, inst.window, inst.convolution_dimension_numbers)
@@ -293,8 +267,9 @@ def op_cost(inst, oshapes, env) -> Cost:
     if op in ("recv", "infeed"):           # result is (data, context/token)
         data = float(nbytes(inst.shape.tuple_shapes[0] if inst.shape.tuple_shapes else inst.shape))
         return Cost(bytes_written=data, net_bytes=data if op == "recv" else 0.0)
-    if op == "custom-call":
-        return custom_call_cost(inst, oshapes)
+    if op == "custom-call":                # priced by tracekit.model.custom_calls (the traversal calls it)
+        return io_cost(inst, oshapes).unknown(f"opaque custom call {inst.custom_call_target}", "flops",
+                                              "transcendentals")
     return Cost().unknown(f"no cost rule for opcode {op}")
 
 

@@ -3,7 +3,8 @@ cost model), the chip's peaks (trace first, else the sourced table, else calibra
 compute / memory / network time, bound-by, efficiency and headroom.
 
 Formulas (see ../shared/DOMAIN.md):
-    compute_ps  = flops / peak_flops(dtype)                    (dtype-aware: an f32 dot against the f32 peak)
+    compute_ps  = flops / peak_flops(compute_dtype)            (dtype-aware: an f32 dot against the f32 peak; a
+                  custom call priced by a model runs at its operand type's peak: bf16 x bf16 -> f32 at bf16)
     memory_ps   = bytes_accessed / hbm_bw
     network_ps  = net_bytes / W   where net_bytes is what one device sends on a ring (cost model) and
                   W = egress bandwidth (GPU: NVLink/IF per GPU), TPU: one link's bandwidth both ways when the ring
@@ -27,7 +28,9 @@ from tracekit.ingest.trace import Trace
 
 HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "collective", "cost_known",
-              "unknown_reason"]
+              "unknown_reason", "cost_model", "compute_dtype"]
+#: cost_source categories; custom-call models follow as 'model:<name>'
+SOURCES = ["hlo", "trace", "unknown"]
 
 
 def costs(tr: Trace) -> pd.DataFrame:
@@ -117,7 +120,8 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     del dur, head
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
-    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=["hlo", "trace", "unknown"])
+    new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
+    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=SOURCES + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
@@ -191,6 +195,7 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,
             "host_x": host_x, "intensity_flops_per_byte": intensity, "dtype_codes": b("dtype_codes"),
+            "cdtype_codes": b("cdtype_codes"),
             "coll_codes": b("coll_codes"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
 
 
@@ -217,7 +222,11 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
     nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
+    model = j["cost_model"].fillna("").astype(str).to_numpy(dtype=object)
+    models = sorted(set(model[known]) - {""})
     src = np.where(known, 0, 2)
+    for i, name in enumerate(models):  # a custom call priced by a cost model: cost_source 'model:<name>'
+        src[known & (model == name)] = len(SOURCES) + i
     reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
     miss = ~known & (reason == "")
     reason[miss] = np.where(u["in_hlo"].astype(bool).to_numpy()[miss], "no cost for this instruction",
@@ -230,6 +239,8 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
     coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
     dtype = j["dtype"].fillna("").astype(str).to_numpy(dtype=object)
+    cdtype = j["compute_dtype"].fillna("").astype(str).to_numpy(dtype=object)
+    cdtype = np.where(cdtype == "", dtype, cdtype)  # the operand type decides the peak where the model knows it
     dchips = device_chips(tr, chip)
     peak_f, bw, netw, hostw = (np.full(n, np.nan) for _ in range(4))
     fam_tpu = np.zeros(n, bool)
@@ -241,12 +252,13 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
         fam_tpu[m] = ch.family == "tpu"
         bw[m] = ch.hbm_bw_bytes_per_s
         hostw[m] = ch.host_link_bw_bytes_per_s
-        for dt in set(dtype[m]):
-            peak_f[m & (dtype == dt)] = chips.peak_flops(ch, dt or "bf16")[0]
+        for dt in set(cdtype[m]):
+            peak_f[m & (cdtype == dt)] = chips.peak_flops(ch, dt or "bf16")[0]
         netw[m] = _network_bw(ch, gsize[m], coll[m])
     reasons = [""] + sorted(set(reason) - {""})
     rcode = {r: i for i, r in enumerate(reasons)}
     dtypes = sorted(set(dtype))
+    cdtypes = sorted(set(cdtype))
     colls = sorted(set(coll))
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
@@ -254,6 +266,8 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
             "a2a": np.array([str(x).startswith(("all-to-all", "ragged-all-to-all")) for x in coll], bool),
             "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
+            "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
+            "models": [f"model:{m}" for m in models],
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
             **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
 

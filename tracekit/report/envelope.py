@@ -81,7 +81,8 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
 
 def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
           steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
-          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str) -> Report:
+          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
+          custom_calls: dict | None = None) -> Report:
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
@@ -142,6 +143,8 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "roofline": {"points": _clean(points), "roofs": chips},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
         "findings": finding_dicts,
+        "custom_calls": _clean(custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
+                                                "targets": [], "models": {}}),
         "params": _clean(params),
         "gate": {"fail_on": fail_on, "failed": False},
         "warnings": list(warnings),
@@ -150,7 +153,8 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "provenance": {
             "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
             "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
-                           "(tracekit's HLO cost model), 'unknown' (with unknown_reason)",
+                           "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
+                           "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
         },
     }

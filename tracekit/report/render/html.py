@@ -265,6 +265,21 @@ def summary_html(d: dict) -> str:
         f"</div>" for k, v, sub in items) + "</div>"
 
 
+def custom_calls_html(cc: dict, top: int = 12) -> str:
+    """Custom calls by share of op time, their cost model (or why none), and the models' assumptions."""
+    targets = (cc.get("targets") or [])[:top]
+    if not targets:
+        return ""
+    rows = "".join(f"<tr><td>{e(t['target'])}</td><td>{t['executions']}</td><td>{e(fmt_time(t['total_ps']))}</td>"
+                   f"<td>{e(fmt_pct(t['share']))}</td><td>{e(t['cost_source'])}</td>"
+                   f"<td>{e((t['unknown_reasons'] or t['notes'] or [''])[0])}</td></tr>" for t in targets)
+    models = "".join(f"<li><b>model:{e(k)}</b>: {e(v)}</li>" for k, v in (cc.get("models") or {}).items())
+    return (f'<section id="custom-calls"><h2>Custom calls by share of op time</h2><div class="scroll"><table>'
+            f"<thead><tr><th>target</th><th>executions</th><th>time</th><th>share</th><th>cost from</th>"
+            f"<th>note</th></tr></thead><tbody>{rows}</tbody></table></div>"
+            f"{f'<ul class=params>{models}</ul>' if models else ''}</section>\n")
+
+
 def inline_json(data: dict) -> str:
     text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     for ch, rep in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
@@ -346,6 +361,7 @@ def render(report, *, top: int = 25, **_) -> str:
         f"{findings_html(d.get('findings') or [])}</section>\n"
         f"<div class=\"charts\"><section id=\"roofline\"><h2>Roofline</h2>{chart}</section>\n"
         f"<section id=\"devices\"><h2>Time per device</h2>{dev}</section></div>\n"
+        f"{custom_calls_html(d.get('custom_calls') or {})}"
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
         f"click a header to sort.</p></section>\n"

@@ -190,6 +190,23 @@ def top_ops_table(ops: list[dict]) -> list[str]:
     return table(heads, rows, right)
 
 
+def custom_calls_section(cc: dict, top: int = 12) -> list[str]:
+    """Custom calls by share of op time with the cost model of each (or why none priced it), then the models'
+    assumptions."""
+    targets = (cc.get("targets") or [])[:top]
+    if not targets:
+        return []
+    op_time = cc.get("op_time_ps") or 0
+    rows = [[code(t["target"]), str(t["executions"]), fmt_time(t["total_ps"]), fmt_pct(t["share"]),
+             code(t["cost_source"]), esc((t["unknown_reasons"] or t["notes"] or [""])[0], 120)] for t in targets]
+    out = [f"### Custom calls: {fmt_pct(cc['custom_call_ps'] / op_time if op_time else None)} of op time, "
+           f"{fmt_pct(cc['unknown_ps'] / op_time if op_time else None)} without a cost model", "",
+           *table(["target", "executions", "time", "share of op time", "cost from", "note"], rows, {1, 2, 3}), ""]
+    for name, why in (cc.get("models") or {}).items():
+        out.append(f"- {code('model:' + name, False)}: {esc(why, None)}")
+    return out + [""] if cc.get("models") else out
+
+
 def _basename(path: str) -> str:
     return str(path).replace("\\", "/").rsplit("/", 1)[-1]
 
@@ -211,6 +228,7 @@ def render(report, *, top: int = 12, **_) -> str:
     if ops:
         out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
                 OPS_NOTE, "", *top_ops_table(ops), ""]
+    out += custom_calls_section(d.get("custom_calls") or {})
     for w in d.get("warnings") or []:
         out.append(f"> **warning:** {esc(w, None)}")
     g = d.get("gate") or {}

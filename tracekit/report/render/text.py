@@ -62,6 +62,7 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
                          r.get("cost_source") or ""])
         out += _table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
                       rows, right={2, 3, 4, 5, 6, 8, 9})
+    out += custom_calls_lines(d.get("custom_calls") or {})
     f = d.get("findings") or []
     out += ["", f"Findings ({len(f)}), by time they would win back" if f else "Findings: none"]
     for i, x in enumerate(f, 1):
@@ -78,6 +79,22 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
     if color:
         text = _colorize(text)
     return text
+
+
+def custom_calls_lines(cc: dict, top: int = 8) -> list[str]:
+    """Custom calls by share of op time, the cost model of each (or why none priced it), the models' assumptions."""
+    targets = cc.get("targets") or []
+    if not targets:
+        return []
+    op_time = cc.get("op_time_ps") or 0
+    head = (f"Custom calls: {fmt_pct(cc['custom_call_ps'] / op_time if op_time else None)} of op time; "
+            f"no cost model for {fmt_pct(cc['unknown_ps'] / op_time if op_time else None)}")
+    rows = [[t["target"][:40], str(t["executions"]), fmt_time(t["total_ps"]), fmt_pct(t["share"]),
+             t["cost_source"], (t["unknown_reasons"] or t["notes"] or [""])[0][:120]] for t in targets[:top]]
+    out = ["", head] + _table(["target", "n", "time", "share", "cost from", "note"], rows, right={1, 2, 3})
+    for name, why in (cc.get("models") or {}).items():
+        out.append(f"  model:{name}: {why}")
+    return out
 
 
 def _colorize(text: str) -> str:
