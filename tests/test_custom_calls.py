@@ -404,3 +404,38 @@ def test_gpu_trace_roofline_coverage(rel):
     cc = sync[sync["opcode"].astype(str) == "custom-call"]
     assert len(cc) and cc["cost_source"].astype(str).str.startswith("model:").all()
     assert timeline.is_matmul(cc).all()
+
+
+# --- malformed configs --------------------------------------------------------------------------------------
+def _mutations(text: str, rng, n: int):
+    for _ in range(n):
+        b = bytearray(text.encode())
+        for _ in range(rng.randint(1, 4)):
+            op = rng.randrange(3)
+            i = rng.randrange(len(b))
+            if op == 0:
+                del b[i:i + rng.randint(1, 8)]
+            elif op == 1:
+                b.insert(i, rng.choice(b'{}[]<>=,:"\\- 0123456789aefx\xff'))
+            else:
+                b[i] = rng.randrange(256)
+        yield bytes(b)
+
+
+def test_malformed_backend_configs_never_raise():
+    """Mutated real-format configs (typed-FFI dictionaries, GpuBackendConfig JSON) give a cost or an unknown cost
+    with its reason, never an exception."""
+    import random
+    rng = random.Random(12)
+    q = shape("bf16", [4, 256, 16, 128])
+    targets = [("te_fused_attn_forward_ffi", te_attrs(s=256)), ("__cudnn$fmhaSoftmax", fmha_config("CAUSAL").decode()),
+               ("__cublas$lt$matmul", gemm_config([3], [3], [0, 2], [0, 2]).decode()),
+               ("__gpu$xla.gpu.triton", '{name = "flash_attention", ir = "\\00\\01", num_warps = 4 : i32}')]
+    for target, text in targets:
+        for cfg in _mutations(text, rng, 50):
+            m = synth.module("m", 1, [instr("q", "parameter", q), instr("k", "parameter", q, parameter_number=1),
+                                      instr("v", "parameter", q, parameter_number=2),
+                                      instr("c", "custom-call", tup(q, shape("u8", [16])), [1, 2, 3],
+                                            custom_call_target=target, backend_config=cfg)])
+            r = instruction_costs(m).set_index("name").loc["c"]
+            assert r["cost_known"] or r["unknown_reason"]

@@ -125,3 +125,37 @@ def test_browser_dom_has_the_points_and_no_script_errors(page, tmp_path):
     inner = re.findall(r'<circle class="op-point"[^>]*>(.*?)</circle>', dom, re.S)
     assert len(inner) == len(rep.data["roofline"]["points"])
     assert not any(inner), "the page script did not run (it moves each point's <title> into the tooltip)"
+
+
+def test_screenshot_shows_the_step_timeline(tmp_path):
+    """The per-device step timeline draws one row of step bars per device, in the breakdown's colors, inside its
+    plot area (background used nowhere else); its zoom script ran (no script error before it)."""
+    from tracekit.report.render import timeline_html as tlh
+    rep = pipeline.analyze(str(cpu_fixture("allreduce_exposed")))
+    page = tmp_path / "r.html"
+    page.write_text(html_r.render(rep), encoding="utf-8")
+    png = tmp_path / "shot.png"
+    cmd = [CHROMIUM, *[f for f in FLAGS if not f.startswith("--window-size")], "--window-size=1400,3200",
+           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", page.resolve().as_uri()]
+    for _ in range(2):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if png.exists():
+            break
+    assert png.exists(), res.stderr[-2000:]
+    img = read_png(png)
+    bg = tuple(int(tlh.PLOT_BG[i:i + 2], 16) for i in (1, 3, 5))
+    ys, xs = np.nonzero(np.all(img == bg, axis=2))
+    assert len(ys) > 5_000, "the timeline plot area is not on the screenshot"
+    region = img[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+
+    def rows_with(hex_color):
+        c = np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)])
+        hit = np.all(np.abs(region.astype(int) - c) <= 6, axis=2)
+        return hit, np.flatnonzero(hit.sum(axis=1) > 20)
+    compute, rows = rows_with(tlh.PARTS[0][2])
+    exposed, erows = rows_with(tlh.PARTS[1][2])
+    assert compute.sum() > 2_000 and exposed.sum() > 1_000
+    bands = np.sum(np.diff(rows) > 1) + 1  # separate horizontal bands of compute: one per device row
+    assert bands == rep.data["summary"]["devices"] == 8
+    dom = dump_dom(page, tmp_path / "profile")
+    assert 'data-ready="1"' in dom and dom.count('class="tl-seg"') >= 8 * 4

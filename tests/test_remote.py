@@ -94,7 +94,7 @@ def test_remote_errors_are_one_line(mem, tmp_path):
     fs.pipe(url + "/empty/readme.txt", b"x")
     with pytest.raises(TraceError, match="no such file or folder"):
         loader.resolve(url + "/missing.xplane.pb")
-    with pytest.raises(TraceError, match=r"no \*\.xplane\.pb trace found"):
+    with pytest.raises(TraceError, match=r"no \*\.xplane\.pb (or \*\.trace\.json\.gz )?trace found"):
         loader.resolve(url + "/empty")
     with pytest.raises(TraceError, match="over the .* limit"):
         loader.read_bytes(url + "/big.xplane.pb", max_bytes=1000)

@@ -87,3 +87,24 @@ def _display_path(p: str) -> str:
         return rel if not rel.startswith("..") else p
     except ValueError:
         return p
+
+
+def export(source, out, *, chip: str | None = None, run: str | None = None, steps: tuple[int, int] | None = None,
+           devices=(), rules_dirs=(), max_bytes=None, max_events=None):
+    """``tracekit export``: the trace with its roofline, steps, gaps and findings as Chrome/Perfetto JSON
+    (:mod:`tracekit.report.export`); ``steps`` (A, B) and ``devices`` restrict it to a window."""
+    from tracekit.analysis import rule_checks, rules
+    from tracekit.ingest import hlo
+    from tracekit.ingest import paths as load_mod
+    from tracekit.report import export as export_mod
+    tr = source if isinstance(source, Trace) else load(
+        source, run=run, max_bytes=max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES,
+        max_events=max_events)
+    devices = tuple(devices or ())
+    export_mod.check_devices(tr.ops, devices)
+    window = export_mod.step_window(tr.steps, steps, devices)
+    ops = with_roofline(tr, chip)
+    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
+    findings = rules.run_rules(frames, rules.load_rules(extra_dirs=rules_dirs))
+    d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
+    return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

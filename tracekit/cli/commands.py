@@ -335,3 +335,29 @@ from tracekit.cli import reference as cli_reference  # noqa: E402,F401  (registe
 
 if __name__ == "__main__":
     main()
+
+
+@main.command("export")
+@path_arg
+@run_opt
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="Chrome/Perfetto trace JSON to write (.json or .json.gz).")
+@click.option("--steps", default=None, help="Only the time of steps A-B (e.g. 3-7), or of one step.")
+@click.option("--device", "devices", multiple=True, help="Only this device (repeatable), e.g. TPU:0.")
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Extra rules folder (repeatable).")
+@limit_opts
+@guarded
+def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, max_events):
+    """Write the trace with tracekit's analysis as Chrome/Perfetto trace-event JSON (ui.perfetto.dev,
+    chrome://tracing): every op with its roofline, steps, findings, exposed collectives, idle gaps, async
+    start->done arrows."""
+    from tracekit import pipeline
+    from tracekit.report import export
+    lim = _limits(max_size, max_events)
+    out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
+                          rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
+    click.echo(f"wrote {out.path}: {out.ops:,} ops, {out.async_windows:,} async windows, {out.steps:,} step rows, "
+               f"{out.finding_windows:,} windows of {out.findings} finding(s), {out.gaps:,} idle gaps, "
+               f"{out.exposed_windows:,} exposed-collective windows", err=True)

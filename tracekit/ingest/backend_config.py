@@ -23,10 +23,11 @@ import re
 import struct
 
 _MAX_DEPTH = 64
+_MAX_STRING = 4096  #: longer string values are kept as a placeholder, not decoded
 
 _TOKEN = re.compile(r"""
     \s*(?:
-      (?P<str>"(?:[^"\\]|\\.)*")
+      (?P<str>"[^"\\]*(?:\\.[^"\\]*)*")
     | (?P<num>-?(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
     | (?P<id>[A-Za-z_][\w$.]*)
     | (?P<punct>[{}\[\]=,:<>])
@@ -87,7 +88,7 @@ def parse_mlir_dict(text: str) -> dict:
     """Parse a printed MLIR dictionary attribute into Python values: integers (``16 : i64`` -> 16), floats (``1.0e+00
     : f32``, also ``0x3F800000 : f32``), booleans, strings (escapes decoded; bytes that are not UTF-8 are kept as
     latin-1), ``array<i64: 1, 2>`` and ``[..]`` as lists, nested dictionaries, unit attributes (a key without a
-    value) as True. A value of another kind (``dense<...>``, a type, an affine map) is kept as its source text.
+    value) as True; strings longer than 4096 characters (serialized kernel IR) as a placeholder. A value of another kind (``dense<...>``, a type, an affine map) is kept as its source text.
     Malformed text gives {} (or what was read before the error, never an exception)."""
     if not isinstance(text, str) or not text.strip().startswith("{"):
         return {}
@@ -100,9 +101,34 @@ def parse_mlir_dict(text: str) -> dict:
     return out
 
 
+def _string_end(text: str, start: int) -> int:
+    """Index just past the string literal opening at ``start`` (a quote not preceded by an odd run of
+    backslashes closes it), or -1. Jumps from quote to quote: long escaped strings cost little."""
+    pos = start + 1
+    while True:
+        q = text.find('"', pos)
+        if q < 0:
+            return -1
+        back = q - 1
+        while back > start and text[back] == "\\":
+            back -= 1
+        if (q - 1 - back) % 2 == 0:
+            return q + 1
+        pos = q + 1
+
+
 def _tokens(text: str) -> list[tuple[str, str]]:
     toks, pos, n = [], 0, len(text)
     while pos < n:
+        while pos < n and text[pos].isspace():
+            pos += 1
+        if pos < n and text[pos] == '"':
+            end = _string_end(text, pos)
+            if end < 0:
+                break
+            toks.append(("str", text[pos:end]))
+            pos = end
+            continue
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             if text[pos:].strip() == "":
@@ -161,8 +187,8 @@ def _value(toks, pos, depth):
             if toks[pos][1] == ",":
                 pos += 1
         return pos + 1, items
-    if kind == "str":
-        return _typed(toks, pos + 1, _unquote(tok))
+    if kind == "str":  # a long string (a kernel's serialized IR) is never read: not decoded
+        return _typed(toks, pos + 1, _unquote(tok) if len(tok) <= _MAX_STRING else f"<{len(tok)}-character string>")
     if kind == "num":
         return _number(toks, pos)
     if tok in ("true", "false"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tracekit.errors import TraceError
+from tracekit.ingest import formats
 
 SUFFIX = ".xplane.pb"
 #: Default refusal limits; both can be lifted (``max_bytes=None``) by the caller / ``--max-size``.
@@ -32,14 +33,19 @@ class HostFile:
 
 def host_name(path: Path) -> str:
     name = path.name
-    for suf in (SUFFIX + ".gz", SUFFIX, ".pb.gz", ".pb"):
-        if name.endswith(suf):
-            return name[: -len(suf)] or "host"
-    return path.stem or "host"
+    if name in ("perfetto_trace.json.gz", "perfetto_trace.json"):
+        return "host"
+    stripped = formats.strip_suffix(name)
+    return (stripped or "host") if stripped != name else (path.stem or "host")
 
 
 def _is_trace_file(p: Path) -> bool:
-    return p.is_file() and (p.name.endswith(SUFFIX) or p.name.endswith(SUFFIX + ".gz"))
+    return p.is_file() and formats.is_trace_name(p.name)
+
+
+def _trace_files(d: Path) -> list[Path]:
+    """The trace files of a run folder (its .xplane.pb files when it has both formats), sorted."""
+    return sorted(Path(n) for n in formats.pick([str(f) for f in d.iterdir() if _is_trace_file(f)]))
 
 
 def _runs(profile_dir: Path) -> list[Path]:
@@ -73,8 +79,8 @@ def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
         root = root.rstrip("/") or root
 
         def traces(d):  # trace files directly in folder d, sorted
-            return sorted(e["name"] for e in fs.ls(d, detail=True) if e.get("type") == "file"
-                          and e["name"].rsplit("/", 1)[-1].endswith((SUFFIX, SUFFIX + ".gz")))
+            return sorted(formats.pick([e["name"] for e in fs.ls(d, detail=True) if e.get("type") == "file"
+                                        and formats.is_trace_name(e["name"].rsplit("/", 1)[-1])]))
 
         def hostfile(name):  # keep the URL the user typed as the prefix
             name = name.rstrip("/")
@@ -112,7 +118,7 @@ def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
             first = (str(e).splitlines() or [""])[0]
             raise TraceError(f"cannot reach {proto}:// ({type(e).__name__}: {first})", url,
                              "check the URL and your credentials") from None
-        raise TraceError("no *.xplane.pb trace found", url,
+        raise TraceError("no *.xplane.pb or *.trace.json.gz trace found", url,
                          "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
     p = Path(path)
     if not p.exists():
@@ -122,7 +128,7 @@ def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
             raise TraceError("--run applies to a logdir, not a file", str(p))
         return [HostFile(host_name(p), p)]
     try:
-        files = sorted(f for f in p.iterdir() if _is_trace_file(f))
+        files = _trace_files(p)
     except PermissionError:
         raise TraceError("folder is not readable", str(p), "check its permissions") from None
     if files and not run:
@@ -140,8 +146,8 @@ def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
                 d = chosen[0]
             else:
                 d = runs[-1]
-            return [HostFile(host_name(f), f) for f in sorted(f for f in d.iterdir() if _is_trace_file(f))]
-    raise TraceError("no *.xplane.pb trace found", str(p),
+            return [HostFile(host_name(f), f) for f in _trace_files(d)]
+    raise TraceError("no *.xplane.pb or *.trace.json.gz trace found", str(p),
                      "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
 
 
@@ -170,7 +176,7 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
         else:
             size = Path(path).stat().st_size
         if max_bytes is not None and size > max_bytes:
-            raise TraceError(f"file is {_size(size)}, over the {_size(max_bytes)} limit", where,
+            raise TraceError(f"file is {size_text(size)}, over the {size_text(max_bytes)} limit", where,
                              "raise the limit with --max-size MiB (or max_bytes=None)")
         with (fs.open(rp, "rb") if remote else open(path, "rb")) as f:
             data = f.read()
@@ -192,7 +198,8 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
     return data
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """A byte count for a message: '1.5 GiB', '12 bytes'."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -215,7 +222,7 @@ def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
                     break
                 total += len(chunk)
                 if max_bytes is not None and total > max_bytes:
-                    raise TraceError(f"decompressed trace is over the {_size(max_bytes)} limit", where,
+                    raise TraceError(f"decompressed trace is over the {size_text(max_bytes)} limit", where,
                                      "raise the limit with --max-size MiB (or max_bytes=None)")
                 if bomb is not None and total > bomb:
                     raise TraceError(f"gzip file expands more than {GZ_MAX_RATIO}x its size (a decompression bomb?)",
@@ -236,6 +243,9 @@ def decode(data: bytes, where: str):
     try:
         planes, hostnames = wire.read_space(data)
     except (ValueError, DecodeError) as e:
+        what = formats.foreign(bytes(data[:formats.HEAD_BYTES]), where)
+        if what is not None:
+            raise TraceError(what[0], where, what[1]) from None
         detail = str(e).split("\n")[0] or "bad protobuf wire data"
         raise TraceError(f"not a valid XSpace trace ({detail}); the file is truncated, corrupt, or not an "
                          "xplane.pb", where, "re-capture or re-copy it in binary mode") from None

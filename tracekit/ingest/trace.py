@@ -36,6 +36,18 @@ class Trace:
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        ops = self.ops
+        n_sync = int((~ops["is_async"]).sum()) if len(ops) else 0
+        kinds = sorted({str(k) for k in self.devices["device_kind"]}) if len(self.devices) else []
+        span = int((ops["start_ps"] + ops["duration_ps"]).max() - ops["start_ps"].min()) if len(ops) else 0
+        from tracekit.units import fmt_time
+        return (f"<tracekit Trace {', '.join(self.hosts) or '?'}: {len(self.devices)} device(s)"
+                f"{' (' + ', '.join(kinds) + ')' if kinds else ''}; {n_sync:,} op executions over {fmt_time(span)}; "
+                f"{len(self.modules['module'].unique()) if len(self.modules) else 0} module(s); "
+                f"{self.steps['step'].nunique() if len(self.steps) else 0} step(s); "
+                f"HLO {'yes' if self.has_hlo else 'no'}; {len(self.warnings)} warning(s)>")
+
     @property
     def has_hlo(self) -> bool:
         return len(self.hlo) > 0
@@ -64,6 +76,11 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
               max_events: int | None = None, use_hostname: bool = False) -> dict:
     """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
+    from tracekit.ingest import formats
+    if formats.is_json_name(os.fspath(hf.path)) or _looks_json(hf, max_bytes):
+        from tracekit.ingest import tracejson
+        planes, hostnames = tracejson.load(hf, warnings, max_bytes=max_bytes, max_events=max_events)
+        return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
     planes, hostnames = _load.load_space(hf, max_bytes)
     if max_events is not None:
         n = sum(line.n_events for p in planes for line in p.lines)
@@ -71,6 +88,23 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
             raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
                              "raise it with --max-events (or max_events=None)")
     return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+
+
+def _looks_json(hf, max_bytes) -> bool:
+    """A file whose name says nothing of its format (``trace.gz``) that starts like JSON."""
+    name = os.fspath(hf.path)
+    if "://" in name or name.endswith((".pb", ".pb.gz")):
+        return False
+    try:
+        import gzip
+        with open(name, "rb") as f:
+            head = f.read(64)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(name, "rb") as g:
+                head = g.read(64)
+    except (OSError, EOFError):
+        return False
+    return head.lstrip()[:1] in (b"{", b"[")
 
 
 def _host(planes, host: str, warnings: list[str]) -> dict:

@@ -51,9 +51,33 @@ def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
 
 @dataclass
 class Report:
-    """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it."""
+    """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it. In a notebook it
+    shows as the HTML report (``_repr_html_``); ``findings_frame()`` and ``ops_frame()`` give DataFrames."""
 
     data: dict = field(default_factory=dict)
+    #: every op aggregated (the ``op_stats`` frame) when the report was built here; not part of the JSON
+    op_table: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        from tracekit.report import notebook
+        return notebook.report_repr(self.data)
+
+    def _repr_html_(self) -> str:
+        from tracekit.report import notebook
+        return notebook.report_html(self.data)
+
+    def findings_frame(self) -> pd.DataFrame:
+        """One row per finding: rule_id, name, severity, savings_ps, claimed_ps, share, evidence_count, message,
+        fix (largest savings first)."""
+        from tracekit.report import notebook
+        return notebook.findings_frame(self.data)
+
+    def ops_frame(self) -> pd.DataFrame:
+        """One row per op (module, op) with time, shares and roofline columns: every op when the report was
+        built in this process, else the report's top ops."""
+        if self.op_table is not None:
+            return self.op_table.reset_index(drop=True)
+        return pd.DataFrame(self.data.get("top_ops") or [], columns=OP_COLUMNS)
 
     @property
     def findings(self) -> list[dict]:
@@ -140,7 +164,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "steps": records(_first_steps(steps, STEP_ROWS))
         if len(steps) else [],
         "top_ops": records(top, OP_COLUMNS),
-        "roofline": {"points": _clean(points), "roofs": chips},
+        "roofline": {"points": _clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
         "findings": finding_dicts,
         "custom_calls": _clean(custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
@@ -158,9 +182,34 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
         },
     }
-    rep = Report(data)
+    rep = Report(data, op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
     return rep
+
+
+def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
+    """The ops the roofline chart leaves out, by reason: ops, total_ps, share of op time, the largest op."""
+    if not len(op_stats) or "flops" not in op_stats:
+        return []
+    t = op_stats["total_ps"].to_numpy(float)
+    total = t.sum()
+    f, b = op_stats["flops"].to_numpy(float), op_stats["bytes_accessed"].to_numpy(float)
+    unknown = np.isnan(f) | np.isnan(b)
+    nof = ~unknown & (f <= 0)
+    nob = ~unknown & ~nof & (b <= 0)
+    drawable = ~(unknown | nof | nob)
+    rank = np.cumsum(drawable)
+    beyond = drawable & (rank > plotted)
+    out = []
+    for reason, m in (("with no FLOPs (copies, host transfers, data movement)", nof),
+                      ("with an unknown cost (see unknown_reason)", unknown),
+                      ("with FLOPs but no bytes", nob), (f"beyond the {plotted} largest plotted", beyond)):
+        if m.any():
+            i = int(np.flatnonzero(m)[np.argmax(t[m])])
+            out.append({"reason": reason, "ops": int(m.sum()), "total_ps": int(t[m].sum()),
+                        "share": _clean(t[m].sum() / total) if total else None,
+                        "largest": str(op_stats["op"].iloc[i])})
+    return out
 
 
 def _first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:

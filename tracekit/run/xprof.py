@@ -92,6 +92,12 @@ def _worker(tool: str, trace: str, run_dir: str) -> dict:
         return {"events": len(events), "result": async_overlap.analyze(events, top_k=1 << 62)}
     from xprof.convert import raw_to_tool_data  # noqa: PLC0415
 
+    if tool in ("trace_viewer", "trace_viewer@"):  # the JSON itself, written where the parent asked
+        data, _ = raw_to_tool_data.xspace_to_tool_data([link], tool, {"use_saved_result": False})
+        if not data:
+            raise RuntimeError(f"xprof's {tool} converter returned nothing")
+        Path(sys.argv[5]).write_bytes(data if isinstance(data, bytes) else data.encode())
+        return {}
     data, _ = raw_to_tool_data.xspace_to_tool_data([link], tool, {"use_saved_result": False})
     if data is None:
         raise RuntimeError(f"xprof's {tool} converter returned nothing (unreadable or unsupported trace)")
@@ -118,7 +124,7 @@ def available() -> bool:
     return subprocess.run([PYTHON, "-c", "import xprof"], capture_output=True).returncode == 0
 
 
-def _run(tool: str, path: str | os.PathLike) -> dict:
+def _run(tool: str, path: str | os.PathLike, *extra: str) -> dict:
     if not available():
         raise RuntimeError("xprof is not installed (pip install 'tracekit[xprof]') — the xprof bridge cannot run")
     trace = Path(path).resolve()
@@ -130,7 +136,7 @@ def _run(tool: str, path: str | os.PathLike) -> dict:
         run_dir, out_path = os.path.join(tmp, "run"), os.path.join(tmp, "out.json")
         os.mkdir(run_dir)
         try:
-            proc = subprocess.run([PYTHON, "-c", code, tool, str(trace), run_dir, out_path], cwd=tmp,
+            proc = subprocess.run([PYTHON, "-c", code, tool, str(trace), run_dir, out_path, *extra], cwd=tmp,
                                   env={**os.environ, **_QUIET_ENV, "TMPDIR": tmp}, capture_output=True, text=True,
                                   timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -210,6 +216,15 @@ HLO_STATS_COLUMNS = [
     "memory_bw_bytes_per_s", "hbm_bw_bytes_per_s", "operational_intensity_flop_per_byte", "bound_by",
     "core_type", "parent_op_name", "source",
 ]
+
+
+def trace_viewer_json(path: str | os.PathLike, dest: str | os.PathLike, *, streaming: bool = True) -> Path:
+    """Write xprof's trace-viewer JSON of the trace to ``dest``: the streaming viewer's (``trace_viewer@``: every
+    event, no cost args) or, with ``streaming=False``, the one-document export TensorBoard's profile plugin
+    serves (``trace_viewer``: cost args on device ops; it leaves out ops that start with another on a line)."""
+    dest = Path(dest).resolve()
+    _run("trace_viewer@" if streaming else "trace_viewer", path, str(dest))
+    return dest
 
 
 def hlo_stats(path: str | os.PathLike) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import html
 import json
 import math
 
+from tracekit.report.render import timeline_html as tlh
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".html", ".htm")
@@ -337,36 +338,47 @@ a.href=URL.createObjectURL(new Blob([JSON.stringify(data,null,1)],{type:'applica
 """
 
 
-def render(report, *, top: int = 25, **_) -> str:
-    d = report.data if hasattr(report, "data") else report
+def body(d: dict, *, top: int = 25) -> str:
+    """The report's content (everything inside ``<body>`` but the data block and the scripts): it reads without
+    JavaScript (tooltips are SVG titles)."""
     paths = ", ".join(i["path"] for i in d.get("inputs") or [])
     chart = roofline_svg(d)
     if not chart:
         why = ("this trace has no HLO (ops are kernels without FLOP or byte counts)" if not
                d["summary"].get("hlo_present") else "no op has both a FLOP count and a byte count")
         chart = f'<p class="empty">No roofline chart: {e(why)}.</p>'
+    chart += tlh.unplotted_html(d)
     dev = device_svg(d) or '<p class="empty">No device time in this trace.</p>'
+    timeline = tlh.timeline_svg(d) or '<p class="empty">No steps in this trace: no step timeline.</p>'
     ops = (d.get("top_ops") or [])[:top]
     warn = "".join(f'<p class="empty">warning: {e(w)}</p>' for w in d.get("warnings") or [])
     g = d.get("gate") or {}
     gate = (f"<p><b>gate</b> --fail-on {e(g['fail_on'])}: {'FAILED' if g.get('failed') else 'passed'}</p>"
             if g.get("fail_on", "never") != "never" else "")
     return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>tracekit report: {e(paths)}</title><style>{CSS}</style></head><body>\n"
         f"<h1>tracekit report</h1><p class=\"inputs\">{e(paths)}</p>\n"
-        f"<section id=\"summary\">{summary_html(d)}{warn}{gate}</section>\n"
+        f"<section id=\"summary\">{summary_html(d)}{tlh.peak_sources_html(d)}{warn}{gate}</section>\n"
         f"<section id=\"findings\"><h2>Findings, by the time they would win back</h2>"
         f"{findings_html(d.get('findings') or [])}</section>\n"
         f"<div class=\"charts\"><section id=\"roofline\"><h2>Roofline</h2>{chart}</section>\n"
         f"<section id=\"devices\"><h2>Time per device</h2>{dev}</section></div>\n"
+        f"<section id=\"timeline\"><h2>Steps on each device</h2>{timeline}</section>\n"
         f"{custom_calls_html(d.get('custom_calls') or {})}"
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
-        f"click a header to sort.</p></section>\n"
+        f"click a header to sort.</p></section>\n")
+
+
+def render(report, *, top: int = 25, **_) -> str:
+    d = report.data if hasattr(report, "data") else report
+    paths = ", ".join(i["path"] for i in d.get("inputs") or [])
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>tracekit report: {e(paths)}</title><style>{CSS}{tlh.CSS}</style></head><body>\n"
+        + body(d, top=top) +
         f'<footer>tracekit {e(d["tool"]["version"])} · {e(d["schema"])} · <a id="download" '
         f'download="tracekit-report.json" href="#">download the report JSON</a></footer>\n'
         f'<div id="tip" hidden></div>\n'
         f'<script type="application/json" id="tracekit-data">{inline_json(d)}</script>\n'
-        f"<script>{JS}</script>\n</body></html>\n")
+        f"<script>{JS}{tlh.JS}</script>\n</body></html>\n")
