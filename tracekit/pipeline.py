@@ -39,8 +39,10 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
 
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
-            fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None) -> report_mod.Report:
-    """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report."""
+            fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
+            model_flops_per_step: float | None = None) -> report_mod.Report:
+    """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
+    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import rule_checks
     from tracekit.analysis import rule_cases, rule_model, rules
@@ -60,7 +62,10 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
-                                          min_gap_ps=min_gap_ps)
+                                          min_gap_ps=min_gap_ps, modules=tr.modules)
+    step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
+    mem, ov = memory_and_overview(tr, ops, frames["steps"], chip, ", ".join(step_source), model_flops_per_step)
+    frames.update(rule_frames(mem, ov, frames["devices"]))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     progress.stage("report")
@@ -74,8 +79,27 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
                             "rules": resolved},
-        warnings=tr.warnings, step_source=sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else [],
-        fail_on=fail_on, custom_calls=custom)
+        warnings=tr.warnings, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem,
+        custom_calls=custom)
+
+
+def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
+                        step_source: str = "", model_flops_per_step: float | None = None):
+    """The memory view (:mod:`tracekit.analysis.memory`) and the utilization headline
+    (:mod:`tracekit.analysis.overview`), with each offloading program's measured wait and host-link roofline."""
+    from tracekit.analysis import memory, overview
+    from tracekit.model import roofline
+    mem = memory.build(tr, chip)
+    ov = overview.build(ops, steps, roofline.device_chips(tr, chip), step_source=step_source,
+                        model_flops_per_step=model_flops_per_step)
+    return memory.with_offload_time(mem, ov.devices), ov
+
+
+def rule_frames(mem, ov, devices: pd.DataFrame) -> dict:
+    """The frames the memory and utilization rules read: ``memory_devices``, ``memory_programs``, ``offload``,
+    ``overview`` (see docs/rules.md)."""
+    from tracekit.analysis import memory
+    return memory.rule_frames(mem, ov.devices, devices)
 
 
 def _display_path(p: str) -> str:
@@ -93,10 +117,11 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
            devices=(), rules_dirs=(), max_bytes=None, max_events=None):
     """``tracekit export``: the trace with its roofline, steps, gaps and findings as Chrome/Perfetto JSON
     (:mod:`tracekit.report.export`); ``steps`` (A, B) and ``devices`` restrict it to a window."""
-    from tracekit.analysis import rule_checks, rules
+    from tracekit.analysis import rule_cases, rule_checks, rules
     from tracekit.ingest import hlo
     from tracekit.ingest import paths as load_mod
     from tracekit.report import export as export_mod
+    rule_list = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs))
     tr = source if isinstance(source, Trace) else load(
         source, run=run, max_bytes=max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES,
         max_events=max_events)
@@ -105,6 +130,6 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
     window = export_mod.step_window(tr.steps, steps, devices)
     ops = with_roofline(tr, chip)
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
-    findings = rules.run_rules(frames, rules.load_rules(extra_dirs=rules_dirs))
+    findings = rules.run_rules(frames, rule_list)
     d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
     return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

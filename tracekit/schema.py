@@ -35,6 +35,8 @@ OPS = {
     "in_hlo": ("bool", "True when the op joined to an instruction of the trace's HLO"),
     "trace_flops": ("float64", "FLOPs the trace itself reports for the op (TPU), NaN when absent"),
     "trace_bytes": ("float64", "bytes accessed the trace itself reports for the op (TPU), NaN when absent"),
+    "trace_model_flops": ("float64", "model FLOPs the trace reports for the op (TPU ``model_flops``: without "
+                                     "rematerialization), NaN when absent"),
 }
 
 #: One row per HLO instruction of every module in the /host:metadata plane.
@@ -105,6 +107,18 @@ HOST_EVENTS = {
     "name": ("object", "event name, e.g. XlaCompile, backend_compile"),
     "start_ps": ("int64", "start, ps since the host's epoch"),
     "duration_ps": ("int64", "duration, ps"),
+}
+
+#: The device allocator's events on host threads (xprof's memory-profile data): one row per allocation or free.
+MEMORY_EVENTS = {
+    "host": (CAT, "host the trace came from"),
+    "allocator": (CAT, "allocator_name (e.g. GPU_0_bfc), else 'device N' from index_on_host (TPU)"),
+    "kind": (CAT, "alloc | free"),
+    "start_ps": ("int64", "time of the event, ps since the host's epoch"),
+    "bytes_in_use": ("float64", "bytes allocated after the event (stat bytes_allocated)"),
+    "peak_bytes_in_use": ("float64", "the allocator's peak so far (stat peak_bytes_in_use)"),
+    "bytes_available": ("float64", "bytes the allocator still has (stat bytes_available)"),
+    "requested_bytes": ("float64", "bytes this allocation asked for, NaN when absent"),
 }
 
 #: Columns the roofline stage adds to OPS.
@@ -209,6 +223,15 @@ RULE_FRAMES = {
         "collective_hidden_ps": ("int64", "collective time under compute (part of compute_ps)"),
         "wait_ps": ("int64", "stalled on async copies/transfers (*-done markers), neither compute nor idle"),
         "idle_ps": ("int64", "step_ps - compute - exposed collectives - wait"),
+        # the refined split (tracekit.analysis.timeline.REFINED): these and collective_exposed_ps sum to step_ps
+        "compute_bound_ps": ("int64", "compute by ops whose roofline says compute-bound"),
+        "memory_bound_ps": ("int64", "compute by memory-bound ops (and not compute-bound ones)"),
+        "compute_other_ps": ("int64", "the rest of compute (roofline unknown, host-link or network bound)"),
+        "offload_wait_ps": ("int64", "no compute or collective while a host transfer is in flight or waited for"),
+        "async_wait_ps": ("int64", "the same for other async ops"),
+        "host_idle_ps": ("int64", "idle with no program running (waiting for the host: input, Python, dispatch)"),
+        "launch_idle_ps": ("int64", "idle inside a program on devices whose ops the host launches one by one"),
+        "other_idle_ps": ("int64", "idle inside a program elsewhere, or when program runs are unknown"),
     },
     "devices": {
         "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "device_kind": (_TEXT, "chip"),
@@ -230,6 +253,68 @@ RULE_FRAMES = {
         "step": ("int64", "step containing the gap, -1 outside steps"),
     },
     "host_events": _kinds(HOST_EVENTS),
+    # the memory and utilization frames (tracekit.analysis.memory.rule_frames, tracekit.analysis.overview)
+    "memory_devices": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"),
+        "peak_bytes": ("int64", "largest sum of device-space footprints of the programs running at once (a lower bound)"),
+        "programs_at_peak": (_TEXT, "the programs running at the peak, comma-separated"),
+        "upper_bytes": ("int64", "peak_bytes + the arguments of the other programs that ran on the device"),
+        "capacity_bytes": ("float64", "the chip's HBM capacity (NaN when unknown)"),
+        "share": ("float64", "peak_bytes / capacity_bytes"),
+        "programs": (_TEXT, "every program that ran on the device, comma-separated"),
+        "span_ps": ("int64", "the device's profiled time (from the devices frame)"),
+    },
+    "memory_programs": {
+        "module": (_TEXT, "HLO module name"), "program_id": ("uint64", "XLA program id"),
+        "memory_space": (_TEXT, "device (this frame holds the device-space rows)"),
+        "argument_bytes": ("int64", "allocations of entry parameters"),
+        "output_bytes": ("int64", "allocations that may be live out"),
+        "alias_bytes": ("int64", "allocations that are both (outputs written into donated inputs)"),
+        "temp_bytes": ("int64", "every other allocation except thread-local and constant ones"),
+        "constant_bytes": ("int64", "constant allocations"),
+        "thread_local_bytes": ("int64", "thread-local allocations"),
+        "footprint_bytes": ("int64", "argument + output - alias + temp + constant: held while the program runs"),
+        "live_peak_bytes": ("int64", "argument + output - alias + constant + the peak of live temporaries"),
+        "live_peak_source": (_TEXT, "heap simulator | allocations"),
+        "largest_buffer_bytes": ("int64", "the largest buffer"),
+        "largest_temp_bytes": ("int64", "the largest temporary buffer"),
+        "largest_temp_instruction": (_TEXT, "the instruction that defines it"),
+        "largest_temp_opcode": (_TEXT, "its opcode"),
+        "largest_temp_source": (_TEXT, "its Python source location"),
+        "undonated_bytes": ("int64", "bytes of parameters an output could have reused but did not (not donated)"),
+        "undonated_parameters": (_TEXT, "those parameters' numbers, comma-separated"),
+        "capacity_bytes": ("float64", "the smallest HBM capacity among the trace's devices"),
+        "live_peak_share": ("float64", "live_peak_bytes / capacity_bytes"),
+        "time_ps": ("int64", "0: memory findings claim no time"),
+    },
+    "offload": {
+        "module": (_TEXT, "HLO module name"), "program_id": ("uint64", "XLA program id"),
+        "host_bytes": ("int64", "bytes the program keeps in host memory (memory space 5)"),
+        "device_peak_bytes": ("int64", "the program's device live peak today"),
+        "staging_bytes": ("int64", "device copies of host arrays"),
+        "need_bytes": ("int64", "device live peak without the staging copies + the host arrays: HBM needed to keep them"),
+        "capacity_bytes": ("float64", "HBM capacity"),
+        "share": ("float64", "need_bytes / capacity_bytes"),
+        "fits": ("bool", "need_bytes <= capacity_bytes"),
+        "wait_per_step_ps": ("float64", "per step, the wait on host-offload copies (mean over devices; this program's part)"),
+        "host_link_per_step_ps": ("float64", "per step, the host-link roofline of those copies (this program's part)"),
+        "wait_ps": ("float64", "the wait over every step and device (this program's part)"),
+        "steps": ("int64", "steps"),
+    },
+    "overview": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"),
+        "steps": ("int64", "steps of the device"),
+        "step_mean_ps": ("float64", "mean step time"),
+        "step_total_ps": ("int64", "time of all steps"),
+        "flops_per_step": ("float64", "FLOPs per step (cost model or the trace's model_flops)"),
+        "model_flops_per_step": ("float64", "the model's FLOPs per step when given (NaN otherwise)"),
+        "peak_flops_per_s": ("float64", "peak FLOP/s of the dtype that carries most FLOPs"),
+        "mfu": ("float64", "flops_per_step / (peak_flops_per_s x step time)"),
+        "possible_step_ps": ("float64", "the step time the roofline says is possible (a lower bound)"),
+        "bound_by": (_TEXT, "the resource that sets possible_step_ps"),
+        "host_link_per_step_ps": ("float64", "host-link roofline time per step"),
+        "offload_wait_per_step_ps": ("float64", "wait on host-offload copies per step"),
+    },
 }
 
 #: units of columns whose suffix does not say (see :func:`unit_of`)
@@ -238,22 +323,24 @@ UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction
          "flops": "FLOP", "trace_flops": "FLOP", "trace_bytes": "bytes", "bytes_accessed": "bytes",
          "occurrences": "count", "devices": "count", "op_count": "count", "async_count": "count",
          "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
-         "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps"}
+         "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps", "live_peak_share": "fraction",
+         "mfu": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
+         "peak_flops_per_s": "FLOP/s"}
 
 
 def unit_of(column: str, kind: str = "") -> str:
     """The unit of a column: from :data:`UNITS`, else its suffix (``_ps`` ps, ``_bytes`` bytes,
-    ``_flops_per_byte`` FLOP/byte, ``_per_s`` 1/s, ``_z`` z-score); empty for text, flags and ids."""
+    ``_flops_per_byte`` FLOP/byte, ``_flops`` FLOP, ``_per_s`` 1/s, ``_z`` z-score); empty for text, flags and ids."""
     if column in UNITS:
         return UNITS[column]
-    for suffix, unit in (("_ps", "ps"), ("_bytes", "bytes"), ("_flops_per_byte", "FLOP/byte"), ("_per_s", "1/s"),
-                         ("_z", "z-score")):
+    for suffix, unit in (("_ps", "ps"), ("_bytes", "bytes"), ("_flops_per_byte", "FLOP/byte"), ("_flops", "FLOP"),
+                         ("_per_s", "1/s"), ("_z", "z-score")):
         if column.endswith(suffix):
             return unit
     return ""
 
 
-SCHEMAS = {"host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
+SCHEMAS = {"memory_events": MEMORY_EVENTS, "host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
 
 _FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
 

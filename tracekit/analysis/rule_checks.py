@@ -74,14 +74,16 @@ def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
 #: what the timeline functions read of the ops frame
 TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "category", "kernel", "step",
                     "is_async", "start_ps", "duration_ps", "network_ps", "net_bytes", "group_size", "collective",
-                    "is_host_transfer", "source")
+                    "is_host_transfer", "source", "bound_by", "collective_level")
 
 
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
-                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0) -> dict:
+                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
+                     modules: pd.DataFrame | None = None) -> dict:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
-    across devices of the same device_kind)."""
+    across devices of the same device_kind). ``modules``: the program executions per device, which split the
+    steps' idle time (see :func:`tracekit.analysis.timeline.step_breakdown`)."""
     steps = steps if steps is not None else pd.DataFrame(
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
@@ -94,7 +96,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     from tracekit.ingest.wire import default_threads
     jobs = {"devices": (tl.device_summary, narrow, steps), "op_stats": (op_stats, ops),
             "collectives": (tl.collective_overlap, narrow, hidden, exposed),
-            "steps": (tl.step_breakdown, narrow, steps), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
+            "steps": (tl.step_breakdown, narrow, steps, modules), "gaps": (tl.gaps, narrow, steps, min_gap_ps),
             "in_step": (in_steps, narrow, steps)}
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}

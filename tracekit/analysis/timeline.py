@@ -225,12 +225,17 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
     return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
 
 
+#: the refined buckets (+ exposed collectives: a partition of the step; compute_ps = the first 3, wait + idle the rest)
+REFINED = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
+           "host_idle_ps", "launch_idle_ps", "other_idle_ps")
 _BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
     "step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps", "collective_hidden_ps",
-    "wait_ps", "idle_ps")}}
+    "wait_ps", "idle_ps", *REFINED)}}
+#: op sources whose ops the host launches one at a time (idle between them inside a program is launch overhead)
+HOST_LAUNCHED = frozenset({"cpu_thunk", "gpu_kernel", "gpu_memcpy", "gpu_runtime"})
 
 
-def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (host, device, step), with C = union of compute (sync non-collective) ops, K = union of collectives
     (sync collectives and async collective windows), both clipped to the step ``[start, start + step_ps)``:
 
@@ -243,11 +248,26 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     * ``idle_ps`` = step_ps − |C ∪ K ∪ W|.
 
     ``compute_ps + collective_exposed_ps + wait_ps + idle_ps == step_ps``. An exposed async collective window is
-    collective time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle."""
+    collective time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle.
+
+    Refined (:data:`REFINED`; each ≥ 0, with ``collective_exposed_ps`` exactly ``step_ps``): C split by the ops'
+    ``bound_by`` into ``compute_bound_ps`` = |C_compute|, ``memory_bound_ps`` = |C_memory \\ C_compute| and
+    ``compute_other_ps`` (unknown, host-link or network bound); ``offload_wait_ps`` = no compute or collective
+    while a host transfer (``is_host_transfer``) is in flight or waited for, ``async_wait_ps`` the same for other
+    async ops (non-collective async windows, W); the idle rest split by the program executions ``modules``:
+    ``host_idle_ps`` with no program running (the device waits for the host: input, Python, dispatch),
+    ``launch_idle_ps`` inside a program on devices whose ops the host launches one by one (:data:`HOST_LAUNCHED`),
+    ``other_idle_ps`` inside a program elsewhere (TPU) or when the device's program runs are unknown. With a
+    ``collective_level`` column, ``collective_exposed_<level>_ps`` splits the exposed time by level (sorted)."""
     coll = is_collective(ops)
     sync = _sync(ops)
     marker = is_async_marker(ops)
-    og = _groups(ops)
+    bound = _col(ops, "bound_by").astype(str).to_numpy() if "bound_by" in ops.columns else np.full(len(ops), "")
+    hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
+        np.zeros(len(ops), bool)
+    level = _col(ops, "collective_level").astype(str).to_numpy() if "collective_level" in ops.columns else None
+    launched = _cat_mask(_col(ops, "source"), lambda s: s.isin(HOST_LAUNCHED))
+    og, mg = _groups(ops), _groups(modules) if modules is not None and len(modules) else {}
     st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
     parts = []
     for (h, d), si in _groups(steps).items():
@@ -255,18 +275,45 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         km = coll[oi]
         wm = sync[oi] & ~km & marker[oi]
         cm = sync[oi] & ~km & ~marker[oi]
-        C = merge(st[oi][cm], en[oi][cm])
-        K = merge(st[oi][km], en[oi][km])
-        U = merge(st[oi][cm | km], en[oi][cm | km])
-        A = merge(st[oi][cm | km | wm], en[oi][cm | km | wm])
+        xm = ~sync[oi] & ~km  # non-collective async windows
         a = steps["start_ps"].to_numpy(np.int64)[si]
         b = a + steps["duration_ps"].to_numpy(np.int64)[si]
-        c, k, u, w = covered(*C, a, b), covered(*K, a, b), covered(*U, a, b), covered(*A, a, b)
-        parts.append(pd.DataFrame({"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si],
-                                   "start_ps": a, "step_ps": b - a, "compute_ps": c, "collective_ps": k,
-                                   "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
-                                   "wait_ps": w - u, "idle_ps": (b - a) - w}))
-    return _frame(parts, _BREAKDOWN).sort_values(["host", "device", "start_ps"], ignore_index=True)
+
+        def cov(mask):
+            return covered(*merge(st[oi][mask], en[oi][mask]), a, b)
+        c, k, u, w = cov(cm), cov(km), cov(cm | km), cov(cm | km | wm)
+        cb, cbm = cov(cm & (bound[oi] == "compute")), cov(cm & np.isin(bound[oi], ["compute", "memory"]))
+        off = cov(cm | km | ((wm | xm) & hostx[oi]))
+        act = cov(cm | km | wm | xm)
+        if (mi := mg.get((h, d))) is not None:
+            mst = modules["start_ps"].to_numpy(np.int64)[mi]
+            mm = merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi])
+            am = merge(np.r_[st[oi][cm | km | wm | xm], mm[0]], np.r_[en[oi][cm | km | wm | xm], mm[1]])
+            outside = (b - a) - covered(*am, a, b)
+        else:
+            outside = np.zeros(len(a), np.int64)
+        inside = (b - a) - act - outside
+        host_launched = bool(launched[oi].any()) and mi is not None
+        zero = np.zeros_like(inside)
+        row = {"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si], "start_ps": a, "step_ps": b - a,
+               "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
+               "wait_ps": w - u, "idle_ps": (b - a) - w, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
+               "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
+               "host_idle_ps": outside, "launch_idle_ps": inside if host_launched else zero,
+               "other_idle_ps": zero if host_launched else inside}
+        if level is not None:
+            done = c
+            for lv in sorted(set(level[oi][km]) - {""}):
+                now = cov(cm | (km & (level[oi] <= lv) & (level[oi] != "")))
+                row[f"collective_exposed_{lv}_ps"] = now - done
+                done = now
+        parts.append(pd.DataFrame(row))
+    cols = dict(_BREAKDOWN)
+    if parts:
+        cols.update({c: "int64" for p in parts for c in p.columns if c.startswith("collective_exposed_")})
+    return _frame(parts, cols).fillna({c: 0 for c in cols if c.startswith("collective_exposed_")}).astype(
+        {c: "int64" for c in cols if c.startswith("collective_exposed_")}).sort_values(
+        ["host", "device", "start_ps"], ignore_index=True)
 
 
 def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:

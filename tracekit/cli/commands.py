@@ -204,14 +204,17 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--param", "param_values", multiple=True,
               help="RULE.PARAM=VALUE to override a rule parameter; units accepted: 10ms, 250us, 5%, 64MiB. Repeatable.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
+                   "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
               help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
-def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, max_size,
-            max_events, jobs, dask_address):
+def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, model_flops,
+            max_size, max_events, jobs, dask_address):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -223,7 +226,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
         rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
-                            progress=progress)
+                            progress=progress, model_flops_per_step=model_flops)
     finally:
         progress.done()
     texts = [render.render(rep, render.format_for(out, fmt if len(outputs) == 1 and fmt else None)) for out in outputs]
@@ -332,6 +335,7 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
 
 
 from tracekit.cli import reference as cli_reference  # noqa: E402,F401  (registers chips, calibrate, rules)
+from tracekit.cli import memory as cli_memory  # noqa: E402,F401  (registers memory)
 
 if __name__ == "__main__":
     main()

@@ -129,7 +129,8 @@ def _issue_warnings(issues: dict, odd: dict, host: str, warnings: list[str]) -> 
 
 
 def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
-    acc = {k: _Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines")}
+    acc = {k: _Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines",
+                               "memory_events")}
     devices = []
     issues: dict = {}  # counts of oddities, turned into warnings at the end
     odd: dict = {}  # stat name -> values stored with an unexpected type
@@ -150,7 +151,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
                 kind = f"{vendor or 'GPU'} cc{cc[0]}.{cc[1]}" if cc[0] is not None else (vendor or "GPU")
             devices.append({"host": host, "device": f"{dev[0]}:{dev[1]}", "device_kind": kind or dev[0],
                             "plane": plane.name, "stats": pstats})
-        compile_ids = None
+        compile_ids = mem_ids = None
         for line in plane.lines:
             if not _sanitize(line, issues):
                 continue
@@ -172,6 +173,10 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
                         vals, inv = _md_values(head, line.metadata_id[m], lambda md: md.name if md else "")
                         acc["host_events"].add(host=host, line=line.name, name=np.array(vals, dtype=object)[inv],
                                                start_ps=_start(line)[m], duration_ps=line.event_duration_ps[m])
+                if mem_ids is None:
+                    mem_ids = {k: md.name for k, md in head.event_metadata.items() if md.name in MEMORY_EVENTS}
+                if mem_ids:
+                    _memory_line(line, names, host, mem_ids, acc, odd)
             t0 = line.timestamp_ns * 1000
             first = int(line.offset_ps.min()) + t0 if n else 0
             last = int((line.offset_ps + line.event_duration_ps).max()) + t0 if n else 0
@@ -180,7 +185,8 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
     out = {"ops": acc["ops"].frame(schema.OPS), "async": acc["async"].frame(schema.OPS),
            "modules": acc["modules"].frame(schema.MODULES), "steps": acc["steps"].frame(schema.STEPS),
            "host_steps": acc["host_steps"].frame(schema.STEPS), "lines": acc["lines"].frame(schema.LINES),
-           "host_events": acc["host_events"].frame(schema.HOST_EVENTS), "devices": devices}
+           "host_events": acc["host_events"].frame(schema.HOST_EVENTS),
+           "memory_events": acc["memory_events"].frame(schema.MEMORY_EVENTS), "devices": devices}
     for name, k in seen.items():
         if k > 1 and (device_of(name) or name == "/host:metadata"):
             warnings.append(f"{host}: plane {name!r} appears {k} times in the file: their events are taken together")
@@ -191,7 +197,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
 def _tpu_md(names, odd: dict | None = None):
     def f(md):
         if md is None:
-            return ("", "", "", 0, np.nan, np.nan)
+            return ("", "", "", 0, np.nan, np.nan, np.nan)
         op, opcode = instr_name_and_opcode(md.name)
         if not op:
             op = md.display_name or md.name
@@ -204,17 +210,18 @@ def _tpu_md(names, odd: dict | None = None):
                     odd[k] = odd.get(k, 0) + 1
         return (op, opcode, str(st.get("hlo_category") or ""), as_int(pid) & U64,
                 as_float(st["flops"]) if "flops" in st else np.nan,
-                as_float(st["bytes_accessed"]) if "bytes_accessed" in st else np.nan)
+                as_float(st["bytes_accessed"]) if "bytes_accessed" in st else np.nan,
+                as_float(st["model_flops"]) if "model_flops" in st else np.nan)
     return f
 
 
 def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
     lname = line.name
     if lname in ("XLA Ops", "Async XLA Ops"):
-        ids = _ids(names, "flops", "bytes_accessed", "device_duration_ps")
+        ids = _ids(names, "flops", "bytes_accessed", "model_flops", "device_duration_ps")
         vals, inv = _md_values(head, line.metadata_id, _tpu_md(names, odd), issues)
-        fl, by = _num(vals, inv, 4, float), _num(vals, inv, 5, float)
-        for arr, key in ((fl, "flops"), (by, "bytes_accessed")):  # newer captures: costs on the events
+        fl, by, mf = _num(vals, inv, 4, float), _num(vals, inv, 5, float), _num(vals, inv, 6, float)
+        for arr, key in ((fl, "flops"), (by, "bytes_accessed"), (mf, "model_flops")):  # newer: on the events
             ev = stat_floats(line, ids[key], odd, key)
             m = ~np.isnan(ev)
             arr[m] = ev[m]
@@ -231,7 +238,7 @@ def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
             host=host, device=device, line=lname, source="xla_ops" if sync else "async_xla_ops",
             op=_col(vals, inv, 0), opcode=_col(vals, inv, 1), category=_col(vals, inv, 2),
             program_id=_num(vals, inv, 3, np.uint64), start_ps=_start(line), duration_ps=dur,
-            is_async=np.full(line.n_events, not sync), trace_flops=fl, trace_bytes=by)
+            is_async=np.full(line.n_events, not sync), trace_flops=fl, trace_bytes=by, trace_model_flops=mf)
     elif lname == "XLA Modules":
         from tracekit.ingest.hlo import parse_module_label
         vals, inv = _md_values(head, line.metadata_id, lambda md: parse_module_label(md.name if md else ""), issues)
@@ -285,6 +292,33 @@ def _gpu_line(head, line, names, host, device, acc, issues=None, odd=None):
     acc["ops"].add(host=host, device=device, line=line.name, source=source, op=op, opcode=opcode, module=mod,
                    program_id=pid.astype(np.uint64), kernel=kernel, start_ps=_start(line),
                    duration_ps=line.event_duration_ps, is_async=np.zeros(line.n_events, bool))
+
+
+#: allocator events on host threads (xprof's memory-profile data): name -> kind
+MEMORY_EVENTS = {"MemoryAllocation": "alloc", "MemoryDeallocation": "free"}
+
+
+def _memory_line(line, names, host, mem_ids: dict, acc, odd=None):
+    """The allocator's MemoryAllocation/MemoryDeallocation events of a host line: bytes in use after each, the
+    allocator (``allocator_name``, else the device index ``index_on_host``), peak and available bytes."""
+    m = np.isin(line.metadata_id, np.fromiter(mem_ids, np.int64, len(mem_ids)))
+    if not m.any():
+        return
+    ids = _ids(names, "allocator_name", "index_on_host", "bytes_allocated", "peak_bytes_in_use", "bytes_available",
+               "requested_bytes")
+    has_a, alloc = stat_strings(line, ids["allocator_name"], names, odd, "allocator_name")
+    has_i, index = stat_ints(line, ids["index_on_host"], odd, "index_on_host")
+    names_ = np.array([str(c) for c in alloc.categories] + [""], dtype=object)[np.where(has_a, alloc.codes, -1)]
+    label = np.where(has_a, names_, np.where(has_i, np.char.add("device ", index.astype(str)).astype(object),
+                                             "allocator"))[m]
+    u, inv = np.unique(label.astype(str), return_inverse=True)
+    free = np.fromiter((MEMORY_EVENTS[mem_ids[int(k)]] == "free" for k in line.metadata_id[m]), bool)
+    acc["memory_events"].add(
+        host=host, allocator=intern(list(u), inv), kind=Cat(free.astype(np.int32), ["alloc", "free"]),
+        start_ps=_start(line)[m],
+        **{c: stat_floats(line, ids[s_], odd, s_)[m] for c, s_ in (
+            ("bytes_in_use", "bytes_allocated"), ("peak_bytes_in_use", "peak_bytes_in_use"),
+            ("bytes_available", "bytes_available"), ("requested_bytes", "requested_bytes"))})
 
 
 def _fill(cat: Cat, has: np.ndarray, md_vals: list, inv: np.ndarray) -> Cat:

@@ -21,6 +21,8 @@ class Module:
     name: str
     program_id: int
     proto: hlo_pb2.HloModuleProto
+    #: XLA's buffer assignment of the compiled program (``xla.HloProto`` field 3); None when the trace has none
+    buffers: hlo_pb2.BufferAssignmentProto | None = None
 
 
 def parse_module_label(label: str) -> tuple[str, int]:
@@ -43,13 +45,15 @@ def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Mo
                 continue
             label_name, pid = parse_module_label(md.name)
             try:
-                proto = hlo_pb2.HloProto.FromString(st.bytes_value).hlo_module
+                whole = hlo_pb2.HloProto.FromString(st.bytes_value)
             except (DecodeError, RecursionError, ValueError):
                 warnings.append(f"HLO of module {md.name!r} could not be decoded; its ops have no HLO")
                 continue
+            proto = whole.hlo_module
             if not pid and proto.id:
                 pid = proto.id & 0xFFFFFFFFFFFFFFFF
-            out.append(Module(proto.name or label_name, pid, proto))
+            out.append(Module(proto.name or label_name, pid, proto,
+                              whole.buffer_assignment if whole.HasField("buffer_assignment") else None))
     out.sort(key=lambda m: (m.name, m.program_id))
     return out
 
@@ -70,7 +74,7 @@ def replica_groups(instr: hlo_pb2.HloInstructionProto) -> tuple[str, int]:
     return "", -1
 
 
-def _source(module: hlo_pb2.HloModuleProto, md: hlo_pb2.OpMetadata) -> tuple[str, int]:
+def source_location(module: hlo_pb2.HloModuleProto, md: hlo_pb2.OpMetadata) -> tuple[str, int]:
     if md.source_file:
         return md.source_file, md.source_line
     sfi = module.stack_frame_index
@@ -228,7 +232,7 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
             is_entry = comp.id == m.entry_computation_id or comp.name == m.entry_computation_name
             for ins in comp.instructions:
                 groups, gsize = replica_groups(ins)
-                src_file, src_line = _source(m, ins.metadata)
+                src_file, src_line = source_location(m, ins.metadata)
                 cols["module"].append(mod.name)
                 cols["program_id"].append(mod.program_id)
                 cols["computation"].append(comp.name)

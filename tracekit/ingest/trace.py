@@ -30,6 +30,7 @@ class Trace:
     lines: pd.DataFrame
     devices: pd.DataFrame
     host_events: pd.DataFrame = None
+    memory_events: pd.DataFrame = None  #: allocator events (schema.MEMORY_EVENTS), when the trace has them
     hlo_modules: list = field(default_factory=list)
     device_stats: dict = field(default_factory=dict)
     hosts: list = field(default_factory=list)
@@ -145,7 +146,7 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     ops = _assign_steps(ops, steps)
     _consistency_warnings(ops, h, host, warnings)
     return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
-            "host_events": ex["host_events"],
+            "host_events": ex["host_events"], "memory_events": ex["memory_events"],
             "hlo_modules": mods, "device_stats": dstats, "host": host}
 
 
@@ -358,7 +359,7 @@ def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 def _combine(parts: list[dict], warnings: list[str]) -> Trace:
     def cat(key, sch):
-        frames_ = [p[key] for p in parts if len(p[key])]
+        frames_ = [p[key] for p in parts if key in p and len(p[key])]
         if not frames_:
             return schema.empty(sch)
         return schema.conform(concat_frames(frames_), sch)
@@ -380,4 +381,5 @@ def _combine(parts: list[dict], warnings: list[str]) -> Trace:
     return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
+                 memory_events=cat("memory_events", schema.MEMORY_EVENTS),
                  hlo_modules=mods, device_stats=dstats, hosts=[p["host"] for p in parts], warnings=warnings)

@@ -81,26 +81,145 @@ F8E8M0FNU: PrimitiveType
 BUFFER: PrimitiveType
 
 class HloProto(_message.Message):
-    __slots__ = ("hlo_module",)
+    __slots__ = ("hlo_module", "buffer_assignment")
     HLO_MODULE_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     hlo_module: HloModuleProto
-    def __init__(self, hlo_module: _Optional[_Union[HloModuleProto, _Mapping]] = ...) -> None: ...
+    buffer_assignment: BufferAssignmentProto
+    def __init__(self, hlo_module: _Optional[_Union[HloModuleProto, _Mapping]] = ..., buffer_assignment: _Optional[_Union[BufferAssignmentProto, _Mapping]] = ...) -> None: ...
 
 class HloModuleProto(_message.Message):
-    __slots__ = ("name", "entry_computation_name", "computations", "id", "entry_computation_id", "stack_frame_index")
+    __slots__ = ("name", "entry_computation_name", "computations", "id", "entry_computation_id", "input_output_alias", "stack_frame_index")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_NAME_FIELD_NUMBER: _ClassVar[int]
     COMPUTATIONS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OUTPUT_ALIAS_FIELD_NUMBER: _ClassVar[int]
     STACK_FRAME_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     entry_computation_name: str
     computations: _containers.RepeatedCompositeFieldContainer[HloComputationProto]
     id: int
     entry_computation_id: int
+    input_output_alias: HloInputOutputAliasProto
     stack_frame_index: StackFrameIndexProto
-    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., input_output_alias: _Optional[_Union[HloInputOutputAliasProto, _Mapping]] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
+
+class HloInputOutputAliasProto(_message.Message):
+    __slots__ = ("entries",)
+    class AliasEntryProto(_message.Message):
+        __slots__ = ("output_shape_index", "parameter_number", "parameter_shape_index", "kind")
+        OUTPUT_SHAPE_INDEX_FIELD_NUMBER: _ClassVar[int]
+        PARAMETER_NUMBER_FIELD_NUMBER: _ClassVar[int]
+        PARAMETER_SHAPE_INDEX_FIELD_NUMBER: _ClassVar[int]
+        KIND_FIELD_NUMBER: _ClassVar[int]
+        output_shape_index: _containers.RepeatedScalarFieldContainer[int]
+        parameter_number: int
+        parameter_shape_index: _containers.RepeatedScalarFieldContainer[int]
+        kind: int
+        def __init__(self, output_shape_index: _Optional[_Iterable[int]] = ..., parameter_number: _Optional[int] = ..., parameter_shape_index: _Optional[_Iterable[int]] = ..., kind: _Optional[int] = ...) -> None: ...
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[HloInputOutputAliasProto.AliasEntryProto]
+    def __init__(self, entries: _Optional[_Iterable[_Union[HloInputOutputAliasProto.AliasEntryProto, _Mapping]]] = ...) -> None: ...
+
+class LogicalBufferProto(_message.Message):
+    __slots__ = ("id", "size", "defined_at", "color")
+    class Location(_message.Message):
+        __slots__ = ("instruction_name", "shape_index", "instruction_id")
+        INSTRUCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+        SHAPE_INDEX_FIELD_NUMBER: _ClassVar[int]
+        INSTRUCTION_ID_FIELD_NUMBER: _ClassVar[int]
+        instruction_name: str
+        shape_index: _containers.RepeatedScalarFieldContainer[int]
+        instruction_id: int
+        def __init__(self, instruction_name: _Optional[str] = ..., shape_index: _Optional[_Iterable[int]] = ..., instruction_id: _Optional[int] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DEFINED_AT_FIELD_NUMBER: _ClassVar[int]
+    COLOR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    size: int
+    defined_at: LogicalBufferProto.Location
+    color: int
+    def __init__(self, id: _Optional[int] = ..., size: _Optional[int] = ..., defined_at: _Optional[_Union[LogicalBufferProto.Location, _Mapping]] = ..., color: _Optional[int] = ...) -> None: ...
+
+class BufferAllocationProto(_message.Message):
+    __slots__ = ("index", "size", "is_thread_local", "is_entry_computation_parameter", "parameter_number", "maybe_live_out", "color", "assigned", "parameter_shape_index", "is_tuple", "is_constant")
+    class Assigned(_message.Message):
+        __slots__ = ("logical_buffer_id", "offset", "size")
+        LOGICAL_BUFFER_ID_FIELD_NUMBER: _ClassVar[int]
+        OFFSET_FIELD_NUMBER: _ClassVar[int]
+        SIZE_FIELD_NUMBER: _ClassVar[int]
+        logical_buffer_id: int
+        offset: int
+        size: int
+        def __init__(self, logical_buffer_id: _Optional[int] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    IS_THREAD_LOCAL_FIELD_NUMBER: _ClassVar[int]
+    IS_ENTRY_COMPUTATION_PARAMETER_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    MAYBE_LIVE_OUT_FIELD_NUMBER: _ClassVar[int]
+    COLOR_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_SHAPE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    IS_TUPLE_FIELD_NUMBER: _ClassVar[int]
+    IS_CONSTANT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    size: int
+    is_thread_local: bool
+    is_entry_computation_parameter: bool
+    parameter_number: int
+    maybe_live_out: bool
+    color: int
+    assigned: _containers.RepeatedCompositeFieldContainer[BufferAllocationProto.Assigned]
+    parameter_shape_index: _containers.RepeatedScalarFieldContainer[int]
+    is_tuple: bool
+    is_constant: bool
+    def __init__(self, index: _Optional[int] = ..., size: _Optional[int] = ..., is_thread_local: _Optional[bool] = ..., is_entry_computation_parameter: _Optional[bool] = ..., parameter_number: _Optional[int] = ..., maybe_live_out: _Optional[bool] = ..., color: _Optional[int] = ..., assigned: _Optional[_Iterable[_Union[BufferAllocationProto.Assigned, _Mapping]]] = ..., parameter_shape_index: _Optional[_Iterable[int]] = ..., is_tuple: _Optional[bool] = ..., is_constant: _Optional[bool] = ...) -> None: ...
+
+class HeapSimulatorTrace(_message.Message):
+    __slots__ = ("events", "whole_module_simulation", "buffer_allocation_index")
+    class Event(_message.Message):
+        __slots__ = ("kind", "buffer_id", "computation_name", "instruction_name", "share_with_canonical_id")
+        KIND_FIELD_NUMBER: _ClassVar[int]
+        BUFFER_ID_FIELD_NUMBER: _ClassVar[int]
+        COMPUTATION_NAME_FIELD_NUMBER: _ClassVar[int]
+        INSTRUCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+        SHARE_WITH_CANONICAL_ID_FIELD_NUMBER: _ClassVar[int]
+        kind: int
+        buffer_id: int
+        computation_name: str
+        instruction_name: str
+        share_with_canonical_id: int
+        def __init__(self, kind: _Optional[int] = ..., buffer_id: _Optional[int] = ..., computation_name: _Optional[str] = ..., instruction_name: _Optional[str] = ..., share_with_canonical_id: _Optional[int] = ...) -> None: ...
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_MODULE_SIMULATION_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_ALLOCATION_INDEX_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[HeapSimulatorTrace.Event]
+    whole_module_simulation: bool
+    buffer_allocation_index: int
+    def __init__(self, events: _Optional[_Iterable[_Union[HeapSimulatorTrace.Event, _Mapping]]] = ..., whole_module_simulation: _Optional[bool] = ..., buffer_allocation_index: _Optional[int] = ...) -> None: ...
+
+class BufferAssignmentProto(_message.Message):
+    __slots__ = ("logical_buffers", "buffer_aliases", "buffer_allocations", "heap_simulator_traces")
+    class BufferAlias(_message.Message):
+        __slots__ = ("source_buffer_id", "location")
+        SOURCE_BUFFER_ID_FIELD_NUMBER: _ClassVar[int]
+        LOCATION_FIELD_NUMBER: _ClassVar[int]
+        source_buffer_id: int
+        location: LogicalBufferProto.Location
+        def __init__(self, source_buffer_id: _Optional[int] = ..., location: _Optional[_Union[LogicalBufferProto.Location, _Mapping]] = ...) -> None: ...
+    LOGICAL_BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_ALIASES_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    HEAP_SIMULATOR_TRACES_FIELD_NUMBER: _ClassVar[int]
+    logical_buffers: _containers.RepeatedCompositeFieldContainer[LogicalBufferProto]
+    buffer_aliases: _containers.RepeatedCompositeFieldContainer[BufferAssignmentProto.BufferAlias]
+    buffer_allocations: _containers.RepeatedCompositeFieldContainer[BufferAllocationProto]
+    heap_simulator_traces: _containers.RepeatedCompositeFieldContainer[HeapSimulatorTrace]
+    def __init__(self, logical_buffers: _Optional[_Iterable[_Union[LogicalBufferProto, _Mapping]]] = ..., buffer_aliases: _Optional[_Iterable[_Union[BufferAssignmentProto.BufferAlias, _Mapping]]] = ..., buffer_allocations: _Optional[_Iterable[_Union[BufferAllocationProto, _Mapping]]] = ..., heap_simulator_traces: _Optional[_Iterable[_Union[HeapSimulatorTrace, _Mapping]]] = ...) -> None: ...
 
 class HloComputationProto(_message.Message):
     __slots__ = ("name", "instructions", "id", "root_id", "is_fusion_computation", "execution_thread")

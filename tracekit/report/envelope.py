@@ -106,7 +106,7 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
 def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
           steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
           hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
-          custom_calls: dict | None = None) -> Report:
+          overview=None, memory=None, custom_calls: dict | None = None) -> Report:
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
@@ -142,6 +142,8 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "tool": {"name": "tracekit", "version": _version()},
         "inputs": inputs,
         "chips": chips,
+        "overview": _clean(overview.to_dict()) if overview is not None else {},
+        "memory": memory_section(memory) if memory is not None else {},
         "summary": _clean({
             "hosts": int(ops["host"].nunique()) if len(ops) else 0,
             "devices": int(len(devices)),
@@ -187,6 +189,42 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     return rep
 
 
+MEMORY_BUFFERS = 20  #: largest buffers kept in the envelope
+MEMORY_CURVES = 4  #: heap-simulator curves kept (the programs with the largest live peaks)
+MEMORY_ALLOCATORS = 16  #: allocator timelines kept
+
+
+def memory_section(mv) -> dict:
+    """The memory view (:class:`tracekit.analysis.memory.MemoryView`) as JSON-ready data."""
+    progs = mv.programs[mv.programs["footprint_bytes"] > 0] if len(mv.programs) else mv.programs
+    peaks = progs[progs["memory_space"] == "device"].sort_values(["live_peak_bytes", "module"],
+                                                                 ascending=[False, True])
+    keep = [(m, int(p)) for m, p in zip(peaks["module"], peaks["program_id"])][:MEMORY_CURVES]
+    curves = []
+    for m, p in keep:
+        c = next((v for (mm, pp), v in sorted(mv.curves.items(), key=lambda kv: (kv[0][0], int(kv[0][1])))
+                  if mm == m and int(pp) == p), None)
+        if c is not None:
+            curves.append({"module": m, "program_id": p, "memory_space": "device",
+                           "points": [[int(a), int(b), str(n)] for a, n, b in zip(c["seq"], c["instruction"],
+                                                                                   c["live_bytes"])]})
+    timeline = []
+    for (h, a), c in sorted(mv.timeline.items())[:MEMORY_ALLOCATORS]:
+        timeline.append({"host": h, "allocator": a,
+                         "points": [[int(t), float(b)] for t, b in zip(c["start_ps"], c["bytes_in_use"])]})
+    return _clean({
+        "capacity_bytes": mv.capacity_bytes, "capacity_source": mv.capacity_source,
+        "programs": records(progs.sort_values(["memory_space", "footprint_bytes", "module"],
+                                              ascending=[True, False, True])),
+        "buffers": records(mv.buffers.head(MEMORY_BUFFERS)),
+        "devices": records(mv.devices) if mv.devices is not None else [],
+        "offload": records(mv.offload) if mv.offload is not None else [],
+        "curves": curves,
+        "allocators": records(mv.allocators) if mv.allocators is not None else [],
+        "timeline": timeline,
+    })
+
+
 def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
     """The ops the roofline chart leaves out, by reason: ops, total_ps, share of op time, the largest op."""
     if not len(op_stats) or "flops" not in op_stats:
@@ -223,7 +261,10 @@ def _first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:
 
 def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Per device, every step summed: steps, step time mean/median/max, and the breakdown totals."""
-    cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps"]
+    cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps",
+            *(c for c in steps.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"),
+            "compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
+            "host_idle_ps", "launch_idle_ps", "other_idle_ps"]
     if not len(steps):
         return pd.DataFrame(columns=["host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
                                      "step_ps_sum", *cols])

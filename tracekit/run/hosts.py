@@ -40,6 +40,7 @@ class _Module:
     name: str
     program_id: int
     blob: bytes
+    buffers: bytes | None = None  #: the buffer assignment, serialized (None when the trace has none)
 
 
 def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
@@ -57,7 +58,9 @@ def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BY
         part["ops"] = pipeline.with_roofline(one, chip)
         part["devices_seen"] = sorted(set(one.devices["device"].astype(str)))
         del one
-    part["hlo_modules"] = [_Module(m.name, m.program_id, m.proto.SerializeToString()) for m in part["hlo_modules"]]
+    part["hlo_modules"] = [_Module(m.name, m.program_id, m.proto.SerializeToString(),
+                                   m.buffers.SerializeToString() if m.buffers is not None else None)
+                           for m in part["hlo_modules"]]
     part["warnings"] = warnings
     return part
 
@@ -70,9 +73,10 @@ def _revive(parts: list[dict]) -> None:
     for p in parts:
         mods = []
         for m in p["hlo_modules"]:
-            key = (m.name, m.program_id, m.blob)
+            key = (m.name, m.program_id, m.blob, m.buffers)
             if key not in seen:
-                seen[key] = hlo.Module(m.name, m.program_id, hlo_pb2.HloModuleProto.FromString(m.blob))
+                seen[key] = hlo.Module(m.name, m.program_id, hlo_pb2.HloModuleProto.FromString(m.blob),
+                                       None if m.buffers is None else hlo_pb2.BufferAssignmentProto.FromString(m.buffers))
             mods.append(seen[key])
         p["hlo_modules"] = mods
 

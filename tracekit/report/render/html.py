@@ -19,6 +19,7 @@ import html
 import json
 import math
 
+from tracekit.report.render import sections
 from tracekit.report.render import timeline_html as tlh
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
@@ -357,6 +358,7 @@ def body(d: dict, *, top: int = 25) -> str:
             if g.get("fail_on", "never") != "never" else "")
     return (
         f"<h1>tracekit report</h1><p class=\"inputs\">{e(paths)}</p>\n"
+        f"{sections.html_sections(d)}"
         f"<section id=\"summary\">{summary_html(d)}{tlh.peak_sources_html(d)}{warn}{gate}</section>\n"
         f"<section id=\"findings\"><h2>Findings, by the time they would win back</h2>"
         f"{findings_html(d.get('findings') or [])}</section>\n"

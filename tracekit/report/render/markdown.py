@@ -216,7 +216,8 @@ def render(report, *, top: int = 12, **_) -> str:
     if d.get("schema", "").startswith("tracekit.diff/"):
         return render_diff(d, top=top)
     inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
-    out = [f"## tracekit report: {inputs}", "", *headline(d), ""]
+    from tracekit.report.render import sections
+    out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table), *headline(d), ""]
     f = d.get("findings") or []
     if f:
         out += [f"### Findings ({len(f)}), by the time they would win back", "", *findings_table(f), ""]

@@ -2,6 +2,7 @@
 Rich formatting on a TTY (``color=True``), plain text otherwise (what pipes, files and tests see)."""
 from __future__ import annotations
 
+from tracekit.report.render import sections
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
@@ -18,6 +19,8 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
     d = report.data
     s = d["summary"]
     out = [f"tracekit {d['tool']['version']} — {', '.join(i['path'] for i in d['inputs'])}"]
+    head = sections.text(d)
+    out += head + ([""] if head else [])
     for c in d["chips"]:
         peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in c["peak_flops_per_s"].items() if k in ("bf16", "f32"))
         src = c["sources"].get("peak_flops_per_s.bf16") or c["sources"].get("peak_flops_per_s.f32", "")
@@ -63,6 +66,8 @@ def render(report, *, top: int = 12, color: bool = False, **_) -> str:
         out += _table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
                       rows, right={2, 3, 4, 5, 6, 8, 9})
     out += custom_calls_lines(d.get("custom_calls") or {})
+    mem = sections.memory_text(d)
+    out += [""] + mem if mem else []
     f = d.get("findings") or []
     out += ["", f"Findings ({len(f)}), by time they would win back" if f else "Findings: none"]
     for i, x in enumerate(f, 1):

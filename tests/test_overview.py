@@ -1,0 +1,132 @@
+"""The utilization headline and the step-time breakdown: MFU against XLA's cost_analysis() and the step times the
+capture script measured, the trace's own model_flops, --model-flops-per-step, and the breakdown's invariants on
+every fixture (every bucket >= 0, the buckets sum to the step time exactly, "other" under 5%)."""
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CPU_CASES, FIXTURES, cpu_fixture, shared_trace
+
+from tracekit import pipeline
+from tracekit.analysis import timeline as tl
+from tracekit.model import chips
+from tracekit.report import render
+
+@functools.lru_cache(maxsize=None)
+def _analyze(path: str, chip: str | None = None):
+    """One analysis per trace for the whole module (the reports are read, never changed)."""
+    return pipeline.analyze(path, chip=chip)
+
+
+CASES = json.loads((FIXTURES / "cpu" / "cases.json").read_text())["cases"]
+BUCKETS = ["collective_exposed_ps", *tl.REFINED]
+
+
+def _traces():
+    for c in sorted(set(CASES) | set(CPU_CASES)):  # every recorded fixture
+        yield pytest.param(lambda c=c: cpu_fixture(c), id=c)
+    for rel in ("tpu/v6e-4_jax_inference.xplane.pb", "gpu/v100x8_tf_bert.xplane.pb"):
+        yield pytest.param(lambda rel=rel: shared_trace(rel), id=rel.split("/")[-1].split(".")[0])
+
+
+@pytest.mark.parametrize("get", list(_traces()))
+def test_breakdown_partitions_every_step(get):
+    rep = _analyze(str(get()))
+    steps = rep.data["device_steps"]
+    assert steps, "no steps"
+    bd = rep.data["overview"]["breakdown"]
+    total = bd["step_ps"]
+    assert total == sum(r["step_ps_sum"] for r in steps)
+    assert all(bd[c] >= 0 for c in BUCKETS)
+    assert sum(bd[c] for c in BUCKETS) == total
+    for r in rep.data["steps"]:  # each step on each device (the first rows kept in the envelope)
+        assert all(r[c] >= 0 for c in BUCKETS) and sum(r[c] for c in BUCKETS) == r["step_ps"]
+        assert r["compute_bound_ps"] + r["memory_bound_ps"] + r["compute_other_ps"] == r["compute_ps"]
+        assert sum(r[c] for c in tl.REFINED[3:]) == r["wait_ps"] + r["idle_ps"]
+    if "v100" not in str(get()):  # TF trace: no program executions, no HLO — its idle cannot be told apart
+        assert bd["other_idle_ps"] + bd["compute_other_ps"] < 0.05 * total
+
+
+def test_sleepy_steps_idle_is_the_host():
+    rep = _analyze(str(cpu_fixture("sleepy_steps")))
+    bd = rep.data["overview"]["breakdown"]
+    assert bd["host_idle_ps"] > 0.8 * bd["step_ps"]  # the host sleeps 20 ms inside each step
+
+
+def test_v6e_breakdown_is_waiting_on_host_offload():
+    rep = _analyze(str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")))
+    bd = rep.data["overview"]["breakdown"]
+    assert bd["offload_wait_ps"] > 0.9 * bd["step_ps"]
+
+
+def test_mfu_of_big_matmul_equals_xla_flops_over_measured_step_time():
+    c = CASES["big_matmul"]
+    if "step_wall_s" not in c:
+        pytest.skip("cases.json has no measured step times yet")
+    chip = "TPU v5e"  # any --chip: the formula must use its peak
+    rep = pipeline.analyze(cpu_fixture("big_matmul"), chip=chip)
+    flops = c["xla_cost"]["matmul"]["flops"]
+    peak = chips.peak_flops(chips.get(chip), "f32")[0]
+    expected = flops * c["steps"] / (peak * sum(c["step_wall_s"]))
+    f = rep.data["overview"]["flops"]
+    assert f["label"] == "hardware FLOPs utilization"  # from the HLO: recomputation cannot be told apart
+    assert f["per_step"] == pytest.approx(flops, rel=0.01)
+    assert f["utilization"] == pytest.approx(expected, rel=0.05)
+
+
+def test_model_flops_per_step_option():
+    path = cpu_fixture("big_matmul")
+    r = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(path), "--format", "json",
+                        "--model-flops-per-step", "1e9"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    f, st = d["overview"]["flops"], d["overview"]["step_time"]
+    assert f["label"] == "MFU" and f["per_step"] == 1e9
+    assert f["utilization"] == pytest.approx(1e9 / (f["peak_flops_per_s"] * st["mean_ps"] / 1e12), rel=1e-4)
+    per_step = {}
+    for s in d["steps"]:
+        per_step[s["step"]] = max(per_step.get(s["step"], 0), s["step_ps"])
+    assert st["mean_ps"] == pytest.approx(sum(per_step.values()) / len(per_step), rel=1e-6)
+
+
+def test_v6e_mfu_from_the_traces_model_flops():
+    rep = _analyze(str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")))
+    f = rep.data["overview"]["flops"]
+    assert f["label"] == "MFU" and f["source"].startswith("trace: model_flops")
+    # per step: 3 elementwise adds over f32[5,1024,1024,256] on each of the 4 chips
+    assert f["per_step"] == 4 * 3 * 5 * 1024 * 1024 * 256
+    # the host link at its roofline bounds the step: 6 copies of 5 GiB, both directions of the link
+    r = rep.data["overview"]["roofline"]
+    link = rep.data["chips"][0]["host_link_bw_bytes_per_s"]
+    assert r["bound_by"] == "host link"
+    assert r["possible_step_ps"] == pytest.approx(6 * 5 * 2**30 / link / 2 * 1e12, rel=1e-6)
+    hl = rep.data["overview"]["bandwidth"]["host_link"]
+    assert hl["utilization"] <= 1.0
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_overview_is_the_first_section(fmt):
+    rep = _analyze(str(cpu_fixture("train_step")))
+    out = render.render(rep, fmt)
+    if fmt == "text":
+        lines = out.splitlines()
+        assert lines[1] == "Overview" and lines[2].startswith("  step time: mean")
+        assert "Memory (XLA's buffer assignment)" in out
+    elif fmt == "markdown":
+        heads = [x for x in out.splitlines() if x.startswith("### ")]
+        assert heads[:2] == ["### Overview", "### Memory (XLA's buffer assignment)"]
+    else:
+        assert out.index('<section id="overview">') < out.index('<section id="memory">') < out.index(
+            '<section id="summary">')
+    assert "hardware FLOPs utilization" in out
+
+
+def test_report_format_documents_overview_and_memory():
+    doc = (FIXTURES.parent / "docs" / "report-format.md").read_text()
+    for key in ("`overview`", "`memory`", "offload_wait_ps", "live_peak_bytes", "possible_step_ps"):
+        assert key in doc, key

@@ -1,0 +1,386 @@
+"""Where device memory goes, from XLA's buffer assignment (:mod:`tracekit.ingest.buffers`) and, when the trace
+has them, the allocator's events (``memory_events``).
+
+Per program and memory space (``programs``), with XLA's own terms (``compiled.memory_analysis()``):
+
+* ``argument_bytes`` = allocations of entry parameters; ``output_bytes`` = allocations that may be live out;
+  ``alias_bytes`` = allocations that are both (an output written into a parameter's buffer: donated inputs);
+  ``temp_bytes`` = every other allocation except thread-local and constant ones;
+* ``footprint_bytes`` = argument + output − alias + temp + constant: what the device holds while the program runs;
+* ``live_peak_bytes`` = argument + output − alias + constant + the peak of the temporaries the heap simulator
+  shows alive at once (``live_peak_source = heap simulator``); without a heap-simulator trace the temp allocation
+  itself (``allocations``).
+
+``devices``: the device-level peak. Programs that run one after the other do not add up (their temporaries are
+freed in between); programs whose executions overlap on a device do. ``peak_bytes`` is the largest sum of the
+footprints of the programs running at one time (a lower bound: arrays the job keeps on the device but passes to
+none of the running programs are not in the trace); ``upper_bytes`` adds the arguments of every other program
+that ran on the device (what persists if none of them are the same arrays).
+
+``offload``: programs that keep arrays in host memory (memory space 5). ``need_bytes`` = the program's device
+live peak without the staging copies of those arrays (``from_host`` buffers) + the host arrays themselves: what
+the device would hold if the arrays stayed in HBM; ``fits`` = need_bytes <= the chip's HBM capacity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from tracekit.ingest import buffers as buf
+from tracekit.ingest.hlo import HOST_MEMORY_SPACE
+
+PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
+                   "temp_bytes", "constant_bytes", "thread_local_bytes", "footprint_bytes", "live_peak_bytes",
+                   "live_peak_source", "largest_buffer_bytes", "largest_temp_bytes", "largest_temp_instruction",
+                   "largest_temp_opcode", "largest_temp_source", "undonated_bytes", "undonated_parameters"]
+CURVE_POINTS = 200
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    programs: pd.DataFrame  #: one row per (program, memory space), :data:`PROGRAM_COLUMNS`
+    buffers: pd.DataFrame  #: every buffer worth listing, largest first (see :func:`largest_buffers`)
+    curves: dict = field(default_factory=dict)  #: (module, program_id) -> DataFrame seq, instruction, live_bytes
+    devices: pd.DataFrame = None  #: device-level peak per (host, device)
+    offload: pd.DataFrame = None  #: programs with arrays in host memory
+    allocators: pd.DataFrame = None  #: allocator events summarized per (host, allocator)
+    timeline: dict = field(default_factory=dict)  #: (host, allocator) -> DataFrame start_ps, bytes_in_use
+    capacity_bytes: float = float("nan")  #: the smallest HBM capacity among the trace's devices
+    capacity_source: str = ""
+
+
+def live_curve(heap: pd.DataFrame, sizes: dict, keep) -> tuple[np.ndarray, np.ndarray, list]:
+    """(seq, live bytes after each event, instruction) of one heap-simulator trace, counting only buffers for
+    which ``keep(buffer_id)`` is true. A SHARE_WITH reuses its canonical buffer's memory: nothing new is live,
+    and the memory is free only when every sharer has been freed."""
+    canon, refs = {}, {}
+    live, out = 0, []
+    for kind, b, c in zip(heap["kind"].to_numpy(), heap["buffer_id"].to_numpy(), heap["share_with"].to_numpy()):
+        b, c = int(b), int(c)
+        if kind == 0:
+            canon[b], refs[b] = b, 1
+            if keep(b):
+                live += sizes.get(b, 0)
+        elif kind == 2:
+            root = canon.get(c, c)
+            canon[b] = root
+            refs[root] = refs.get(root, 0) + 1
+        elif kind == 1:
+            root = canon.pop(b, b)
+            refs[root] = refs.get(root, 1) - 1
+            if refs[root] <= 0:
+                refs.pop(root, None)
+                if keep(root):
+                    live -= sizes.get(root, 0)
+        out.append(live)
+    return heap["seq"].to_numpy(), np.array(out, np.int64), heap["instruction"].tolist()
+
+
+def _downsample(seq, live, names, k: int = CURVE_POINTS) -> pd.DataFrame:
+    """At most ``k`` points of a curve, always keeping its peak and its ends."""
+    n = len(live)
+    keep = np.arange(n) if n <= k else np.unique(np.r_[np.linspace(0, n - 1, k - 1).astype(int), np.argmax(live)])
+    return pd.DataFrame({"seq": np.asarray(seq)[keep], "instruction": [names[i] for i in keep],
+                         "live_bytes": np.asarray(live)[keep]})
+
+
+def _by_program(df: pd.DataFrame) -> dict:
+    """(module, program_id) -> list of row dicts (the buffer tables are small: plain records beat pandas here)."""
+    out: dict = {}
+    for r in df.to_dict("records"):
+        out.setdefault((r["module"], int(r["program_id"])), []).append(r)
+    return out
+
+
+_SUMS = (("argument_bytes", ("argument", "argument+output")), ("output_bytes", ("output", "argument+output")),
+         ("alias_bytes", ("argument+output",)), ("temp_bytes", ("temp",)), ("constant_bytes", ("constant",)),
+         ("thread_local_bytes", ("thread-local",)))
+
+
+def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """The per-program summary (:data:`PROGRAM_COLUMNS`) and the device-space live curves of the heap simulator.
+    ``module_aliases``: (module, program_id) -> set of parameter numbers whose buffer an output may reuse (the
+    module's input/output alias config), for ``undonated_*``."""
+    rows, curves = [], {}
+    if not len(tables.allocations):
+        return pd.DataFrame(columns=PROGRAM_COLUMNS), curves
+    als, bus, hps = (_by_program(t) for t in (tables.allocations, tables.buffers, tables.heap))
+    for key in sorted(als):
+        mod, pid = key
+        a, b = als[key], bus.get(key, [])
+        kind_of = {x["allocation"]: x["kind"] for x in a}
+        sizes = {x["buffer_id"]: x["size_bytes"] for x in b}
+        color = {x["buffer_id"]: x["color"] for x in b}
+        temp_buf = {x["buffer_id"] for x in b if kind_of.get(x["allocation"]) == "temp"}
+        peaks: dict = {}
+        h = pd.DataFrame(hps.get(key, []), columns=["trace", "seq", "kind", "buffer_id", "share_with", "instruction"])
+        for _, ev in h.groupby("trace", sort=True):
+            for c in sorted({color.get(int(x), -1) for x in ev["buffer_id"]} - {-1}):
+                seq, live, names = live_curve(ev, sizes, lambda x, c=c: x in temp_buf and color.get(x) == c)
+                if len(live) and live.max() > 0:
+                    peaks[c] = peaks.get(c, 0) + int(live.max())
+                    if c == 0 and (key not in curves or live.max() > curves[key]["live_bytes"].max()):
+                        curves[key] = _downsample(seq, live, names)
+        for c in sorted({x["color"] for x in a}):
+            g = [x for x in a if x["color"] == c]
+            sm = {k: sum(x["size_bytes"] for x in g if x["kind"] in v) for k, v in _SUMS}
+            base = sm["argument_bytes"] + sm["output_bytes"] - sm["alias_bytes"] + sm["constant_bytes"]
+            inc = [x for x in b if x["color"] == c]
+            tb = [x for x in inc if x["buffer_id"] in temp_buf]
+            top = max(tb, key=lambda x: x["size_bytes"]) if tb else None
+            undonated, params = _undonated(g, a, (module_aliases or {}).get(key))
+            rows.append({"module": mod, "program_id": pid, "memory_space": buf.space_name(c), **sm,
+                         "footprint_bytes": base + sm["temp_bytes"],
+                         "live_peak_bytes": base + (peaks[c] if c in peaks else sm["temp_bytes"]),
+                         "live_peak_source": "heap simulator" if c in peaks else "allocations",
+                         "largest_buffer_bytes": max((x["size_bytes"] for x in inc), default=0),
+                         "largest_temp_bytes": top["size_bytes"] if top else 0,
+                         "largest_temp_instruction": top["instruction"] if top else "",
+                         "largest_temp_opcode": top["opcode"] if top else "",
+                         "largest_temp_source": f"{top['source_file']}:{top['source_line']}"
+                         if top and top["source_file"] else "",
+                         "undonated_bytes": undonated, "undonated_parameters": params})
+    out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
+    return out.astype({"program_id": "uint64", **{c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}), \
+        curves
+
+
+def _undonated(g: list, a: list, aliased: set | None) -> tuple[int, str]:
+    """Arguments (in this space, ``g``) that no output aliases although an output allocation of exactly their size
+    exists that is not itself an argument (``a``: every allocation of the program): candidates for donation
+    (``donate_argnums``). Each output is matched at most once."""
+    c = g[0]["color"]
+    outs = sorted(x["size_bytes"] for x in a if x["kind"] == "output" and not x["is_tuple"] and x["color"] == c
+                  and x["size_bytes"] > 0)
+    total, names = 0, []
+    args = [(x["parameter_number"], x["size_bytes"]) for x in g if x["kind"] == "argument" and x["size_bytes"] > 0]
+    for p, size in sorted(args, key=lambda t: (-t[1], t[0])):
+        if aliased and p in aliased:
+            continue
+        if size in outs:
+            outs.remove(size)
+            total += size
+            names.append(str(p))
+    return total, ",".join(names)
+
+
+def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
+    """One row per allocation that is not a temporary (its owner: the parameter instruction, else its largest
+    logical buffer), and one per temporary logical buffer (each is one instruction's result); largest first.
+    Columns: module, program_id, memory_space, kind, size_bytes, instruction, opcode, shape, source_file,
+    source_line, parameter_number, allocation, from_host."""
+    al, bu = tables.allocations, tables.buffers
+    cols = ["module", "program_id", "memory_space", "kind", "size_bytes", "instruction", "opcode", "shape",
+            "source_file", "source_line", "parameter_number", "allocation", "from_host"]
+    if not len(al):
+        return pd.DataFrame(columns=cols)
+    j = bu.merge(al[["module", "program_id", "allocation", "kind", "parameter_number", "memory_space"]],
+                 on=["module", "program_id", "allocation"], how="inner")
+    temp = j[j["kind"] == "temp"]
+    other = j[j["kind"] != "temp"].copy()
+    other["_p"] = other["opcode"] != "parameter"  # the parameter instruction owns an argument allocation
+    other = other.sort_values(["module", "program_id", "allocation", "_p", "size_bytes"],
+                              ascending=[True, True, True, True, False]).drop_duplicates(
+        ["module", "program_id", "allocation"])
+    sizes = al.set_index(["module", "program_id", "allocation"])["size_bytes"]
+    other["size_bytes"] = [int(sizes[k]) for k in zip(other["module"], other["program_id"], other["allocation"])]
+    out = pd.concat([temp, other.drop(columns="_p")], ignore_index=True)[cols]
+    out = out[out["size_bytes"] > 0]
+    # equal sizes: buffers of the program with the largest footprint first (the step, not a helper program)
+    foot = al.groupby(["module", "program_id"], observed=True)["size_bytes"].sum()
+    out = out.assign(_f=[foot.get((m, p), 0) for m, p in zip(out["module"], out["program_id"])])
+    return out.sort_values(["size_bytes", "_f", "module", "instruction"], ascending=[False, False, True, True],
+                           kind="stable", ignore_index=True).drop(columns="_f")
+
+
+def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFrame, capacity: dict) -> pd.DataFrame:
+    """Per (host, device): ``peak_bytes`` (the largest sum of device-space footprints of programs running at
+    once), ``programs_at_peak``, ``upper_bytes`` (+ arguments of the other programs that ran there),
+    ``capacity_bytes`` (the chip's HBM, NaN when unknown), ``share`` = peak / capacity."""
+    cols = ["host", "device", "peak_bytes", "programs_at_peak", "upper_bytes", "capacity_bytes", "share",
+            "programs"]
+    dev = progs[progs["memory_space"] == "device"]
+    if not len(dev):
+        return pd.DataFrame(columns=cols)
+    foot = dict(zip(dev["program_id"].astype(np.uint64), dev["footprint_bytes"]))
+    args = dict(zip(dev["program_id"].astype(np.uint64), dev["argument_bytes"]))
+    name = dict(zip(dev["program_id"].astype(np.uint64), dev["module"]))
+    win = executions if executions is not None and len(executions) else None
+    if win is None and len(ops):  # no module executions: each program's op span on the device
+        o = ops[~ops["is_async"].to_numpy(bool)]
+        win = o.assign(end=o["start_ps"] + o["duration_ps"]).groupby(
+            ["host", "device", "program_id"], observed=True).agg(start_ps=("start_ps", "min"), end=("end", "max"))
+        win = win.reset_index().assign(duration_ps=lambda d: d["end"] - d["start_ps"])
+    rows = []
+    if win is None:
+        return pd.DataFrame(columns=cols)
+    for (h, d), w in win.groupby([win["host"].astype(str), win["device"].astype(str)], sort=True):
+        pids = w["program_id"].astype(np.uint64).to_numpy()
+        m = np.array([p in foot for p in pids], bool)
+        if not m.any():
+            continue
+        st = w["start_ps"].to_numpy(np.int64)[m]
+        en = st + w["duration_ps"].to_numpy(np.int64)[m]
+        pids = pids[m]
+        t = np.r_[st, en]
+        delta = np.r_[[foot[p] for p in pids], [-foot[p] for p in pids]]
+        order = np.lexsort((delta, t))  # at a tie, the end (negative) first: back-to-back programs do not add
+        run = np.cumsum(delta[order])
+        k = int(np.argmax(run)) if len(run) else 0
+        at = t[order][k]
+        live = sorted({name[p] for p, a, b in zip(pids, st, en) if a <= at < b} or {name[pids[0]]})
+        peak = int(run[k]) if len(run) else 0
+        peak = max(peak, max(foot[p] for p in pids))
+        others = sum(args[p] for p in set(pids)) - min(args[p] for p in set(pids))
+        cap = capacity.get((h, d), np.nan)
+        rows.append({"host": h, "device": d, "peak_bytes": peak, "programs_at_peak": ", ".join(live),
+                     "upper_bytes": peak + int(others), "capacity_bytes": cap,
+                     "share": peak / cap if cap and cap == cap else np.nan,
+                     "programs": ", ".join(sorted({name[p] for p in pids}))})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def offload(progs: pd.DataFrame, tables: buf.BufferTables, capacity: float) -> pd.DataFrame:
+    """Programs with arrays in host memory: host_bytes, device_peak_bytes (live peak today), staging_bytes
+    (device copies of host arrays), need_bytes (see the module docstring), capacity_bytes, fits, share."""
+    cols = ["module", "program_id", "host_bytes", "device_peak_bytes", "staging_bytes", "need_bytes",
+            "capacity_bytes", "share", "fits"]
+    host = progs[progs["memory_space"] == "host"]
+    rows = []
+    for r in host.itertuples(index=False):
+        hb = int(r.argument_bytes + r.output_bytes - r.alias_bytes + r.temp_bytes)
+        if hb <= 0:
+            continue
+        d = progs[(progs["module"] == r.module) & (progs["program_id"] == r.program_id)
+                  & (progs["memory_space"] == "device")]
+        b = tables.buffers[(tables.buffers["module"] == r.module) & (tables.buffers["program_id"] == r.program_id)]
+        h = tables.heap[(tables.heap["module"] == r.module) & (tables.heap["program_id"] == r.program_id)]
+        al = tables.allocations[(tables.allocations["module"] == r.module)
+                                & (tables.allocations["program_id"] == r.program_id)]
+        temp_alloc = set(al.loc[al["kind"] == "temp", "allocation"])
+        dev_temp = b[(b["color"] == 0) & b["allocation"].isin(temp_alloc)]
+        staging = set(dev_temp.loc[dev_temp["from_host"], "buffer_id"])
+        sizes = dict(zip(b["buffer_id"], b["size_bytes"]))
+        keep_ids = set(dev_temp["buffer_id"]) - staging
+        peak_wo = 0
+        for _, ev in h.groupby("trace", sort=True):
+            _, live, _ = live_curve(ev, sizes, lambda x: x in keep_ids)
+            peak_wo += int(live.max()) if len(live) else 0
+        base = 0
+        dpeak = 0
+        if len(d):
+            x = d.iloc[0]
+            base = int(x.argument_bytes + x.output_bytes - x.alias_bytes + x.constant_bytes)
+            dpeak = int(x.live_peak_bytes)
+            if x.live_peak_source != "heap simulator":  # no simulator trace: the temp allocation, staging included
+                peak_wo = int(x.temp_bytes)
+        need = base + peak_wo + hb
+        rows.append({"module": r.module, "program_id": r.program_id, "host_bytes": hb, "device_peak_bytes": dpeak,
+                     "staging_bytes": int(sum(sizes[i] for i in staging)), "need_bytes": need,
+                     "capacity_bytes": capacity, "share": need / capacity if capacity == capacity and capacity else
+                     np.nan, "fits": bool(capacity == capacity and need <= capacity)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def allocator_summary(events: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
+    """Per (host, allocator) from the allocator's events: events, first/last time, peak_in_trace_bytes (the most
+    bytes in use after any event), reported_peak_bytes (the allocator's own peak_bytes_in_use, which may predate
+    the trace), last_bytes; and a downsampled bytes-in-use curve per allocator."""
+    cols = ["host", "allocator", "events", "start_ps", "end_ps", "peak_in_trace_bytes", "reported_peak_bytes",
+            "last_bytes", "device"]
+    if events is None or not len(events):
+        return pd.DataFrame(columns=cols), {}
+    rows, curves = [], {}
+    for (h, a), g in events.groupby([events["host"].astype(str), events["allocator"].astype(str)], sort=True):
+        g = g.sort_values("start_ps", kind="stable")
+        use = g["bytes_in_use"].to_numpy(float)
+        ok = ~np.isnan(use)
+        if not ok.any():
+            continue
+        t, use = g["start_ps"].to_numpy(np.int64)[ok], use[ok]
+        rows.append({"host": h, "allocator": a, "events": int(ok.sum()), "start_ps": int(t[0]), "end_ps": int(t[-1]),
+                     "peak_in_trace_bytes": float(use.max()),
+                     "reported_peak_bytes": float(np.nanmax(g["peak_bytes_in_use"].to_numpy(float)))
+                     if g["peak_bytes_in_use"].notna().any() else np.nan,
+                     "last_bytes": float(use[-1]), "device": allocator_device(a)})
+        keep = np.arange(len(use)) if len(use) <= CURVE_POINTS else np.unique(
+            np.r_[np.linspace(0, len(use) - 1, CURVE_POINTS - 1).astype(int), np.argmax(use)])
+        curves[(h, a)] = pd.DataFrame({"start_ps": t[keep], "bytes_in_use": use[keep]})
+    return pd.DataFrame(rows, columns=cols), curves
+
+
+def allocator_device(name: str) -> str:
+    """'GPU_4_bfc' -> 'GPU:4'; 'device 2' -> ':2' (the index on the host; the caller knows the family); else ''."""
+    import re
+    m = re.match(r"^(GPU|TPU|CPU)_(\d+)_", name)
+    if m:
+        return f"{m.group(1)}:{m.group(2)}"
+    m = re.match(r"^device (\d+)$", name)
+    return f":{m.group(1)}" if m else ""
+
+
+def aliases(modules: list) -> dict:
+    """(module, program_id) -> parameter numbers an output may alias (the module's input/output alias config)."""
+    return {(m.name, int(m.program_id)): {int(e.parameter_number) for e in m.proto.input_output_alias.entries}
+            for m in modules}
+
+
+def build(tr, chip: str | None = None) -> MemoryView:
+    """The memory view of a loaded trace (``chip``: the chip name to use instead of the detected one)."""
+    from tracekit.model import roofline
+    tables = buf.tables(tr.hlo_modules)
+    progs, curves = programs(tables, aliases(tr.hlo_modules))
+    chips = roofline.device_chips(tr, chip)
+    capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
+    ran = set(tr.ops["program_id"].astype(np.uint64).unique()) if len(tr.ops) else set()
+    caps = [v for v in capacity.values() if v == v]
+    cap_src = sorted({c.sources.get("hbm_bytes", "") for c in chips.values()})
+    devices = device_peaks(progs[progs["program_id"].astype(np.uint64).isin(ran)] if ran else progs,
+                           tr.modules, tr.ops, capacity)
+    alloc, timeline = allocator_summary(tr.memory_events)
+    cap = min(caps) if caps else np.nan
+    return MemoryView(programs=progs, buffers=largest_buffers(tables), curves=curves, devices=devices,
+                      offload=offload(progs, tables, cap), allocators=alloc, timeline=timeline, capacity_bytes=cap,
+                      capacity_source="; ".join(x for x in cap_src if x))
+
+
+def with_offload_time(mv: MemoryView, per_device: pd.DataFrame) -> MemoryView:
+    """``offload`` with what the time view says (``per_device``: the overview's device rows): per step, the wait on
+    host-offload copies (``wait_per_step_ps``, the mean over devices: what keeping the arrays in HBM would save)
+    and the host-link roofline of those copies (``host_link_per_step_ps``, the largest over devices: the least
+    they cost while offloaded); ``wait_ps`` = the wait over every step and device. Several offloading programs
+    share them in proportion to their host bytes."""
+    off = mv.offload
+    if off is None or not len(off):
+        return mv
+    dev = per_device if per_device is not None else pd.DataFrame()
+    wait = float((dev["offload_wait_per_step_ps"] * dev["steps"]).sum()) if len(dev) else 0.0
+    per = float(dev["offload_wait_per_step_ps"].mean()) if len(dev) else 0.0
+    link = float(dev["host_link_per_step_ps"].max()) if len(dev) else 0.0
+    share = off["host_bytes"] / off["host_bytes"].sum()
+    off = off.assign(wait_per_step_ps=per * share, host_link_per_step_ps=link * share, wait_ps=wait * share,
+                     steps=int(dev["steps"].max()) if len(dev) else 0)
+    return replace(mv, offload=off)
+
+
+def rule_frames(mv: MemoryView, per_device: pd.DataFrame, devices: pd.DataFrame) -> dict:
+    """Frames for the memory and utilization rules: ``memory_devices`` (:func:`device_peaks` + ``span_ps``),
+    ``memory_programs`` (the programs' device-space rows + ``capacity_bytes``, ``live_peak_share``, ``time_ps``
+    = 0: memory findings claim no time), ``offload`` (:func:`offload` + :func:`with_offload_time`), ``overview``
+    (the overview's device rows)."""
+    md = mv.devices if mv.devices is not None else pd.DataFrame()
+    if len(md) and devices is not None and len(devices):
+        span = devices.assign(host=devices["host"].astype(str), device=devices["device"].astype(str))
+        md = md.merge(span[["host", "device", "span_ps"]], on=["host", "device"], how="left")
+    progs = mv.programs[(mv.programs["memory_space"] == "device") & (mv.programs["footprint_bytes"] > 0)]
+    progs = progs.assign(capacity_bytes=mv.capacity_bytes, live_peak_share=progs["live_peak_bytes"] /
+                         mv.capacity_bytes if mv.capacity_bytes == mv.capacity_bytes else np.nan, time_ps=0)
+    off = mv.offload if mv.offload is not None else pd.DataFrame()
+    return {"memory_devices": md, "memory_programs": progs, "offload": off,
+            "overview": per_device if per_device is not None else pd.DataFrame()}
+
+
+__all__ = ["build", "MemoryView", "programs", "largest_buffers", "device_peaks", "offload", "allocator_summary",
+           "live_curve", "aliases", "HOST_MEMORY_SPACE"]

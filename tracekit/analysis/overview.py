@@ -1,0 +1,184 @@
+"""The utilization headline: step time, MFU, achieved bandwidths against their peaks, and the step time the
+roofline says is possible.
+
+Definitions (all per step; a device's step is a row of the steps breakdown, an op counts when it starts inside a
+step of its device: the ops frame's ``step`` >= 0):
+
+* **step time** T: for each step number the longest of its devices' step times (devices run in lockstep; the
+  slowest sets the pace); mean, p50 and p90 over steps.
+* **FLOPs per step** F: the FLOPs of the ops in steps (sync ops except async ``-start``/``-done`` markers, plus
+  async windows: each execution counted once), summed over devices and divided by the steps. ``model`` FLOPs come
+  from the trace's ``model_flops`` stats (TPU: the compiler's count without rematerialization) when every op
+  with FLOPs has one; else from the cost model (``flops``), which counts recomputed work too: then the ratio is
+  labelled *hardware FLOPs utilization* (HFU). ``--model-flops-per-step N`` replaces F (N: the whole model's
+  FLOPs of one step, all devices together).
+* **MFU** = F / (P × T) with P = Σ over devices of the peak FLOP/s of the dtype that carries most of the FLOPs
+  (``tracekit.model.chips.peak_flops``; its source is kept).
+* **HBM bandwidth** = Σ ``bytes_accessed`` of the compute ops per step / T against Σ HBM peak; **interconnect** =
+  Σ ``net_bytes`` of collectives per step / T against Σ egress bandwidth; **host link** = Σ bytes of host
+  transfers per step / T against Σ host-link bandwidth of both directions (PCIe is full duplex; the per-op
+  roofline uses the one-way rate, the direction of each copy is not in the ops frame).
+* **possible step time** = the largest, over devices, of max(Σ roofline time of the compute ops (measured time
+  where the roofline is unknown), Σ network time of collectives, Σ host-link time of host transfers) per step:
+  each resource's work at its roofline, everything else hidden behind the busiest. A lower bound; ``bound_by``
+  names the resource.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis import timeline as tl
+from tracekit.model import chips as chips_mod
+
+BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
+           "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
+#: bucket -> the words the reports use
+BUCKET_LABELS = {"compute_bound_ps": "compute-bound compute", "memory_bound_ps": "memory-bound compute",
+                 "compute_other_ps": "compute, roofline unknown", "collective_exposed_ps": "exposed collectives",
+                 "offload_wait_ps": "waiting on host-offload copies", "async_wait_ps": "waiting on async copies",
+                 "host_idle_ps": "host or input idle (no program running)",
+                 "launch_idle_ps": "launch gaps (host-launched ops)", "other_idle_ps": "other idle"}
+DEVICE_COLUMNS = ["host", "device", "steps", "step_mean_ps", "step_total_ps", "flops_per_step",
+                  "model_flops_per_step", "peak_flops_per_s", "mfu", "possible_step_ps", "bound_by",
+                  "host_link_per_step_ps", "offload_wait_per_step_ps"]
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the headline says; ``devices`` (columns :data:`DEVICE_COLUMNS`) feeds the rules."""
+    step: dict = field(default_factory=dict)  #: steps, mean_ps, p50_ps, p90_ps, source
+    flops: dict = field(default_factory=dict)  #: label, kind, per_step, source, dtype, peak_flops_per_s, ...
+    bandwidth: dict = field(default_factory=dict)  #: hbm / interconnect / host_link -> bytes_per_step, ...
+    roofline: dict = field(default_factory=dict)  #: possible_step_ps, bound_by, ratio, mfu_at_possible
+    breakdown: dict = field(default_factory=dict)  #: bucket -> ps over all steps and devices; step_ps; levels
+    devices: pd.DataFrame = None
+
+    def to_dict(self) -> dict:
+        return {"step_time": dict(self.step), "flops": dict(self.flops), "bandwidth": dict(self.bandwidth),
+                "roofline": dict(self.roofline), "breakdown": dict(self.breakdown)}
+
+
+def _dominant_dtype(df: pd.DataFrame) -> str:
+    if not len(df) or "dtype" not in df.columns:
+        return "bf16"
+    f = pd.to_numeric(df["flops"], errors="coerce").fillna(0).to_numpy(float)
+    d = df["dtype"].astype(str).to_numpy()
+    if not (f > 0).any():
+        return "bf16"
+    tot = pd.Series(f).groupby(d).sum()
+    tot = tot[[chips_mod.canonical_dtype(x) is not None for x in tot.index]]
+    return str(tot.idxmax()) if len(tot) and tot.max() > 0 else "bf16"
+
+
+def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_source: str = "",
+          model_flops_per_step: float | None = None) -> Overview:
+    """The headline from the roofline-joined ops, the steps breakdown (:func:`tracekit.analysis.timeline.
+    step_breakdown`) and each device's :class:`tracekit.model.chips.Chip` ((host, device) -> Chip)."""
+    if steps is None or not len(steps):
+        return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
+    per_step = steps.assign(step=steps["step"].astype(np.int64)).groupby("step")["step_ps"].max()
+    t_mean = float(per_step.mean())
+    step = {"steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
+            "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
+            "source": step_source, "definition": "per step the slowest device's step time"}
+    in_step = ops["step"].to_numpy(np.int64) >= 0 if "step" in ops.columns else np.zeros(len(ops), bool)
+    sync = ~ops["is_async"].to_numpy(bool)
+    marker = tl.is_async_marker(ops)
+    coll = tl.is_collective(ops)
+    hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
+        np.zeros(len(ops), bool)
+    once = in_step & ~marker  # sync ops but the markers, and async windows: one row per execution
+    work = once & sync & ~coll & ~hostx  # the compute path
+    num = {c: pd.to_numeric(ops[c], errors="coerce").to_numpy(float) if c in ops.columns else np.full(len(ops), np.nan)
+           for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps", "trace_model_flops")}
+    dur = ops["duration_ps"].to_numpy(np.int64).astype(float)
+    hosts, devs = ops["host"].astype(str).to_numpy(), ops["device"].astype(str).to_numpy()
+    srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
+    rows = []
+    tot = {"flops": 0.0, "model": 0.0, "model_rows": 0, "flop_rows": 0, "hbm": 0.0, "net": 0.0, "hostb": 0.0,
+           "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0}
+    srcs, dtypes = set(), set()
+    for (h, d), g in srows.groupby(["host", "device"], sort=True):
+        n = len(g)
+        m = (hosts == h) & (devs == d)
+        ch = device_chips.get((h, d))
+        w, o = m & work, m & once
+        fl = num["flops"][o & ~np.isnan(num["flops"])]
+        mf = num["trace_model_flops"][o]
+        with_flops = o & (np.nan_to_num(num["flops"]) > 0)
+        dtype = _dominant_dtype(ops.loc[with_flops, ["flops", "dtype"]] if "dtype" in ops.columns else ops.iloc[:0])
+        peak, psrc = chips_mod.peak_flops(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
+        comp = np.where(np.isnan(num["roofline_ps"][w]), dur[w], num["roofline_ps"][w]).sum()
+        netw = np.nansum(num["network_ps"][o & coll])
+        # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
+        # a lower bound on the busier direction's time
+        hostt = np.nansum(num["network_ps"][o & hostx]) / 2
+        parts = {"compute": comp, "interconnect": netw, "host link": hostt}
+        bound = max(parts, key=lambda k: parts[k])
+        tot["flops"] += fl.sum()
+        tot["model"] += np.nansum(mf)
+        tot["model_rows"] += int((~np.isnan(num["trace_model_flops"]) & with_flops).sum())
+        tot["flop_rows"] += int(with_flops.sum())
+        tot["hbm"] += np.nansum(num["bytes_accessed"][w])
+        tot["net"] += np.nansum(num["net_bytes"][o & coll])
+        tot["hostb"] += np.nansum(num["net_bytes"][o & hostx])
+        if ch is not None:
+            tot["peak"] += peak if peak == peak else 0.0
+            tot["bw"] += ch.hbm_bw_bytes_per_s if ch.hbm_bw_bytes_per_s == ch.hbm_bw_bytes_per_s else 0.0
+            tot["egress"] += ch.egress_bw_bytes_per_s if ch.egress_bw_bytes_per_s == ch.egress_bw_bytes_per_s else 0
+            tot["hostw"] += 2 * ch.host_link_bw_bytes_per_s if ch.host_link_bw_bytes_per_s == \
+                ch.host_link_bw_bytes_per_s else 0.0  # both directions
+        srcs.add(psrc)
+        dtypes.add(dtype)
+        mean = float(g["step_ps"].mean())
+        f_step = fl.sum() / n
+        rows.append({"host": h, "device": d, "steps": n, "step_mean_ps": mean, "step_total_ps": int(g["step_ps"].sum()),
+                     "flops_per_step": f_step, "model_flops_per_step": np.nansum(mf) / n if np.isfinite(mf).any()
+                     else np.nan, "peak_flops_per_s": peak,
+                     "mfu": f_step / (peak * mean / 1e12) if peak == peak and peak > 0 and mean > 0 else np.nan,
+                     "possible_step_ps": parts[bound] / n, "bound_by": bound,
+                     "host_link_per_step_ps": hostt / n, "offload_wait_per_step_ps": float(g["offload_wait_ps"].mean())
+                     if "offload_wait_ps" in g.columns else 0.0})
+    dev = pd.DataFrame(rows, columns=DEVICE_COLUMNS)
+    n_steps = len(per_step)
+    t_s = t_mean / 1e12
+    if model_flops_per_step is not None:
+        per, kind, label = float(model_flops_per_step), "model", "MFU"
+        src = "--model-flops-per-step (given by the user)"
+    elif tot["flop_rows"] and tot["model_rows"] == tot["flop_rows"]:
+        per, kind, label = tot["model"] / n_steps, "model", "MFU"
+        src = "trace: model_flops stats of the ops (the compiler's model FLOPs, rematerialization excluded)"
+    else:
+        per, kind, label = tot["flops"] / n_steps, "hardware", "hardware FLOPs utilization"
+        src = ("HLO cost model / trace flops stats: counts every executed FLOP, recomputation (rematerialization) "
+               "included, which the trace cannot tell apart — pass --model-flops-per-step N for MFU")
+    util = per / (tot["peak"] * t_s) if tot["peak"] > 0 and t_s > 0 else np.nan
+    flops = {"label": label, "kind": kind, "per_step": per, "source": src, "dtype": ", ".join(sorted(dtypes)),
+             "peak_flops_per_s": tot["peak"], "peak_source": "; ".join(sorted(srcs)), "utilization": util,
+             "hardware_per_step": tot["flops"] / n_steps}
+
+    def bw(total_bytes, peak, what, src):
+        per_b = total_bytes / n_steps
+        ach = per_b / t_s if t_s > 0 else np.nan
+        return {"bytes_per_step": per_b, "achieved_bytes_per_s": ach, "peak_bytes_per_s": peak or np.nan,
+                "utilization": ach / peak if peak else np.nan, "what": what, "source": src}
+    band = {"hbm": bw(tot["hbm"], tot["bw"], "bytes_accessed of the compute ops", "cost model / trace stats; "
+                      "peak: chip table or trace"),
+            "interconnect": bw(tot["net"], tot["egress"], "bytes each device sends in collectives",
+                               "collective cost model; peak: chip egress bandwidth"),
+            "host_link": bw(tot["hostb"], tot["hostw"], "bytes of host transfers (host offload, infeed)",
+                            "HLO shapes; peak: chip host-link bandwidth, both directions (full duplex)")}
+    possible = float(dev["possible_step_ps"].max()) if len(dev) else np.nan
+    bound = str(dev.loc[dev["possible_step_ps"].idxmax(), "bound_by"]) if len(dev) else ""
+    roof = {"possible_step_ps": possible, "bound_by": bound, "ratio": t_mean / possible if possible > 0 else np.nan,
+            "utilization_at_possible": per / (tot["peak"] * possible / 1e12) if possible > 0 and tot["peak"] > 0
+            else np.nan, "definition": "max over compute ops' roofline time, collectives' network time and host "
+            "transfers' host-link time per step (each resource at its roofline, the rest hidden)"}
+    bd = {c: int(steps[c].sum()) for c in BUCKETS if c in steps.columns}
+    bd["step_ps"] = int(steps["step_ps"].sum())
+    bd["collective_levels"] = {c[len("collective_exposed_"):-3]: int(steps[c].sum()) for c in steps.columns
+                               if c.startswith("collective_exposed_") and c != "collective_exposed_ps"}
+    return Overview(step=step, flops=flops, bandwidth=band, roofline=roof, breakdown=bd, devices=dev)

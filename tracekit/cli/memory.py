@@ -1,0 +1,42 @@
+"""``tracekit memory PATH``: where device memory goes, from XLA's buffer assignment in the trace (per program:
+arguments, outputs, aliased, temporaries, live peak; the largest buffers and the source lines that create them;
+the device-level peak; host offload and whether it would fit in HBM; the allocator's events when present)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from tracekit.cli.commands import _limits, guarded, limit_opts, main, path_arg, run_opt
+
+
+@main.command("memory")
+@path_arg
+@run_opt
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--chip", default=None, help="Chip name to use instead of the detected one (its HBM capacity).")
+@click.option("--top", type=click.IntRange(0, 1000), default=10, show_default=True, help="Largest buffers to list.")
+@limit_opts
+@guarded
+def memory_cmd(path, run, fmt, chip, top, max_size, max_events):
+    """Memory per program and device from XLA's buffer assignment (argument, output, alias, temp and peak live
+    bytes, the largest buffers, the device-level peak, host offload), and memory use over time when the trace
+    has allocator events."""
+    from tracekit import load
+    from tracekit.analysis import memory
+    from tracekit.report import envelope
+    from tracekit.report.render import markdown, sections
+    tr = load(path, run=run, **_limits(max_size, max_events))
+    mv = memory.build(tr, chip)
+    data = {"memory": envelope.memory_section(mv)}
+    data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))
+    if fmt == "json":
+        click.echo(json.dumps(data["memory"], indent=1, sort_keys=True, ensure_ascii=False))
+        return
+    if not data["memory"].get("programs"):
+        click.echo("no buffer assignment in this trace (its HLO protos carry none): no memory view")
+        return
+    if fmt == "markdown":
+        click.echo("\n".join(sections.markdown(data, markdown.esc, markdown.table)).rstrip() + "\n", nl=False)
+    else:
+        click.echo("\n".join(sections.memory_text(data, buffers=top)))

@@ -1,0 +1,222 @@
+"""The overview and memory sections, once for every format: the facts as plain text (every number with its unit
+and where it came from), then laid out as terminal lines, Markdown or HTML by the functions at the bottom.
+Reads only the report's data (``overview`` and ``memory`` of the envelope, docs/report-format.md)."""
+from __future__ import annotations
+
+import html
+
+from tracekit.units import fmt_num, fmt_pct, fmt_time
+
+BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
+                 ("compute_other_ps", "compute, roofline unknown"), ("collective_exposed_ps", "exposed collectives"),
+                 ("offload_wait_ps", "waiting on host-offload copies"), ("async_wait_ps", "waiting on async copies"),
+                 ("host_idle_ps", "host or input idle (no program running)"),
+                 ("launch_idle_ps", "launch gaps between host-launched ops"), ("other_idle_ps", "other idle"))
+BUFFER_ROWS = 8
+
+
+def _b(x) -> str:
+    return fmt_num(x, "B")
+
+
+def _util(x) -> str:
+    """A utilization, flagged when above 100% (a peak or a count is off: never shown as if it were fine)."""
+    if x is None:
+        return "—"
+    if 0 < x < 0.001:
+        return f"{100 * x:.2g}%"
+    return fmt_pct(x) + (" (above the peak: the peak or the byte/FLOP count is off)" if x > 1.0 else "")
+
+
+def overview_facts(d: dict) -> list[tuple[str, str]]:
+    """(label, text) lines of the utilization headline; empty without steps."""
+    ov = d.get("overview") or {}
+    st = ov.get("step_time") or {}
+    if not st.get("steps"):
+        return []
+    out = [("step time", f"mean {fmt_time(st['mean_ps'])}, p50 {fmt_time(st['p50_ps'])}, p90 "
+                         f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) (from {st.get('source') or '?'}; "
+                         "per step the slowest device)")]
+    f = ov.get("flops") or {}
+    if f:
+        src = f.get("source") or ""
+        src = ("the trace's model_flops" if src.startswith("trace") else "given by --model-flops-per-step"
+               if src.startswith("--") else "HLO cost model, recomputation included")
+        out.append((f["label"], f"{_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
+                                f"({src}) on {fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
+                                f"(from {(f.get('peak_source') or '?').split(':')[0]})"))
+    bw = ov.get("bandwidth") or {}
+    parts = []
+    for key, name in (("hbm", "HBM"), ("interconnect", "interconnect"), ("host_link", "host link")):
+        b = bw.get(key) or {}
+        if b.get("bytes_per_step"):
+            parts.append(f"{name} {fmt_num(b.get('achieved_bytes_per_s'), 'B/s')} of "
+                         f"{fmt_num(b.get('peak_bytes_per_s'), 'B/s')} ({_util(b.get('utilization'))})")
+    if parts:
+        out.append(("bandwidth", "; ".join(parts) + " (bytes from the cost model per step / step time)"))
+    r = ov.get("roofline") or {}
+    if r.get("possible_step_ps"):
+        ratio = r.get("ratio") or 0
+        odd = (" — faster than the roofline allows, so a peak is too low (an estimate? run `tracekit calibrate` "
+               "or pass --chip)") if 0 < ratio < 1 else ""
+        out.append(("roofline", f"{fmt_time(r['possible_step_ps'])} per step is possible ({r.get('bound_by')} at its "
+                                f"roofline, the rest hidden): the steps take {ratio:.2g}x that{odd}; "
+                                f"{(f.get('label') or 'utilization')} would be "
+                                f"{_util(r.get('utilization_at_possible'))}"))
+    return out
+
+
+def breakdown_rows(d: dict) -> list[tuple[str, int, float]]:
+    """(label, ps, share of step time) of the step breakdown over every step and device, largest first."""
+    bd = (d.get("overview") or {}).get("breakdown") or {}
+    tot = bd.get("step_ps") or 0
+    if not tot:
+        return []
+    rows = [(label, int(bd.get(k) or 0), (bd.get(k) or 0) / tot) for k, label in BUCKET_LABELS if bd.get(k)]
+    for lv, v in sorted((bd.get("collective_levels") or {}).items()):
+        if v:
+            rows.append((f"  of which exposed collectives on {lv}", int(v), v / tot))
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def memory_facts(d: dict) -> list[tuple[str, str]]:
+    m = d.get("memory") or {}
+    if not m.get("programs"):
+        return []
+    cap = m.get("capacity_bytes")
+    out = [("device memory", f"{_b(cap)} per device ({(m.get('capacity_source') or 'unknown').split(' (')[0]})")]
+    devs = m.get("devices") or []
+    if devs:
+        top = max(devs, key=lambda r: (r.get("peak_bytes") or 0))
+        out.append(("device peak", f"{_b(top['peak_bytes'])} ({_util(top.get('share'))} of device memory) on {top['device']} "
+                                   f"while {top['programs_at_peak']} runs; up to {_b(top.get('upper_bytes'))} if the "
+                                   "other programs' arguments stay live"))
+    for o in m.get("offload") or []:
+        verdict = "fits" if o.get("fits") else "does not fit"
+        line = (f"{o['module']} keeps {_b(o['host_bytes'])} in host memory; kept in HBM it needs "
+                f"{_b(o['need_bytes'])} of {_b(o.get('capacity_bytes'))} ({fmt_pct(o.get('share'))}): {verdict}")
+        if o.get("wait_per_step_ps") is not None:
+            line += (f". The steps wait {fmt_time(o['wait_per_step_ps'])} per step on its copies (host-link roofline "
+                     f"of the copies {fmt_time(o.get('host_link_per_step_ps'))} per step)")
+            if o.get("fits"):
+                line += f": keeping the arrays on the device would save about {fmt_time(o['wait_per_step_ps'])} per step"
+        out.append(("host offload", line))
+    al = m.get("allocators") or []
+    if al:
+        out.append(("allocator events", "peak bytes in use during the trace: " + ", ".join(
+            f"{a['allocator']} {_b(a.get('peak_in_trace_bytes'))}" for a in al[:8]) + (", …" if len(al) > 8 else "")))
+    return out
+
+
+PROGRAM_HEADERS = ["program", "space", "arguments", "outputs", "aliased", "temporaries", "live peak",
+                   "of device memory"]
+BUFFER_HEADERS = ["size", "kind", "program", "instruction", "shape", "source"]
+
+
+def program_rows(d: dict, n: int = 8) -> list[list[str]]:
+    m = d.get("memory") or {}
+    cap = m.get("capacity_bytes")
+    rows = []
+    for p in [p for p in (m.get("programs") or []) if p["memory_space"] in ("device", "host")][:n]:
+        share = p["live_peak_bytes"] / cap if cap and p["memory_space"] == "device" else None
+        rows.append([p["module"], p["memory_space"], _b(p["argument_bytes"]), _b(p["output_bytes"]),
+                     _b(p["alias_bytes"]), _b(p["temp_bytes"]),
+                     _b(p["live_peak_bytes"]) + (" (heap sim)" if p.get("live_peak_source") == "heap simulator" else ""),
+                     fmt_pct(share) if share is not None else "—"])
+    return rows
+
+
+def buffer_rows(d: dict, n: int = BUFFER_ROWS) -> list[list[str]]:
+    rows = []
+    for b in ((d.get("memory") or {}).get("buffers") or [])[:n]:
+        src = f"{str(b.get('source_file') or '').rsplit('/', 1)[-1]}:{b.get('source_line')}" if b.get("source_file") \
+            else "—"
+        rows.append([_b(b["size_bytes"]), f"{b['kind']} ({b['memory_space']})", b["module"], b.get("instruction") or "",
+                     b.get("shape") or "", src])
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------- layouts
+def _plain_table(headers, rows) -> list[str]:
+    w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    return ["  " + "  ".join(v.ljust(w[i]) for i, v in enumerate(r)).rstrip() for r in [headers, ["-" * x for x in w],
+                                                                                       *rows]]
+
+
+def text(d: dict) -> list[str]:
+    """Terminal lines of the overview (empty when the trace has no steps)."""
+    out = []
+    facts = overview_facts(d)
+    if facts:
+        out += ["Overview"] + [f"  {k}: {v}" for k, v in facts]
+        rows = breakdown_rows(d)
+        if rows:
+            out.append("  step breakdown (all steps and devices): " + ", ".join(
+                f"{label} {fmt_pct(share)}" for label, _, share in rows))
+    return out
+
+
+def memory_text(d: dict, buffers: int = BUFFER_ROWS) -> list[str]:
+    facts = memory_facts(d)
+    if not facts:
+        return []
+    out = ["Memory (XLA's buffer assignment)"] + [f"  {k}: {v}" for k, v in facts]
+    out += _plain_table(PROGRAM_HEADERS, program_rows(d))
+    if buffers and (d.get("memory") or {}).get("buffers"):
+        out += ["  largest buffers:"] + _plain_table(BUFFER_HEADERS, buffer_rows(d, buffers))
+    return out
+
+
+def markdown(d: dict, esc, table) -> list[str]:
+    """Markdown lines (``esc``: the renderer's cell escaping, ``table``: its GFM table builder)."""
+    out = []
+    facts = overview_facts(d)
+    if facts:
+        out += ["### Overview", ""] + [f"- **{esc(k, None)}:** {esc(v, None)}" for k, v in facts] + [""]
+        rows = breakdown_rows(d)
+        if rows:
+            out += table(["step time goes to", "time (all steps, devices)", "share"],
+                         [[esc(lab, None), fmt_time(ps), fmt_pct(sh)] for lab, ps, sh in rows], right={1, 2}) + [""]
+    facts = memory_facts(d)
+    if facts:
+        out += ["### Memory (XLA's buffer assignment)", ""] + [f"- **{esc(k, None)}:** {esc(v, None)}"
+                                                               for k, v in facts] + [""]
+        out += table(PROGRAM_HEADERS, [[esc(c) for c in r] for r in program_rows(d)], right={2, 3, 4, 5, 6, 7})
+        b = buffer_rows(d)
+        if b:
+            out += ["", "Largest buffers:", ""] + table(BUFFER_HEADERS, [[esc(c) for c in r] for r in b], right={0})
+        out.append("")
+    return out
+
+
+def _html_table(headers, rows, right=frozenset()) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td{" class=num" if i in right else ""}>{e(c)}</td>' for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_sections(d: dict) -> str:
+    """``<section id="overview">`` and ``<section id="memory">`` (empty string when neither has anything)."""
+    e = html.escape
+    out = ""
+    facts = overview_facts(d)
+    if facts:
+        out += '<section id="overview"><h2>Overview</h2><ul class="facts">' + "".join(
+            f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
+        rows = breakdown_rows(d)
+        if rows:
+            out += _html_table(["step time goes to", "time (all steps, devices)", "share"],
+                               [[lab, fmt_time(ps), fmt_pct(sh)] for lab, ps, sh in rows], right={1, 2})
+        out += "</section>\n"
+    facts = memory_facts(d)
+    if facts:
+        out += '<section id="memory"><h2>Memory (XLA\'s buffer assignment)</h2><ul class="facts">' + "".join(
+            f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
+        out += _html_table(PROGRAM_HEADERS, program_rows(d), right={2, 3, 4, 5, 6, 7})
+        b = buffer_rows(d)
+        if b:
+            out += "<p>Largest buffers</p>" + _html_table(BUFFER_HEADERS, b, right={0})
+        out += "</section>\n"
+    return out
