@@ -104,9 +104,9 @@ def test_async_arrows_and_window(v6e, tmp_path):
     """v6e: every async window is a b/e pair and, where its -done op is on the device, a flow arrow whose ends sit
     on the -start op and inside the -done op; --steps/--device keep only what overlaps that window."""
     out = tmp_path / "v6e.json"
-    res = pipeline.export(v6e, out)
-    ev = _read(out)
     tr = tracekit.load(v6e)
+    res = pipeline.export(tr, out)
+    ev = _read(out)
     n_async = int(tr.ops["is_async"].sum())
     assert res.async_windows == n_async == sum(1 for e in ev if e["ph"] == "b" and e["cat"] == "async window")
     flows_s = {e["id"]: e for e in ev if e["ph"] == "s"}
@@ -124,7 +124,7 @@ def test_async_arrows_and_window(v6e, tmp_path):
         assert _ps(f["ts"]) >= _ps(s["ts"])
     # a window: steps 3-4 of TPU:1
     small = tmp_path / "w.json.gz"
-    res = pipeline.export(v6e, small, steps=(3, 4), devices=("TPU:1",))
+    res = pipeline.export(tr, small, steps=(3, 4), devices=("TPU:1",))
     ev = _read(small)
     procs, _ = _names(ev)
     assert [n.split(" ")[-1] for n in procs.values() if n != "tracekit findings"] == ["TPU:1"]

@@ -37,6 +37,22 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
     return [report_mod._clean(g) for g in groups.values()]
 
 
+def _memory_guard(fn):
+    """A MemoryError anywhere in the analysis becomes the one-line TraceError saying how much memory the trace
+    needs and what to do (--jobs, --dask, a bigger machine)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(source, *args, **kw):
+        try:
+            return fn(source, *args, **kw)
+        except MemoryError:
+            from tracekit.ingest import limits
+            raise limits.out_of_memory_for(source, kw.get("run")) from None
+    return wrapper
+
+
+@_memory_guard
 def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
@@ -68,6 +84,8 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     frames.update(rule_frames(mem, ov, frames["devices"]))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
+    if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
+        findings = [no_device_ops()] + findings
     progress.stage("report")
     from tracekit.analysis import customcalls
     from tracekit.model import roofline
@@ -100,6 +118,25 @@ def rule_frames(mem, ov, devices: pd.DataFrame) -> dict:
     ``overview`` (see docs/rules.md)."""
     from tracekit.analysis import memory
     return memory.rule_frames(mem, ov.devices, devices)
+
+
+#: The finding a trace without device op executions gets: nothing was analyzed, so no gate may pass.
+NO_DEVICE_OPS = "TK000"
+
+
+def no_device_ops():
+    """An error-severity finding for a trace with no device op executions (any ``--fail-on`` trips on it)."""
+    import math
+
+    from tracekit.analysis.rule_model import Finding
+    return Finding(
+        NO_DEVICE_OPS, "no-device-ops", "error",
+        "the trace holds no device op executions, so nothing was analyzed: the capture window held no device work, "
+        "the profiler recorded only host events, or the device planes are missing",
+        "capture while the jitted program runs (after a warm-up step, around a few steps), and check with "
+        "`tracekit info` that the device planes and their op lines are there",
+        {}, pd.DataFrame(), 0, 0, 0, math.nan, 0.0, ("capture",),
+        "An empty capture is not a healthy program: a CI gate must not pass on it.")
 
 
 def _display_path(p: str) -> str:

@@ -417,6 +417,18 @@ def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
                     raise TraceError(f"duplicate rule {key!r} (also in {seen[key]})", str(p))
                 seen[key] = str(p)
             rules.append(r)
+    for option, entries in (("--select", select), ("--ignore", ignore)):
+        _check_selection(rules, option, entries)
     if select:
         rules = [r for r in rules if any(matches(r, s) for s in select)]
     return sorted([r for r in rules if not any(matches(r, s) for s in ignore)], key=lambda r: r.id)
+
+
+def _check_selection(rules: list[Rule], option: str, entries) -> None:
+    """An entry of --select/--ignore that matches no rule is a typo: running no rules (or all of them) and
+    reporting "gate passed" would hide it."""
+    for sel in entries:
+        if not any(matches(r, sel) for r in rules):
+            ids = ", ".join(sorted(r.id for r in rules))
+            raise TraceError(f"{option} {sel!r} matches no rule", hint=f"known rule ids: {ids} (names, groups and "
+                             "id prefixes such as TK0 work too; `tracekit rules` lists them)")

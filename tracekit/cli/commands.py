@@ -42,6 +42,18 @@ def guarded(fn):
 
 
 path_arg = click.argument("path", type=click.Path(path_type=str))
+color_opt = click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto",
+                         show_default=True, help="Colour in the text report (auto: on a terminal, unless NO_COLOR "
+                         "is set).")
+
+
+def _terminal(color: str) -> dict:
+    """The text renderer's ``color`` and ``width`` for stdout: ``--color``, ``NO_COLOR`` (any non-empty value
+    turns auto colour off), and the terminal's width (``COLUMNS`` when set; 100 when not a terminal)."""
+    import shutil
+    tty = sys.stdout.isatty()
+    on = color == "always" or (color == "auto" and tty and not os.environ.get("NO_COLOR"))
+    return {"color": on, "width": shutil.get_terminal_size((100, 24)).columns}
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 
 
@@ -204,6 +216,7 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--param", "param_values", multiple=True,
               help="RULE.PARAM=VALUE to override a rule parameter; units accepted: 10ms, 250us, 5%, 64MiB. Repeatable.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@color_opt
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
               help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
                    "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
@@ -213,8 +226,8 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
-def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, model_flops,
-            max_size, max_events, jobs, dask_address):
+def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
+            model_flops, max_size, max_events, jobs, dask_address):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -234,7 +247,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
         _write_atomic(out, text)
     if not outputs or fmt:
         stdout_fmt = render.format_for(None, fmt) if fmt else "text"
-        click.echo(render.render(rep, stdout_fmt, top=top, color=sys.stdout.isatty()), nl=False)
+        term = _terminal(color)
+        click.echo(render.render(rep, stdout_fmt, top=top, **term), nl=False, color=term["color"])
     if rep.fails(fail_on):
         sys.exit(EXIT_FINDINGS)
 
@@ -256,9 +270,10 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
 @click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
               show_default=True, help="Exit 1 when a finding reaches this severity.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
+@color_opt
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @guarded
-def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, command):
+def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, top, color, command):
     """Record a trace and analyze it: from a running job (--port), or by running a script under the profiler.
 
     \b
@@ -291,7 +306,8 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
     texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
     for out, text in zip(outputs, texts):
         _write_atomic(out, text)
-    click.echo(render.render(rep, render.format_for(None, fmt), top=top, color=sys.stdout.isatty()), nl=False)
+    term = _terminal(color)
+    click.echo(render.render(rep, render.format_for(None, fmt), top=top, **term), nl=False, color=term["color"])
     if rc:
         sys.exit(rc)
     if rep.fails(fail_on):

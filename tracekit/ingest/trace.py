@@ -15,7 +15,7 @@ from tracekit.ingest import hlo
 from tracekit.ingest import paths as _load
 from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
 from tracekit.analysis.intervals import contain as _contain, frame_order as _order, sorted_frame as _sorted
-from tracekit.errors import TraceError
+
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
@@ -77,18 +77,18 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
               max_events: int | None = None, use_hostname: bool = False) -> dict:
     """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
-    from tracekit.ingest import formats
+    from tracekit.ingest import formats, limits
     if formats.is_json_name(os.fspath(hf.path)) or _looks_json(hf, max_bytes):
         from tracekit.ingest import tracejson
         planes, hostnames = tracejson.load(hf, warnings, max_bytes=max_bytes, max_events=max_events)
+    else:
+        planes, hostnames = _load.load_space(hf, max_bytes, max_events)  # the limits are checked while decoding
+    need = limits.work_of(planes)  # _host frees the decoded lines as it goes
+    try:
         return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
-    planes, hostnames = _load.load_space(hf, max_bytes)
-    if max_events is not None:
-        n = sum(line.n_events for p in planes for line in p.lines)
-        if n > max_events:
-            raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
-                             "raise it with --max-events (or max_events=None)")
-    return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+    except MemoryError:
+        planes = None
+        raise limits.out_of_memory(str(hf.path), need) from None
 
 
 def _looks_json(hf, max_bytes) -> bool:

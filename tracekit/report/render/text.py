@@ -1,108 +1,325 @@
 """Terminal report: chip and devices, step-time breakdown, top ops with roofline columns, findings by savings.
-Rich formatting on a TTY (``color=True``), plain text otherwise (what pipes, files and tests see)."""
+
+Laid out with rich (imported only here, when a text report is rendered): paragraphs wrap at word boundaries to the
+width, tables shrink their widest columns (names end in an ellipsis) so every line fits and columns stay aligned.
+Names from the trace are plain text to rich (never markup: ``[...]`` in an op name prints as it is) and pass
+through :func:`_safe` (control and bidi characters escaped). Devices whose rows are
+identical are folded into one row (``CPU:0–7 (8 devices)``). Colour only when asked (``color=True``: the CLI's
+``--color always``, or ``auto`` on a terminal without ``NO_COLOR``).
+"""
 from __future__ import annotations
+
+import io
+import re
 
 from tracekit.report.render import sections
 from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
+#: width of a text report written to a file or a pipe
+DEFAULT_WIDTH = 100
+MIN_WIDTH = 40
+#: narrowest a name column gets before other columns are left out
+NAME_MIN = 12
+#: the space between a number and its unit is not a place to break a line
+_UNIT = re.compile(r"(\d) (?=(?:[kMGTP]?(?:FLOP/s|FLOP|B/s|B)|ps|ns|µs|us|ms|s|%|device\(s\)|devices?|step\(s\))"
+                   r"(?![\w/]))")
+_GLUE = "\ue000"
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+_DEV = re.compile(r"^(.*?)(\d+)$")
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """A plain aligned text table as lines (header, a rule of dashes, rows; columns in ``right`` right-aligned)."""
     w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
     def line(vals):
         return "  ".join(v.rjust(w[i]) if i in right else v.ljust(w[i]) for i, v in enumerate(vals)).rstrip()
     return [line(headers), line(["-" * x for x in w])] + [line(r) for r in rows]
 
 
-def render(report, *, top: int = 12, color: bool = False, **_) -> str:
-    d = report.data
-    s = d["summary"]
-    out = [f"tracekit {d['tool']['version']} — {', '.join(i['path'] for i in d['inputs'])}"]
-    head = sections.text(d)
-    out += head + ([""] if head else [])
-    for c in d["chips"]:
-        peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in c["peak_flops_per_s"].items() if k in ("bf16", "f32"))
-        src = c["sources"].get("peak_flops_per_s.bf16") or c["sources"].get("peak_flops_per_s.f32", "")
-        est = " (ESTIMATED — run `tracekit calibrate`)" if c["estimated"] else ""
-        out.append(f"chip: {c['name']}{est} × {len(c['devices'])} device(s); {peaks}; "
-                   f"memory {fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [peaks from {src.split(':')[0]}]")
-    out.append(f"profiled: {fmt_time(s['profiled_ps'])} device time over {s['devices']} device(s); busy "
-               f"{fmt_time(s['busy_ps'])} ({fmt_pct(s['busy_ps'] / s['profiled_ps'] if s['profiled_ps'] else None)}), "
-               f"idle {fmt_time(s['idle_ps'])}; {s['steps']} step(s) from {', '.join(s['step_source']) or 'none'}")
-    if s["time_by_bound_ps"]:
-        tot = sum(s["time_by_bound_ps"].values()) or 1
-        out.append("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
-                                                    sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
-                   + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time")
-    if not s["hlo_present"]:
-        out.append("HLO: not in this trace — ops are listed by kernel name and have no roofline")
-    st = d.get("step_stats") or []
-    if st:
-        out += ["", "Step time per device"]
-        out += _table(["device", "steps", "mean", "median", "p90", "max"],
-                      [[r["device"], str(r["steps"]), fmt_time(r["mean_ps"]), fmt_time(r["median_ps"]),
-                        fmt_time(r["p90_ps"]), fmt_time(r["max_ps"])] for r in st[:16]], right={1, 2, 3, 4, 5})
-        steps = d.get("device_steps") or []
-        if steps:
-            tot = {k: sum(r.get(k) or 0 for r in steps) for k in ("step_ps_sum", "compute_ps", "collective_exposed_ps",
-                                                                  "collective_hidden_ps", "wait_ps", "idle_ps")}
-            tot["step_ps"] = tot.pop("step_ps_sum")
-            if tot["step_ps"]:
-                out.append("step breakdown (all devices): " + ", ".join(
-                    f"{name} {fmt_pct(tot[k] / tot['step_ps'])}" for name, k in
-                    (("compute", "compute_ps"), ("exposed collectives", "collective_exposed_ps"),
-                     ("waiting on async copies", "wait_ps"), ("idle", "idle_ps"))
-                    if k != "wait_ps" or tot[k]) + f" (collectives hidden under compute: {fmt_time(tot['collective_hidden_ps'])})")
-    ops = d.get("top_ops") or []
-    if ops:
-        out += ["", f"Top ops by time (of {s['op_executions']:,} executions)"]
-        rows = []
-        for r in ops[:top]:
-            rows.append([r["op"][:40], r["category"][:16], str(r["occurrences"]), fmt_time(r["total_ps"]),
-                         fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
-                         r.get("bound_by") or "—", fmt_pct(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
-                         r.get("cost_source") or ""])
-        out += _table(["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"],
-                      rows, right={2, 3, 4, 5, 6, 8, 9})
-    out += custom_calls_lines(d.get("custom_calls") or {})
-    mem = sections.memory_text(d)
-    out += [""] + mem if mem else []
-    f = d.get("findings") or []
-    out += ["", f"Findings ({len(f)}), by time they would win back" if f else "Findings: none"]
-    for i, x in enumerate(f, 1):
-        share = f" ({fmt_pct(x['share'])} of profiled time)" if x.get("share") is not None else ""
-        out.append(f"{i}. [{x['severity']}] {x['rule_id']} {x['name']}: ~{fmt_time(x['savings_ps'])}{share}")
-        out.append(f"   {x['message']}")
-        out.append(f"   fix: {x['fix']}")
-    for w in d.get("warnings") or []:
-        out.append(f"warning: {w}")
-    g = d["gate"]
-    if g["fail_on"] != "never":
-        out.append(f"gate: --fail-on {g['fail_on']}: {'FAILED' if g['failed'] else 'passed'}")
-    text = "\n".join(out) + "\n"
-    if color:
-        text = _colorize(text)
-    return text
+def fold_devices(rows: list[list[str]], device_col: int = 0) -> list[list[str]]:
+    """Consecutive rows equal but for their device become one row whose device cell names them all:
+    ``CPU:0–7 (8 devices)`` for a contiguous run of one kind, ``GPU:1,4,6 (3 devices)`` otherwise."""
+    out: list[list[str]] = []
+    group: list[list[str]] = []
 
+    def rest(r):
+        return r[:device_col] + r[device_col + 1:]
 
-def custom_calls_lines(cc: dict, top: int = 8) -> list[str]:
-    """Custom calls by share of op time, the cost model of each (or why none priced it), the models' assumptions."""
-    targets = cc.get("targets") or []
-    if not targets:
-        return []
-    op_time = cc.get("op_time_ps") or 0
-    head = (f"Custom calls: {fmt_pct(cc['custom_call_ps'] / op_time if op_time else None)} of op time; "
-            f"no cost model for {fmt_pct(cc['unknown_ps'] / op_time if op_time else None)}")
-    rows = [[t["target"][:40], str(t["executions"]), fmt_time(t["total_ps"]), fmt_pct(t["share"]),
-             t["cost_source"], (t["unknown_reasons"] or t["notes"] or [""])[0][:120]] for t in targets[:top]]
-    out = ["", head] + _table(["target", "n", "time", "share", "cost from", "note"], rows, right={1, 2, 3})
-    for name, why in (cc.get("models") or {}).items():
-        out.append(f"  model:{name}: {why}")
+    def flush():
+        if not group:
+            return
+        if len(group) == 1:
+            out.append(group[0])
+        else:
+            row = list(group[0])
+            row[device_col] = device_range([g[device_col] for g in group])
+            out.append(row)
+        group.clear()
+    for r in rows:
+        if group and rest(r) != rest(group[-1]):
+            flush()
+        group.append(r)
+    flush()
     return out
 
 
-def _colorize(text: str) -> str:
-    for word, code in (("[error]", "31"), ("[warning]", "33"), ("[info]", "36")):
-        text = text.replace(word, f"\033[1;{code}m{word}\033[0m")
-    return text
+def device_range(names: list[str]) -> str:
+    """'CPU:0–7 (8 devices)' for CPU:0..CPU:7; 'GPU:1,4,6 (3 devices)'; mixed kinds listed as they are."""
+    parts = [_DEV.match(n) for n in names]
+    if all(parts) and len({p.group(1) for p in parts}) == 1:
+        nums = [int(p.group(2)) for p in parts]
+        prefix = parts[0].group(1)
+        if nums == list(range(nums[0], nums[0] + len(nums))):
+            return f"{prefix}{nums[0]}–{nums[-1]} ({len(nums)} devices)"
+        return f"{prefix}{','.join(map(str, nums))} ({len(nums)} devices)"
+    return f"{', '.join(names)} ({len(names)} devices)"
+
+
+_UNSAFE = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _safe(x) -> str:
+    """Text from the trace with control, format (bidi, zero-width) and separator characters written as escapes
+    (``\\x1b``, ``\\u202e``), so nothing in a name can drive the terminal."""
+    import unicodedata
+    s = "" if x is None else x if isinstance(x, str) else str(x)
+    if s.isprintable():
+        return s
+    return "".join(c if unicodedata.category(c) not in _UNSAFE else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                    else f"\\U{ord(c):08x}") for c in s)
+
+
+class _Out:
+    """A rich console writing into a string: wrapped paragraphs, tables that fit the width."""
+
+    def __init__(self, width: int, color: bool):
+        from rich.console import Console
+        self.buf = io.StringIO()
+        self.c = Console(file=self.buf, width=max(width, MIN_WIDTH), color_system="standard" if color else None,
+                         force_terminal=color, no_color=not color, markup=False, highlight=False, emoji=False,
+                         soft_wrap=False, legacy_windows=False, tab_size=4)
+
+    def para(self, *parts, indent: int = 0, hang: int = 2) -> None:
+        """One paragraph from (text, style) parts or plain strings, wrapped at word boundaries; continuation
+        lines indented by ``indent + hang``."""
+        from rich.padding import Padding
+        from rich.text import Text
+        t = Text()
+        for p in parts:
+            text, style = p if isinstance(p, tuple) else (p, "")
+            t.append(_UNIT.sub(r"\1" + _GLUE, text), style=style or None)
+        if hang:  # a hanging indent: the lines after the first start ``hang`` columns further right
+            lines = t.wrap(self.c, max(self.c.width - indent - hang, MIN_WIDTH // 2))
+            for i, line in enumerate(lines):
+                self.c.print(Padding(line, (0, 0, 0, indent + (hang if i else 0))), overflow="fold")
+            return
+        self.c.print(Padding(t, (0, 0, 0, indent)), overflow="fold")
+
+    def blank(self) -> None:
+        self.c.print()
+
+    def table(self, title: str, headers: list[str], rows: list[list[str]], right: set[int] = frozenset(),
+              shrink: tuple[int, ...] = (0,), drop: tuple[int, ...] = ()) -> None:
+        """A table that fits the width: numbers (``right``) are never cut; the ``shrink`` columns (names) give
+        way first, down to :data:`NAME_MIN` characters with an ellipsis; then the ``drop`` columns are left out,
+        in that order, until the rest fits."""
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+        need = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+        keep = list(range(len(headers)))
+        widths = _widths(need, keep, shrink, self.c.width)
+        for i in drop:
+            if widths is not None:
+                break
+            keep.remove(i)
+            widths = _widths(need, keep, shrink, self.c.width)
+        widths = widths or {i: need[i] if i not in shrink else NAME_MIN for i in keep}
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  header_style="bold" if self.c.color_system else "")
+        for i in keep:
+            t.add_column(Text(headers[i]), justify="right" if i in right else "left", no_wrap=True,
+                         overflow="ellipsis", width=widths[i])
+        for r in rows:
+            t.add_row(*(Text(_cut(r[i], widths[i])) for i in keep))
+        if title:
+            self.para(title)
+        self.c.print(t)
+        if len(keep) < len(headers):
+            self.para("(" + ", ".join(headers[i] for i in range(len(headers)) if i not in keep)
+                      + " left out to fit the width)", hang=0)
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.buf.getvalue().replace(_GLUE, " ").split("\n"))
+
+
+def render(report, *, top: int = 12, color: bool = False, width: int | None = None, **_) -> str:
+    d = report.data if hasattr(report, "data") else report
+    s = d["summary"]
+    o = _Out(width or DEFAULT_WIDTH, color)
+    o.para(f"tracekit {d['tool']['version']} — ", _safe(", ".join(i["path"] for i in d["inputs"])))
+    _overview(o, d)
+    for c in d["chips"]:
+        peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in c["peak_flops_per_s"].items()
+                          if k in ("bf16", "f32"))
+        src = c["sources"].get("peak_flops_per_s.bf16") or c["sources"].get("peak_flops_per_s.f32", "")
+        est = (" (ESTIMATED — run `tracekit calibrate`)", "bold yellow") if c["estimated"] else ""
+        o.para("chip: ", _safe(c["name"]), est, f" × {len(c['devices'])} device(s); {peaks}; memory "
+               f"{fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [peaks from {src.split(':')[0] or 'unknown'}]")
+    busy = fmt_pct(s["busy_ps"] / s["profiled_ps"]) if s["profiled_ps"] else "—"
+    o.para(f"profiled: {fmt_time(s['profiled_ps'])} device time over {s['devices']} device(s); busy "
+           f"{fmt_time(s['busy_ps'])} ({busy}), idle {fmt_time(s['idle_ps'])}; {s['steps']} step(s) from "
+           f"{', '.join(s['step_source']) or 'none'}")
+    if s["time_by_bound_ps"]:
+        tot = sum(s["time_by_bound_ps"].values()) or 1
+        o.para("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
+                                                sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
+               + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time")
+    if not s["hlo_present"]:
+        o.para("HLO: not in this trace — ops are listed by kernel name and have no roofline")
+    _steps(o, d)
+    _ops(o, d, s, top)
+    _custom_calls(o, d.get("custom_calls") or {})
+    _memory(o, d)
+    _findings(o, d)
+    for w in d.get("warnings") or []:
+        o.para(("warning: ", "yellow" if color else ""), _safe(w))
+    g = d["gate"]
+    if g["fail_on"] != "never":
+        o.para(f"gate: --fail-on {g['fail_on']}: ", ("FAILED", "bold red") if g["failed"] else ("passed", "green"))
+    return o.text().rstrip("\n") + "\n"
+
+
+def _steps(o: _Out, d: dict) -> None:
+    st = d.get("step_stats") or []
+    if not st:
+        return
+    o.blank()
+    rows = [[_safe(r["device"]), str(r["steps"]), fmt_time(r["mean_ps"]), fmt_time(r["median_ps"]),
+             fmt_time(r["p90_ps"]), fmt_time(r["max_ps"])] for r in st]
+    rows = fold_devices(rows)
+    shown = rows[:16]
+    o.table("Step time per device" + (f" (first 16 of {len(rows)} rows)" if len(rows) > 16 else ""),
+            ["device", "steps", "mean", "median", "p90", "max"], shown, right={1, 2, 3, 4, 5})
+    steps = d.get("device_steps") or []
+    if steps:
+        tot = {k: sum(r.get(k) or 0 for r in steps) for k in ("step_ps_sum", "compute_ps", "collective_exposed_ps",
+                                                              "collective_hidden_ps", "wait_ps", "idle_ps")}
+        if tot["step_ps_sum"]:
+            parts = [(name, k) for name, k in (("compute", "compute_ps"), ("exposed collectives",
+                                                                          "collective_exposed_ps"),
+                                               ("waiting on async copies", "wait_ps"), ("idle", "idle_ps"))
+                     if k != "wait_ps" or tot[k]]
+            o.para("step breakdown (all devices): " + ", ".join(
+                f"{name} {fmt_pct(tot[k] / tot['step_ps_sum'])}" for name, k in parts)
+                + f" (collectives hidden under compute: {fmt_time(tot['collective_hidden_ps'])})")
+
+
+def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
+    ops = d.get("top_ops") or []
+    if not ops:
+        return
+    o.blank()
+    rows = [[_safe(r["op"]), _safe(r["category"]), str(r["occurrences"]), fmt_time(r["total_ps"]),
+             fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
+             _safe(r.get("bound_by") or "—"), fmt_pct(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
+             _safe(r.get("cost_source") or "")] for r in ops[:top]]
+    o.table(f"Top ops by time (of {s['op_executions']:,} executions)",
+            ["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"], rows,
+            right={2, 3, 4, 5, 6, 8, 9}, shrink=(0, 1), drop=(10, 1, 6, 5, 9))
+
+
+def _custom_calls(o: _Out, cc: dict, top: int = 8) -> None:
+    """Custom calls by share of op time, the cost model of each (or why none priced it), the models' assumptions."""
+    targets = cc.get("targets") or []
+    if not targets:
+        return
+    op_time = cc.get("op_time_ps") or 0
+    o.blank()
+    rows = [[_safe(t["target"]), str(t["executions"]), fmt_time(t["total_ps"]), fmt_pct(t["share"]),
+             _safe(t["cost_source"])] for t in targets[:top]]
+    o.table(f"Custom calls: {fmt_pct(cc['custom_call_ps'] / op_time if op_time else None)} of op time; no cost "
+            f"model for {fmt_pct(cc['unknown_ps'] / op_time if op_time else None)}",
+            ["target", "n", "time", "share", "cost from"], rows, right={1, 2, 3}, shrink=(0, 4))
+    for t in targets[:top]:  # the note (why no model priced it, or the model's note) in full, wrapped
+        note = (t["unknown_reasons"] or t["notes"] or [""])[0]
+        if note:
+            o.para(f"{_safe(t['target'])}: ", _safe(note), indent=2)
+    for name, why in (cc.get("models") or {}).items():
+        o.para(f"model:{_safe(name)}: ", _safe(why), indent=2)
+
+
+def _overview(o: _Out, d: dict) -> None:
+    """The headline block (:mod:`tracekit.report.render.sections`): MFU/utilization facts and the step split."""
+    facts = sections.overview_facts(d)
+    if not facts:
+        return
+    o.para("Overview")
+    for k, v in facts:
+        o.para(f"{k}: ", _safe(v), indent=2)
+    rows = sections.breakdown_rows(d)
+    if rows:
+        o.para("step breakdown (all steps and devices): " + ", ".join(
+            f"{label} {fmt_pct(share)}" for label, _, share in rows), indent=2)
+    o.blank()
+
+
+def _memory(o: _Out, d: dict) -> None:
+    """XLA's buffer assignment (:mod:`tracekit.report.render.sections`): facts, programs, largest buffers."""
+    facts = sections.memory_facts(d)
+    if not facts:
+        return
+    o.blank()
+    o.para("Memory (XLA's buffer assignment)")
+    for k, v in facts:
+        o.para(f"{k}: ", _safe(v), indent=2)
+    o.table("", sections.PROGRAM_HEADERS, [[_safe(c) for c in r] for r in sections.program_rows(d)],
+            right={2, 3, 4, 5, 6, 7}, shrink=(0,))
+    if (d.get("memory") or {}).get("buffers"):
+        o.table("largest buffers:", sections.BUFFER_HEADERS, [[_safe(c) for c in r] for r in sections.buffer_rows(d)],
+                right={0}, shrink=(3, 4, 5, 2), drop=(5, 4))
+
+
+def _findings(o: _Out, d: dict) -> None:
+    f = d.get("findings") or []
+    o.blank()
+    o.para(f"Findings ({len(f)}), by time they would win back" if f else "Findings: none")
+    for i, x in enumerate(f, 1):
+        share = f" ({fmt_pct(x['share'])} of profiled time)" if x.get("share") is not None else ""
+        o.para(f"{i}. ", (f"[{x['severity']}]", SEVERITY_STYLE.get(x["severity"], "")),
+               f" {x['rule_id']} ", _safe(x["name"]), f": ~{fmt_time(x['savings_ps'])}{share}", hang=3)
+        o.para(_safe(x["message"]), indent=3, hang=0)
+        o.para("fix: ", _safe(x["fix"]), indent=3, hang=5)
+
+
+def _cut(v: str, w: int) -> str:
+    """``v`` in ``w`` characters: the middle replaced by an ellipsis, so the ends (``fusion.1`` vs ``fusion.2``)
+    still tell names apart."""
+    if len(v) <= w:
+        return v
+    if w < 6:
+        return v[:max(w - 1, 0)] + "…"
+    tail = (w - 1) // 2
+    return v[:w - 1 - tail] + "…" + v[-tail:]
+
+
+def _widths(need: list[int], keep: list[int], shrink: tuple, width: int) -> dict | None:
+    """Column widths that fit ``width`` (two spaces between columns): fixed columns their full need, the
+    ``shrink`` columns at least :data:`NAME_MIN` (or their need), the space left given to them in order; None
+    when even that does not fit."""
+    avail = width - 2 * (len(keep) - 1)
+    out = {i: need[i] for i in keep if i not in shrink}
+    names = [i for i in shrink if i in keep]
+    for i in names:
+        out[i] = min(need[i], NAME_MIN)
+    left = avail - sum(out.values())
+    if left < 0:
+        return None
+    for i in names:
+        extra = min(need[i] - out[i], left)
+        out[i] += extra
+        left -= extra
+    return out
