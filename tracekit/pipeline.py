@@ -88,10 +88,13 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
     ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import rule_checks
-    from tracekit.analysis import rules
+    from tracekit.analysis import rule_cases, rule_model, rules
     from tracekit.analysis import timeline
     from tracekit.progress import NULL
     progress = progress or NULL
+    # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
+    rule_list = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
+    resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
     if isinstance(source, Trace):
         tr = source
@@ -100,7 +103,6 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
     ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
-    rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
@@ -131,8 +133,7 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
         steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
-                            "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
-                                      for r in rule_list}},
+                            "rules": resolved},
         warnings=list(tr.warnings) + [w["message"] for w in model_warnings], model_warnings=model_warnings,
         headline=head, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem, custom_calls=custom)
 
@@ -190,10 +191,11 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
            devices=(), rules_dirs=(), max_bytes=None, max_events=None):
     """``tracekit export``: the trace with its roofline, steps, gaps and findings as Chrome/Perfetto JSON
     (:mod:`tracekit.report.export`); ``steps`` (A, B) and ``devices`` restrict it to a window."""
-    from tracekit.analysis import rule_checks, rules
+    from tracekit.analysis import rule_cases, rule_checks, rules
     from tracekit.ingest import hlo
     from tracekit.ingest import paths as load_mod
     from tracekit.report import export as export_mod
+    rule_list = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs))
     tr = source if isinstance(source, Trace) else load(
         source, run=run, max_bytes=max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES,
         max_events=max_events)
@@ -202,6 +204,6 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
     window = export_mod.step_window(tr.steps, steps, devices)
     ops = with_roofline(tr, chip)
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
-    findings = rules.run_rules(frames, rules.load_rules(extra_dirs=rules_dirs))
+    findings = rules.run_rules(frames, rule_list)
     d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
     return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

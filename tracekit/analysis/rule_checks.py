@@ -11,8 +11,10 @@
 * ``gaps``: :func:`tracekit.analysis.timeline.gaps`.
 * ``host_events``: host-side events (:data:`HOST_EVENTS`) when the caller has them.
 
-A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check`; the engine then
-evaluates the rule's ``savings`` expression on those rows.
+A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check` together with the
+columns it adds to the rule's frame (or, with ``replaces=True``, the only columns it returns); the engine then
+evaluates the rule's ``savings`` expression on those rows. The columns each frame has are declared in
+:data:`tracekit.schema.RULE_FRAMES`.
 """
 from __future__ import annotations
 
@@ -30,14 +32,25 @@ from tracekit.analysis import timeline as tl
 HOST_EVENTS = schema.HOST_EVENTS
 
 CHECKS: dict = {}
+#: check name -> (columns: name -> (kind, meaning), replaces): what its evidence rows hold beyond the frame's own
+#: columns (``replaces``: instead of them)
+CHECK_COLUMNS: dict = {}
 
 
-def check(name: str):
-    """Register ``fn(frames, params) -> DataFrame`` under ``name`` for rule files' ``check:``."""
+def check(name: str, columns: dict | None = None, *, replaces: bool = False):
+    """Register ``fn(frames, params) -> DataFrame`` under ``name`` for rule files' ``check:``; ``columns``
+    declares the columns it adds to the frame (all the columns it returns when ``replaces``)."""
     def deco(fn):
         CHECKS[name] = fn
+        CHECK_COLUMNS[name] = (dict(columns or {}), replaces)
         return fn
     return deco
+
+
+def check_columns(name: str, frame_columns: dict) -> dict:
+    """The columns a rule with ``check: name`` on a frame with ``frame_columns`` can read after the check."""
+    cols, replaces = CHECK_COLUMNS.get(name, ({}, False))
+    return dict(cols) if replaces else {**frame_columns, **cols}
 
 
 def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
@@ -138,7 +151,9 @@ def overlap_advice(coll: pd.DataFrame) -> np.ndarray:
 
 
 # -------------------------------------------------------------------------------------------------------- checks
-@check("straggler-devices")
+@check("straggler-devices", {
+    "busy_ps_z": ("float64", "modified z-score of busy_ps among devices of the same device_kind"),
+    "busy_ps_median": ("float64", "median busy_ps of the devices of the same device_kind")})
 def _straggler(frames: dict, p: dict) -> pd.DataFrame:
     """Devices whose busy time has a modified z-score above ``threshold`` among devices of the same kind (at
     least ``min_devices`` of them) and exceeds their median by at least ``min_excess`` of it; adds busy_ps_z and
@@ -155,7 +170,14 @@ def _straggler(frames: dict, p: dict) -> pd.DataFrame:
                & (excess >= p.get("min_excess", 0.0) * dev["busy_ps_median"])]
 
 
-@check("launch-bound")
+@check("launch-bound", {
+    "host": ("text", "host"), "device": ("text", "device id"),
+    "kernels": ("int64", "sync kernels on the device"),
+    "tiny_kernels": ("int64", "kernels shorter than max_kernel_ps"),
+    "tiny_fraction": ("float64", "tiny_kernels / kernels"),
+    "mean_kernel_ps": ("float64", "mean kernel duration"),
+    "launch_gap_ps": ("int64", "idle gaps before tiny kernels that are at most max_gap_ps long"),
+    "span_ps": ("int64", "first kernel start to last kernel end")}, replaces=True)
 def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     """Per GPU device (rows with a kernel name or a GPU:* device): sync kernels shorter than ``max_kernel_ps``
     are tiny; the idle gap before a tiny kernel, when shorter than ``max_gap_ps``, is launch overhead
@@ -183,7 +205,8 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
                & (out["launch_gap_ps"] >= p["min_gap_share"] * out["span_ps"])]
 
 
-@check("compile-in-steps")
+@check("compile-in-steps", {
+    "in_step_ps": ("int64", "part of the event inside steps of its host")})
 def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""

@@ -190,7 +190,7 @@ def _params(values: tuple[str, ...]) -> dict:
         key, sep, val = v.partition("=")
         rule, dot, name = key.partition(".")
         if not sep or not dot or not rule or not name:
-            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50000")
+            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50us or TK003.min_share=5%")
         try:
             parsed = json.loads(val)
         except ValueError:
@@ -211,9 +211,10 @@ def _params(values: tuple[str, ...]) -> dict:
               show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="A folder of extra rule files (*.yaml). Repeatable.")
-@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
+@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--param", "param_values", multiple=True,
+              help="RULE.PARAM=VALUE to override a rule parameter; units accepted: 10ms, 250us, 5%, 64MiB. Repeatable.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @color_opt
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
