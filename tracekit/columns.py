@@ -391,3 +391,13 @@ def _concat_series_cat(parts: list, lens: list) -> pd.Categorical:
             cats = list(cats)
         out.append(_recode(codes, cats, table))
     return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))
+
+
+def self_time(ops: pd.DataFrame) -> np.ndarray:
+    """Each row's own time (int64 ps): ``self_ps`` (the duration minus nested events' time) where the frame has
+    it, else ``duration_ps``. Sums of op time use this, so nested events are not counted twice."""
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    if "self_ps" not in ops.columns:
+        return dur
+    s = ops["self_ps"].to_numpy(np.int64)
+    return np.where(s >= 0, s, dur)

@@ -47,11 +47,54 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
             "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
             "ridge_bf16_flops_per_byte": chips_mod.peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s
             if c.hbm_bw_bytes_per_s else None,
-            "sources": dict(sorted(c.sources.items()))})
+            "sources": dict(sorted(c.sources.items())), "exact": c.exact,
+            "trace_reported": dict(sorted(c.trace_reported.items())), "raised": dict(sorted(c.raised.items())),
+            "peak_notes": peak_notes(c)})
         g["devices"].append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
     return [report_mod._clean(g) for g in groups.values()]
 
 
+def peak_notes(c) -> list[str]:
+    """One line per peak whose source a reader must know about: what the trace said and whether it was used, and
+    every estimate raised to a rate the trace demonstrates (both numbers)."""
+    from tracekit.units import fmt_num
+    out = []
+    for key, t in sorted(c.trace_reported.items()):
+        unit = "FLOP/s" if key.startswith("peak_flops") else ("" if "x" in key and "core" in key else "B/s")
+        used = c.peak_flops_per_s.get(key.split(".", 1)[1]) if key.startswith("peak_flops_per_s.") else \
+            getattr(c, key, None)
+        if t["used"]:
+            out.append(f"{key}: {fmt_num(used, unit)} from the trace ({t['stat']})")
+        elif unit:
+            out.append(f"{key}: {fmt_num(used, unit)} from the table ({c.name} datasheet); the trace said "
+                       f"{fmt_num(t['value'], unit)} ({t['stat']}), more than 20 % off: not used")
+        else:
+            out.append(f"{key}: the trace's {t['stat']} is {t['value']:.3g}x the table part's, more than 20 % off: "
+                       "not used")
+    for key, r in sorted(c.raised.items()):
+        unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
+        out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from {fmt_num(r['estimate'], unit)} "
+                   f"({r.get('estimate_source', 'estimate')}) to the rate {r['op']} ({r['module']}) demonstrates in "
+                   "this trace")
+    return out
+
+
+def _memory_guard(fn):
+    """A MemoryError anywhere in the analysis becomes the one-line TraceError saying how much memory the trace
+    needs and what to do (--jobs, --dask, a bigger machine)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(source, *args, **kw):
+        try:
+            return fn(source, *args, **kw)
+        except MemoryError:
+            from tracekit.ingest import limits
+            raise limits.out_of_memory_for(source, kw.get("run")) from None
+    return wrapper
+
+
+@_memory_guard
 def analyze(source, *, chip: str | None = None, topology: str | None = None, run: str | None = None, rules_dirs=(),
             select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
@@ -61,10 +104,13 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import rule_checks
-    from tracekit.analysis import rules
+    from tracekit.analysis import rule_cases, rule_model, rules
     from tracekit.analysis import timeline
     from tracekit.progress import NULL
     progress = progress or NULL
+    # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
+    rule_list = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
+    resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
     if isinstance(source, Trace):
         tr = source
@@ -72,8 +118,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
-    ops = with_roofline(tr, chip, topology) if ops is None else ops  # ``ops``: a roofline join done already
-    rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
+    ops = with_roofline(tr, chip, topology) if ops is None else ops  # ``ops``: a roofline join done already (per host)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
@@ -82,9 +127,21 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     frames.update(rule_frames(mem, ov, frames["devices"]))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
+    if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
+        findings = [no_device_ops()] + findings
     progress.stage("report")
-    from tracekit.analysis import customcalls
-    from tracekit.model import roofline
+    from tracekit.model import peaks, roofline
+    from tracekit.analysis import claims, customcalls
+    dchips = roofline.device_chips(tr, chip)
+    model_warnings = peaks.model_warnings(ops, dchips)
+    missing = sorted({h for (h, _), c in dchips.items() if c.family == "cpu" and c.notes.startswith("no record")})
+    if missing:  # a CPU trace analyzed away from the machine that recorded it: its peaks are not that machine's
+        from tracekit.model.calibrate import processor_name
+        model_warnings = [{"message": f"CPU trace of host(s) {', '.join(map(str, missing))} has no record of the "
+                                      "machine that recorded it (<trace>.machine.json, written by `tracekit "
+                                      "capture` and the hook): its CPU peaks are this machine's "
+                                      f"({processor_name()}), which may not be the one that ran it"}] + model_warnings
+    head = claims.headline(findings, frames["devices"], frames["ops"])
     custom = customcalls.summary(ops, tr.hlo, roofline.costs(tr) if tr.has_hlo else None)
     step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
     inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
@@ -93,10 +150,9 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
         interconnect=interconnect(tr, ops, chip, topology),
         hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
-                            "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
-                                      for r in rule_list}},
-        warnings=tr.warnings, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem,
-        custom_calls=custom)
+                            "rules": resolved},
+        warnings=list(tr.warnings) + [w["message"] for w in model_warnings], model_warnings=model_warnings,
+        headline=head, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem, custom_calls=custom)
 
 
 def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
@@ -118,6 +174,25 @@ def rule_frames(mem, ov, devices: pd.DataFrame) -> dict:
     return memory.rule_frames(mem, ov.devices, devices)
 
 
+#: The finding a trace without device op executions gets: nothing was analyzed, so no gate may pass.
+NO_DEVICE_OPS = "TK000"
+
+
+def no_device_ops():
+    """An error-severity finding for a trace with no device op executions (any ``--fail-on`` trips on it)."""
+    import math
+
+    from tracekit.analysis.rule_model import Finding
+    return Finding(
+        NO_DEVICE_OPS, "no-device-ops", "error",
+        "the trace holds no device op executions, so nothing was analyzed: the capture window held no device work, "
+        "the profiler recorded only host events, or the device planes are missing",
+        "capture while the jitted program runs (after a warm-up step, around a few steps), and check with "
+        "`tracekit info` that the device planes and their op lines are there",
+        {}, pd.DataFrame(), 0, 0, 0, math.nan, 0.0, ("capture",),
+        "An empty capture is not a healthy program: a CI gate must not pass on it.")
+
+
 def _display_path(p: str) -> str:
     """The path relative to the working directory when it is inside it (stable across machines); URLs as given."""
     if "://" in p:
@@ -133,10 +208,11 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
            devices=(), rules_dirs=(), max_bytes=None, max_events=None):
     """``tracekit export``: the trace with its roofline, steps, gaps and findings as Chrome/Perfetto JSON
     (:mod:`tracekit.report.export`); ``steps`` (A, B) and ``devices`` restrict it to a window."""
-    from tracekit.analysis import rule_checks, rules
+    from tracekit.analysis import rule_cases, rule_checks, rules
     from tracekit.ingest import hlo
     from tracekit.ingest import paths as load_mod
     from tracekit.report import export as export_mod
+    rule_list = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs))
     tr = source if isinstance(source, Trace) else load(
         source, run=run, max_bytes=max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES,
         max_events=max_events)
@@ -145,6 +221,6 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
     window = export_mod.step_window(tr.steps, steps, devices)
     ops = with_roofline(tr, chip)
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
-    findings = rules.run_rules(frames, rules.load_rules(extra_dirs=rules_dirs))
+    findings = rules.run_rules(frames, rule_list)
     d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
     return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

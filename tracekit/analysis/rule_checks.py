@@ -11,8 +11,10 @@
 * ``gaps``: :func:`tracekit.analysis.timeline.gaps`.
 * ``host_events``: host-side events (:data:`HOST_EVENTS`) when the caller has them.
 
-A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check`; the engine then
-evaluates the rule's ``savings`` expression on those rows.
+A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check` together with the
+columns it adds to the rule's frame (or, with ``replaces=True``, the only columns it returns); the engine then
+evaluates the rule's ``savings`` expression on those rows. The columns each frame has are declared in
+:data:`tracekit.schema.RULE_FRAMES`.
 """
 from __future__ import annotations
 
@@ -30,14 +32,25 @@ from tracekit.analysis import timeline as tl
 HOST_EVENTS = schema.HOST_EVENTS
 
 CHECKS: dict = {}
+#: check name -> (columns: name -> (kind, meaning), replaces): what its evidence rows hold beyond the frame's own
+#: columns (``replaces``: instead of them)
+CHECK_COLUMNS: dict = {}
 
 
-def check(name: str):
-    """Register ``fn(frames, params) -> DataFrame`` under ``name`` for rule files' ``check:``."""
+def check(name: str, columns: dict | None = None, *, replaces: bool = False):
+    """Register ``fn(frames, params) -> DataFrame`` under ``name`` for rule files' ``check:``; ``columns``
+    declares the columns it adds to the frame (all the columns it returns when ``replaces``)."""
     def deco(fn):
         CHECKS[name] = fn
+        CHECK_COLUMNS[name] = (dict(columns or {}), replaces)
         return fn
     return deco
+
+
+def check_columns(name: str, frame_columns: dict) -> dict:
+    """The columns a rule with ``check: name`` on a frame with ``frame_columns`` can read after the check."""
+    cols, replaces = CHECK_COLUMNS.get(name, ({}, False))
+    return dict(cols) if replaces else {**frame_columns, **cols}
 
 
 def in_steps(ops: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
@@ -91,7 +104,8 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     with ThreadPoolExecutor(max_workers=min(2, default_threads())) as pool:
         futures = {k: pool.submit(fn, *args) for k, (fn, *args) in jobs.items()}
         flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
-                 "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops)}
+                 "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops),
+                 "is_host_offload": is_host_offload(ops)}
         done = {k: f.result() for k, f in futures.items()}
     devices = done["devices"]
     devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
@@ -101,7 +115,9 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     stats["share"] = stats["total_ps"] / profiled
     xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
     steps_frame = with_columns(done["steps"], {"collective_level": _step_levels(done["steps"])})
-    frames = {"ops": xops, "op_stats": stats, "collectives": done["collectives"], "steps": steps_frame,
+    coll = done["collectives"]
+    coll["overlap_advice"] = overlap_advice(coll)
+    frames = {"ops": xops, "op_stats": stats, "collectives": coll, "steps": steps_frame,
               "devices": devices, "gaps": done["gaps"]}
     if host_events is not None:
         frames["host_events"] = host_events
@@ -135,22 +151,64 @@ def _step_levels(steps: pd.DataFrame) -> np.ndarray:
     has = vals.max(axis=1) > 0
     out[has] = names[best[has]]
     return out
+def is_host_offload(ops: pd.DataFrame) -> np.ndarray:
+    """Copies between device and host memory that XLA scheduled itself (host offload: memory space S(5)), which
+    the roofline marks ``is_host_transfer``: deliberate, and not an input pipeline."""
+    if "is_host_transfer" not in ops.columns:
+        return np.zeros(len(ops), bool)
+    copy = tl._cat_mask(tl._col(ops, "opcode"), lambda s: s.isin(["copy", "copy-start", "copy-done"]))
+    return ops["is_host_transfer"].to_numpy(bool) & copy
+
+
+#: how to let XLA overlap a collective, per platform (the rule's fix quotes the one of the evidence's device)
+OVERLAP_ADVICE = {
+    "TPU": "on TPU XLA's latency-hiding scheduler is on by default: make the collective async and fusible "
+           "(--xla_tpu_enable_async_collective_fusion=true, --xla_tpu_enable_async_collective_fusion_fuse_all_gather"
+           "=true, --xla_tpu_overlap_compute_collective_tc=true) and leave it independent work",
+    "GPU": "on GPU enable the latency-hiding scheduler (--xla_gpu_enable_latency_hiding_scheduler=true) so XLA "
+           "starts the collective early",
+    "CPU": "XLA:CPU runs collectives as blocking thunks: only a program that gives them independent work in "
+           "another thread of the same step can hide them",
+}
+
+
+def overlap_advice(coll: pd.DataFrame) -> np.ndarray:
+    """Per collective row, the scheduling advice for its platform (from the device name: TPU:n, GPU:n, CPU:n)."""
+    if not len(coll):
+        return np.zeros(0, dtype=object)
+    dev = coll["device"].astype(str).str.split(":").str[0].str.upper()
+    return dev.map(OVERLAP_ADVICE).fillna("schedule the collective early and give it independent work").to_numpy(
+        dtype=object)
 
 
 # -------------------------------------------------------------------------------------------------------- checks
-@check("straggler-devices")
+@check("straggler-devices", {
+    "busy_ps_z": ("float64", "modified z-score of busy_ps among devices of the same device_kind"),
+    "busy_ps_median": ("float64", "median busy_ps of the devices of the same device_kind")})
 def _straggler(frames: dict, p: dict) -> pd.DataFrame:
     """Devices whose busy time has a modified z-score above ``threshold`` among devices of the same kind (at
-    least ``min_devices`` of them); adds busy_ps_z and busy_ps_median."""
+    least ``min_devices`` of them) and exceeds their median by at least ``min_excess`` of it; adds busy_ps_z and
+    busy_ps_median."""
     dev = frames["devices"].copy()
     kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
     g = dev.groupby(kind)["busy_ps"]
     dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
     dev["busy_ps_median"] = g.transform("median")
-    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])]
+    # a robust z-score alone flags tiny spreads when the other devices agree to the microsecond: the straggler
+    # must also be busy at least ``min_excess`` (a fraction) longer than the median
+    excess = dev["busy_ps"] - dev["busy_ps_median"]
+    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])
+               & (excess >= p.get("min_excess", 0.0) * dev["busy_ps_median"])]
 
 
-@check("launch-bound")
+@check("launch-bound", {
+    "host": ("text", "host"), "device": ("text", "device id"),
+    "kernels": ("int64", "sync kernels on the device"),
+    "tiny_kernels": ("int64", "kernels shorter than max_kernel_ps"),
+    "tiny_fraction": ("float64", "tiny_kernels / kernels"),
+    "mean_kernel_ps": ("float64", "mean kernel duration"),
+    "launch_gap_ps": ("int64", "idle gaps before tiny kernels that are at most max_gap_ps long"),
+    "span_ps": ("int64", "first kernel start to last kernel end")}, replaces=True)
 def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     """Per GPU device (rows with a kernel name or a GPU:* device): sync kernels shorter than ``max_kernel_ps``
     are tiny; the idle gap before a tiny kernel, when shorter than ``max_gap_ps``, is launch overhead
@@ -178,7 +236,8 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
                & (out["launch_gap_ps"] >= p["min_gap_share"] * out["span_ps"])]
 
 
-@check("compile-in-steps")
+@check("compile-in-steps", {
+    "in_step_ps": ("int64", "part of the event inside steps of its host")})
 def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""

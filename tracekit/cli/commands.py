@@ -145,7 +145,7 @@ def ops(path, run, sort, limit, fmt, chip, device, topology, max_size, max_event
 
 
 def _format_ops(t):
-    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
     out = t[["module", "op", "category", "occurrences"]].copy()
     out["total"] = t["total_ps"].map(fmt_time)
     out["mean"] = t["mean_ps"].map(fmt_time)
@@ -154,7 +154,7 @@ def _format_ops(t):
         out["flops"] = t["flops"].map(fmt_num)
         out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))
         out["bound_by"] = t["bound_by"].astype(str)
-        out["efficiency"] = t["efficiency"].map(fmt_pct)
+        out["efficiency"] = t["efficiency"].map(fmt_eff)  # "(!)": above its roofline, a model warning
         out["headroom"] = t["headroom_ps"].map(fmt_time)
     return out
 
@@ -194,7 +194,7 @@ def _params(values: tuple[str, ...]) -> dict:
         key, sep, val = v.partition("=")
         rule, dot, name = key.partition(".")
         if not sep or not dot or not rule or not name:
-            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50000")
+            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50us or TK003.min_share=5%")
         try:
             parsed = json.loads(val)
         except ValueError:
@@ -215,9 +215,10 @@ def _params(values: tuple[str, ...]) -> dict:
               show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="A folder of extra rule files (*.yaml). Repeatable.")
-@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
+@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--param", "param_values", multiple=True,
+              help="RULE.PARAM=VALUE to override a rule parameter; units accepted: 10ms, 250us, 5%, 64MiB. Repeatable.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @color_opt
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -307,7 +308,14 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
             raise TraceError("the command ran no JAX computation while traced: no trace was written", d,
                              "check that the script runs jitted code (and does not end with os._exit)")
     click.echo(f"tracekit: trace in {run_dir}", err=True)
-    rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
+    source = str(run_dir)
+    if port is None:  # recorded on this machine: a CPU trace keeps this CPU and its calibration beside it
+        from tracekit.ingest.trace import load
+        from tracekit.model import machine
+        source = load(str(run_dir))
+        if machine.is_cpu_trace(source):
+            machine.record_run(run_dir)
+    rep = pipeline.analyze(source, chip=chip, fail_on=fail_on)
     texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
     for out, text in zip(outputs, texts):
         _write_atomic(out, text)

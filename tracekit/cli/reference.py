@@ -6,7 +6,7 @@ import json
 import click
 
 from tracekit.cli.commands import _table, guarded, main
-from tracekit.errors import TraceError
+from tracekit.errors import EXIT_FINDINGS, TraceError
 
 
 @main.command("chips")
@@ -85,8 +85,8 @@ def rules_cmd(ctx, rules_dirs):
     ctx.obj["rules_dirs"] = rules_dirs
     if ctx.invoked_subcommand:
         return
-    from tracekit.analysis import rules
-    rs = rules.load_rules(extra_dirs=rules_dirs)
+    from tracekit.analysis import rule_cases, rules
+    rs = rule_cases.check_user_rules(rules.load_rules(extra_dirs=rules_dirs))
     import pandas as pd
     df = pd.DataFrame([{"id": r.id, "name": r.name, "severity": r.severity, "groups": ",".join(r.groups),
                         "frame": r.frame, "params": ", ".join(f"{k}={p.default}" for k, p in r.params.items())}
@@ -100,11 +100,37 @@ def rules_cmd(ctx, rules_dirs):
 @click.pass_context
 @guarded
 def rules_explain(ctx, rule_id):
-    """Print one rule's documentation (by id or name)."""
-    from tracekit.analysis import rules
+    """Print one rule's documentation (by id or name, any case)."""
+    from tracekit.analysis import rule_model, rules
     from tracekit.report import rulesdoc
-    rs = rules.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ()))
-    hit = [r for r in rs if rule_id in (r.id, r.name)]
-    if not hit:
+    rule = rule_model.find_rule(rules.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ())), rule_id)
+    if rule is None:
         raise TraceError(f"no rule {rule_id!r}", hint="`tracekit rules` lists them")
-    click.echo(rulesdoc.render_rule(hit[0]))
+    click.echo(rulesdoc.render_rule(rule))
+
+
+@rules_cmd.command("test")
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True))
+@click.option("-v", "--verbose", is_flag=True, help="List the cases that pass too.")
+@click.pass_context
+@guarded
+def rules_test(ctx, dirs, verbose):
+    """Run every rule's pass/fail cases: the rules in DIRS (default: the built-in rules). Exit 1 when a case
+    fails (each failure named: rule, case, why), 2 when a rule file is refused."""
+    from tracekit.analysis import rule_cases, rules
+    dirs = tuple(dirs) + tuple((ctx.obj or {}).get("rules_dirs", ()))
+    rs = rules.load_rules(extra_dirs=dirs)
+    if dirs:
+        rs = [r for r in rs if not r.builtin]
+    results = rule_cases.run_cases(rs)
+    failed = [r for r in results if r.error]
+    for r in results:
+        if r.error:
+            click.echo(f"FAIL {r.label}: {r.error}  ({r.path})")
+        elif verbose:
+            click.echo(f"ok   {r.label}")
+    click.echo(f"{len(rs)} rule(s), {len(results)} case(s): {len(results) - len(failed)} passed, {len(failed)} failed")
+    if not rs:
+        click.echo("no rule files (*.yaml, *.yml) found", err=True)
+    if failed:
+        ctx.exit(EXIT_FINDINGS)

@@ -198,7 +198,14 @@ def load_calibration(path=None) -> Chip | None:
         raise TraceError(f"corrupt calibration file ({e})", str(target), "delete it or run `tracekit calibrate` again")
 
 
-def _to_chip(record: dict, path: Path) -> Chip:
+def chip_from_record(record: dict, origin: str, label: str = "calibration (recording machine)") -> Chip:
+    """The CPU chip a calibration record (as :func:`measure` returns it) describes; ``origin`` names where the
+    record came from (a file), ``label`` starts every source text. Raises ValueError for a record that is not
+    one."""
+    return _to_chip(record, origin, label)
+
+
+def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
     if record.get("version") != FORMAT_VERSION:
         raise ValueError(f"format version {record.get('version')!r}, expected {FORMAT_VERSION}")
     flops = {k: float(v) for k, v in record["peak_flops_per_s"].items()}
@@ -208,8 +215,10 @@ def _to_chip(record: dict, path: Path) -> Chip:
     if not bw > 0:
         raise ValueError("no positive bandwidth")
     on = f"{record['processor']}/{record['cpu_count']} cpus"
-    how = f"calibration: measured {record['measured_at']} on {on} ({path})"
-    chip = _cpu(f"cpu ({record['cpu_count']} cores, calibrated)", flops, bw, how,
+    how = f"{label}: measured {record['measured_at']} on {on} ({path})"
+    name = f"cpu ({record['cpu_count']} cores, calibrated)" if label == "calibration" else \
+        f"cpu ({record['processor']}, {record['cpu_count']} cores, recording machine)"
+    chip = _cpu(name, flops, bw, how,
                 how + " (numpy copy, bytes = read + write)", estimated=False)
     engines = record.get("engines", {})
     for d in flops:
@@ -218,15 +227,17 @@ def _to_chip(record: dict, path: Path) -> Chip:
     return chip
 
 
-def estimate_cpu() -> Chip:
-    """A rough entry for this host's CPU from ``os.cpu_count()``, used until ``tracekit calibrate`` has run."""
-    n = os.cpu_count() or 1
+def estimate_cpu(cores: int | None = None, where: str = "") -> Chip:
+    """A rough entry for a CPU of ``cores`` cores (this host's ``os.cpu_count()`` by default), used until
+    ``tracekit calibrate`` has run; ``where`` says whose CPU it is in the name."""
+    n = int(cores or os.cpu_count() or 1)
     f32 = n * CPU_F32_FLOPS_PER_CORE
     bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
     hint = "run `tracekit calibrate` to measure"
     how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
     bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
-    return _cpu(f"cpu ({n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how, bw_how, estimated=True)
+    return _cpu(f"cpu ({where + ', ' if where else ''}{n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how, bw_how,
+                estimated=True)
 
 
 def _cpu(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bool) -> Chip:

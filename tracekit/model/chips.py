@@ -58,6 +58,9 @@ class Chip:
     node_egress_bw_bytes_per_s: float = NAN  # one-way scale-out bandwidth per node (TPU host, GPU node)
     hop_latency_s: float = NAN  # per ICI hop / NVLink or xGMI ring step
     nic_latency_s: float = NAN  # per step across the scale-out network (DCN / InfiniBand)
+    exact: bool = False  # the table entry is this exact part (variant too), so its sourced numbers win
+    trace_reported: dict = field(default_factory=dict, hash=False)  # field -> {stat, value, used}
+    raised: dict = field(default_factory=dict, hash=False)  # field -> {estimate, value, op, module, self_ps}
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
@@ -155,6 +158,8 @@ def _load() -> tuple[tuple[Chip, ...], dict]:
 def _copy(chip: Chip, **changes) -> Chip:
     changes.setdefault("peak_flops_per_s", dict(chip.peak_flops_per_s))
     changes.setdefault("sources", dict(chip.sources))
+    changes.setdefault("trace_reported", dict(chip.trace_reported))
+    changes.setdefault("raised", dict(chip.raised))
     return replace(chip, **changes)
 
 
@@ -252,7 +257,7 @@ def detect(device_kind: str, plane_stats: dict, override: str | None = None) -> 
         chip = get(override)
         src = {k: (s.replace("table:", "table (--chip):", 1) if s.startswith("table:") else s)
                for k, s in chip.sources.items()}
-        return _copy(chip, sources=src)
+        return _copy(chip, sources=src, exact=chip.family != "cpu")  # the user named the part
     kind = str(device_kind or "").strip()
     lk = kind.lower()
     if lk.startswith("cpu") or lk in ("host", "/host:cpu"):
@@ -272,6 +277,25 @@ def detect(device_kind: str, plane_stats: dict, override: str | None = None) -> 
                 sources={"peak_flops_per_s": f"unknown: device kind {kind!r} not recognised; {hint}"})
 
 
+#: a trace stat that differs from the exact part's sourced table number by more than this loses to the table
+TRACE_DISAGREE = 0.20
+
+
+def _prefer_table(chip: Chip, key: str, trace_value: float, stat: str) -> bool:
+    """The peak-source policy for one number: True when the table value stays (the chip is the exact part and the
+    trace's stat disagrees with it by more than :data:`TRACE_DISAGREE`), else False (the trace value is used).
+    Either way ``chip.trace_reported[key]`` records what the trace said and whether it was used; a rejected stat
+    is named in the table number's source."""
+    table_v = chip.peak_flops_per_s.get(key[len("peak_flops_per_s."):]) if key.startswith("peak_flops_per_s.") \
+        else getattr(chip, key, NAN)
+    keep = bool(chip.exact and table_v and math.isfinite(table_v) and abs(trace_value / table_v - 1) > TRACE_DISAGREE)
+    chip.trace_reported[key] = {"stat": stat, "value": trace_value, "used": not keep}
+    if keep:
+        chip.sources[key] = (f"{chip.sources.get(key, 'table')}; the trace's {stat} says {trace_value:.4g}, "
+                             f"{abs(trace_value / table_v - 1):.0%} off the datasheet of this exact part: not used")
+    return keep
+
+
 def _detect_tpu(kind: str, stats: dict) -> Chip:
     dts = str(stats.get("device_type_string") or kind)
     base = _match_name(dts, "tpu") or _match_name(kind, "tpu")
@@ -281,9 +305,11 @@ def _detect_tpu(kind: str, stats: dict) -> Chip:
                     egress_bw_bytes_per_s=NAN, estimated=True,
                     sources={"name": f"estimate: {dts!r} is not in the chip table; numbers from the trace only"})
     else:
-        chip = _copy(base)
+        chip = _copy(base, exact=True, trace_reported={})
     flops, src = chip.peak_flops_per_s, chip.sources
     tf = _stat(stats, "peak_teraflops_per_second")
+    if tf and _prefer_table(chip, "peak_flops_per_s.bf16", tf * 1e12, "peak_teraflops_per_second"):
+        tf = None
     if tf:
         new = tf * 1e12
         old = flops.get("bf16")
@@ -299,6 +325,8 @@ def _detect_tpu(kind: str, stats: dict) -> Chip:
             src["peak_flops_per_s.f32"] = "trace: peak_teraflops_per_second (f32 dot = one bf16 pass)"
     bw = _stat(stats, "peak_hbm_bw_gigabytes_per_second")
     changes = {}
+    if bw and _prefer_table(chip, "hbm_bw_bytes_per_s", bw * 1e9, "peak_hbm_bw_gigabytes_per_second (GB/s x 1e9)"):
+        bw = None
     if bw:
         changes["hbm_bw_bytes_per_s"] = bw * 1e9
         src["hbm_bw_bytes_per_s"] = "trace: peak_hbm_bw_gigabytes_per_second"
@@ -321,6 +349,11 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
         if cores and len(cands) > 1:
             cands.sort(key=lambda c: abs((keys[c.name]["cores"] or 0) - cores))
         base = cands[0] if cands else None
+        # the exact part: its cores match the table's (or the trace does not say and no other part fits)
+        exact = base is not None and (keys[base.name]["cores"] == cores if cores and keys[base.name]["cores"]
+                                      else len(cands) == 1)
+    else:
+        exact = False
     if base is None:
         named = _match_name(kind, "gpu")
         base = named if named is not None and (not vendor or named.vendor == vendor) else None
@@ -333,17 +366,23 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
                     hbm_bw_bytes_per_s=NAN, link_bw_bytes_per_s=NAN, links=0, topology="unknown",
                     egress_bw_bytes_per_s=NAN, estimated=True, sources={"peak_flops_per_s": f"unknown: {hint}"})
     else:
-        chip = _copy(base)
+        chip = _copy(base, exact=exact, trace_reported={})
     src, changes = chip.sources, {}
     k = keys.get(chip.name, {})
     if base is not None and cores and clock_khz and k.get("cores") and k.get("clock_mhz"):
         ratio = (clock_khz / 1e3 * cores) / (k["clock_mhz"] * k["cores"])
+        if chip.exact and abs(ratio - 1) > TRACE_DISAGREE:
+            chip.trace_reported["clock_rate x core_count"] = {"stat": "clock_rate x core_count", "value": ratio,
+                                                              "used": False}
+            ratio = 1.0
         if abs(ratio - 1) > 0.005:
             for d in list(chip.peak_flops_per_s):
                 chip.peak_flops_per_s[d] *= ratio
                 src[f"peak_flops_per_s.{d}"] = (f"trace: clock_rate x core_count = {ratio:.3f} x table part "
                                                  f"({src[f'peak_flops_per_s.{d}']})")
     bw = _stat(stats, "memory_bandwidth")
+    if bw and _prefer_table(chip, "hbm_bw_bytes_per_s", bw, "memory_bandwidth"):
+        bw = None
     if bw:
         changes["hbm_bw_bytes_per_s"] = bw
         src["hbm_bw_bytes_per_s"] = "trace: memory_bandwidth" + (

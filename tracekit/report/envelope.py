@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import self_time
+
 SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
 TOP_OPS = 25
@@ -100,15 +102,16 @@ class Report:
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
-              "cost_source", "unknown_reason", "source_file", "source_line"]
+              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line"]
 
 
 def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
           steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
           hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
-          overview=None, memory=None, custom_calls: dict | None = None, interconnect: dict | None = None) -> Report:
+          overview=None, memory=None, custom_calls: dict | None = None, interconnect: dict | None = None,
+          model_warnings: list | None = None, headline: dict | None = None) -> Report:
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
-    dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
+    dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
@@ -136,7 +139,11 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
         finding_dicts.append(_clean(d))
-    total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
+    # what the findings claim together is the union of their claims on device time, not their sum (two findings
+    # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
+    total_claimed = (headline or {}).get("claims_union_ps")
+    if total_claimed is None:
+        total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
     data = {
         "schema": SCHEMA,
         "tool": {"name": "tracekit", "version": _version()},
@@ -159,6 +166,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "hlo_present": bool(len(hlo)),
             "findings": len(finding_dicts),
             "claimed_savings_ps": total_claimed,
+            "above_roofline_floor_ps": (headline or {}).get("above_roofline_floor_ps"),
         }),
         "devices": records(devices),
         "step_stats": records(step_stats),
@@ -175,6 +183,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "params": _clean(params),
         "gate": {"fail_on": fail_on, "failed": False},
         "warnings": list(warnings),
+        "model_warnings": _clean(list(model_warnings or [])),
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
                   "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
         "provenance": {
