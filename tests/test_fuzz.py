@@ -984,3 +984,143 @@ def test_subprocess_under_rlimit_as(impl, tmp_path):
     name = {Path(k).name: v for k, v in out.items()}
     assert name["ok.xplane.pb.gz"] == "ok" and name["absurd-conv.xplane.pb"] == "ok"
     assert name["bomb.xplane.pb.gz"] == name["corrupt.xplane.pb.gz"] == name["huge-length.xplane.pb"] == "refused"
+
+
+# =================================================================================================================
+# The two decoders accept exactly the same files (tests/wirefuzz.py mutates; the C and Python decoders must agree)
+
+DIFF_SEEDS = ("big_matmul", "matvec_b1", "sleepy_steps", "train_step")
+
+
+def _diff_inputs(n: int, seed: int):
+    import wirefuzz
+    rng = random.Random(seed)
+    seeds = wirefuzz.Seeds([fixture_bytes(c) for c in DIFF_SEEDS])
+    for _ in range(n):
+        data = seeds.mutated(rng)
+        kw = {}
+        if rng.random() < 0.3:  # limits too: the same decision, from the same counts
+            kw = {"max_events": rng.choice([-1, 0, 10, 100, 1000]), "budget": rng.choice([-1, 0, 10**4, 10**6]),
+                  "weights": rng.choice([wire.WEIGHTS, (1, 1, 1, 1, 1)]), "max_stats": rng.choice([-1, 50, 2000])}
+        yield data, kw, rng.choice([1, 2])
+
+
+def test_over_long_tags_are_rejected_by_both_decoders():
+    """A tag takes at most 5 bytes (upb's rule): a 10-byte over-long tag used to pass the C decoder only."""
+    import wirefuzz
+    from tracekit.ingest import pywire
+    from tracekit.proto import xplane_pb2 as X
+    for width in range(1, 11):
+        data = wirefuzz.varint(4 << 3 | 2, width) + b"\x01a"  # hostnames: "a", the tag in `width` bytes
+        expect = "ok" if width <= 5 else "corrupt"
+        if wire._wire is not None:
+            assert wirefuzz.outcome(wire._wire.read_space, data)[0] == expect, width
+        assert wirefuzz.outcome(pywire.read_space, data)[0] == expect, width
+        if width > 5:
+            with pytest.raises(Exception):
+                X.XSpace.FromString(data)  # upb agrees
+
+
+def test_decoders_agree_on_mutated_traces():
+    """Every mutated file: both decoders accept it with identical columns, or both reject it with the same message
+    (same byte offset), or both stop at a limit. About 300 inputs in CI (25x with TRACEKIT_FUZZ=long)."""
+    if wire._wire is None:
+        pytest.skip("tracekit.ingest._wire not built")
+    import wirefuzz
+    from tracekit.ingest import pywire
+    seen: dict = {}
+    for data, kw, threads in _diff_inputs(300 * SCALE, seed=17):
+        with bounded():
+            c = wirefuzz.outcome(wire._wire.read_space, data, threads=threads, **kw)
+            p = wirefuzz.outcome(pywire.read_space, data, **kw)
+        seen[c[0]] = seen.get(c[0], 0) + 1
+        if c[0] == p[0] == "limit":
+            continue  # which count passed first may differ once a line is corrupt too; both refuse
+        assert c == p, (data.hex(), kw, c[:2], p[:2])
+    assert seen.get("ok") and seen.get("corrupt") and seen.get("limit"), seen  # every outcome was exercised
+
+
+ASAN_CHILD = textwrap.dedent("""
+    import ctypes, importlib.util, mmap, os, random, sys, time
+    so, tests, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    sys.path.insert(0, tests)
+    spec = importlib.util.spec_from_file_location("tracekit.ingest._wire", so)
+    w = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(w)
+    import wirefuzz
+    from tracekit.ingest import pywire
+    seeds = wirefuzz.Seeds([open(p, "rb").read() for p in sys.argv[4:]])
+    rng = random.Random(5)
+    deadline, n = time.monotonic() + seconds, 0
+    weights = (1024, 256, 3072, 320, 32)
+    while time.monotonic() < deadline:
+        data = seeds.mutated(rng)
+        buf = (ctypes.c_char * len(data)).from_buffer_copy(data)  # exactly its size: a read past it is caught
+        for threads in (1, 3):
+            try:
+                w.read_space(buf, threads, rng.choice([-1, 10, 1000]), rng.choice([-1, 10**4, 10**7]), weights,
+                             rng.choice([-1, 100, 10**5]))
+            except (ValueError, MemoryError, pywire.LimitError):
+                pass
+        n += 1
+    # a memory-mapped file that shrinks while it is decoded: InputChanged, through the SIGBUS guard
+    path = os.path.join(os.path.dirname(so), "big.xplane.pb")
+    with open(path, "wb") as f:
+        one = seeds.items[-1][0]
+        f.write(one * ((2 << 20) // len(one) + 1))
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    os.truncate(path, 4096)
+    try:
+        w.read_space(m, 2)
+        raise SystemExit("a shrunken memory map decoded")
+    except pywire.InputChanged:
+        pass
+    print("asan cases", n)
+    """)
+
+
+def _asan_runtime(cc: str) -> str | None:
+    try:
+        out = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = out.stdout.strip()
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sanitizer build is set up for Linux and gcc")
+def test_c_decoder_under_address_sanitizer(tmp_path):
+    """The C decoder built with AddressSanitizer and UndefinedBehaviorSanitizer (gcc, when present: CI has it) runs
+    mutated traces for ~30 s (TRACEKIT_FUZZ=long: 10 min), threads and limits included, plus the SIGBUS guard's
+    jump out of a shrunken memory map: any invalid read or write, leak-free overflow, or undefined behaviour fails."""
+    import shutil
+    import sysconfig
+    cc = shutil.which("gcc")
+    runtime = _asan_runtime(cc) if cc else None
+    if not runtime:
+        pytest.skip("no gcc with an AddressSanitizer runtime")
+    so = tmp_path / ("_wire" + sysconfig.get_config_var("EXT_SUFFIX"))
+    build = subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+         "-fno-sanitize-recover=undefined", "-pthread", f"-I{sysconfig.get_paths()['include']}",
+         str(ROOT / "tracekit/ingest/_wire.c"), "-o", str(so)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    seeds = [str(FIXTURES / "cpu" / c / "plugins/profile/run1/cpu.xplane.pb") for c in DIFF_SEEDS]
+    seeds = [s for s in seeds if os.path.exists(s)]
+    if not seeds:
+        pytest.skip("no fixtures")
+    env = {**os.environ, "PYTHONMALLOC": "malloc",
+           "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:exitcode=86:allow_user_segv_handler=1",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87"}
+    seconds = 600 if LONG else 30
+    # the sanitizer reserves terabytes of address space for its shadow memory: a shell lifts this module's RLIMIT_AS
+    # (the soft limit, up to the hard one), then runs Python with the sanitizer's runtime preloaded
+    unlimited = ["sh", "-c", 'ulimit -v "$(ulimit -H -v)" 2>/dev/null; export LD_PRELOAD="$1"; shift; exec "$@"',
+                 "sh", runtime]
+    p = subprocess.run([*unlimited, sys.executable, "-c", ASAN_CHILD, str(so), str(ROOT / "tests"), str(seconds),
+                        *seeds], capture_output=True, text=True, timeout=seconds + 300, env=env, cwd=ROOT)
+    report = p.stderr[-4000:]
+    assert p.returncode == 0 and "asan cases" in p.stdout, report
+    assert "AddressSanitizer" not in p.stderr and "runtime error" not in p.stderr, report
+    OUTCOMES["asan"] = int(p.stdout.split()[-1])

@@ -238,3 +238,54 @@ def test_only_process_zero_analyzes(tmp_path, monkeypatch, caplog):
     with tracekit.profile(logdir=tmp_path / "b", all_processes=True):
         work()
     assert len(calls) == 1
+
+
+THREAD_SPY = """
+import concurrent.futures as cf, json, os, sys
+from tracekit.ingest import wire
+seen = {"decode_threads": [], "pool_workers": []}
+real = wire._wire.read_space
+def read_space(data, threads=1, *a, **k):
+    seen["decode_threads"].append(threads)
+    return real(data, threads, *a, **k)
+wire._wire.read_space = read_space
+class Pool(cf.ThreadPoolExecutor):
+    def __init__(self, max_workers=None, *a, **k):
+        seen["pool_workers"].append(max_workers)
+        super().__init__(max_workers, *a, **k)
+cf.ThreadPoolExecutor = Pool
+import atexit
+atexit.register(lambda: open(os.environ["THREAD_SPY_OUT"], "w").write(json.dumps(seen)))
+sys.argv = [sys.argv[0]] + sys.argv[1:]
+from tracekit.run.hook import _analysis_main
+_analysis_main()
+"""
+
+
+def test_analysis_child_runs_on_one_thread(tmp_path, monkeypatch):
+    """The hook's analysis child decodes and runs its pools on one thread by default (training keeps the other
+    cores; niceness alone left it 1.2-1.4x slower on 2 cores), and on ``threads=N`` when asked."""
+    import shutil
+
+    from tracekit.ingest import wire
+    if wire._wire is None:
+        pytest.skip("the C decoder's threads")
+    src = ROOT / "fixtures" / "cpu" / "sharded8" / "plugins" / "profile" / "run1"
+    if not src.exists():
+        pytest.skip("fixture missing")
+    for threads, want in ((None, 1), (2, 2)):
+        run = tmp_path / f"run{want}"
+        shutil.copytree(src, run)
+        out = tmp_path / f"seen{want}.json"
+        monkeypatch.setenv("THREAD_SPY_OUT", str(out))
+        monkeypatch.setenv("TRACEKIT_THREADS", "8")  # what the job itself uses must not leak into the child
+        monkeypatch.setattr(hook_mod, "_analysis_command",
+                            lambda run, spec: [sys.executable, "-c", THREAD_SPY, str(run), json.dumps(spec)])
+        h = tracekit.profile(logdir=tmp_path, outputs=("json",), **({} if threads is None else {"threads": threads}))
+        h._analyze(run)
+        seen = json.loads(out.read_text())
+        assert seen["decode_threads"] and set(seen["decode_threads"]) == {want}, seen
+        assert seen["pool_workers"] and max(seen["pool_workers"]) <= want, seen
+        assert h.result and h.result["written"], h.result
+    env = hook_mod._child_env()
+    assert all(env[k] == "1" for k in hook_mod.THREAD_VARIABLES)

@@ -92,7 +92,7 @@ def test_size_limit_diff(tmp_path):
 def test_event_limit_cli(cmd):
     path = cpu_fixture("sharded8")
     n = sum(line.n_events for p in loader.load_space(loader.resolve(path)[0])[0] for line in p.lines)
-    one_line_error(*cli_run(cmd, path, "--max-events", n - 1), f"{n:,} events", f"{n - 1:,} limit", "--max-events")
+    one_line_error(*cli_run(cmd, path, "--max-events", n - 1), f"more than {n - 1:,} events", "--max-events")
     assert cli_run(cmd, path, "--max-events", n)[0] == 0
 
 

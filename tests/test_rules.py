@@ -26,8 +26,8 @@ RULES = load_rules()
 def _case_params():
     for r in RULES:
         for kind in ("pass", "fail"):
-            for i, case in enumerate(r.cases.get(kind, [])):
-                yield pytest.param(r, kind, case, id=f"{r.id}-{r.name}-{kind}-{i}")
+            for case in r.cases.get(kind, []):
+                yield pytest.param(r, kind, case, id=f"{r.id}-{r.name}-{kind}-{case['name']}")
 
 
 def _case_frames(rule, case) -> dict:

@@ -211,3 +211,13 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
         if order is not None:
             data[c] = data[c][order]
     return pd.DataFrame(data, copy=False)
+
+
+def self_time(ops: pd.DataFrame) -> np.ndarray:
+    """Each row's own time (int64 ps): ``self_ps`` (the duration minus nested events' time) where the frame has
+    it, else ``duration_ps``. Sums of op time use this, so nested events are not counted twice."""
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    if "self_ps" not in ops.columns:
+        return dur
+    s = ops["self_ps"].to_numpy(np.int64)
+    return np.where(s >= 0, s, dur)

@@ -323,7 +323,9 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         parts.append(pd.DataFrame(row))
     cols = dict(_BREAKDOWN)
     if parts:
-        cols.update({c: "int64" for p in parts for c in p.columns if c.startswith("collective_exposed_")})
+        # per-level columns: a device without a level's collectives lacks its column (NaN after the concat): typed after
+        cols.update({c: object for p in parts for c in p.columns if c.startswith("collective_exposed_")
+                     and c != "collective_exposed_ps"})
     return _frame(parts, cols).fillna({c: 0 for c in cols if c.startswith("collective_exposed_")}).astype(
         {c: "int64" for c in cols if c.startswith("collective_exposed_")}).sort_values(
         ["host", "device", "start_ps"], ignore_index=True)
@@ -375,8 +377,11 @@ def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: f
     out = cops[cols].reset_index(drop=True)
     out["span_ps"], out["covered_ps"], out["exposed_ps"], out["overlap_ratio"] = span, cov, span - cov, ratio
     out["overlap_class"] = np.where(ratio >= hidden, "hidden", np.where(ratio <= exposed, "exposed", "partial"))
-    for c in ("network_ps", "net_bytes", "group_size"):
-        out[c] = cops[c].to_numpy() if c in cops.columns else (np.nan if c != "group_size" else -1)
+    for c in ("network_ps", "net_bytes", "group_size", "net_fast_ps", "loop_trip_count"):
+        out[c] = cops[c].to_numpy() if c in cops.columns else (-1 if c in ("group_size", "loop_trip_count") else np.nan)
+    for c in ("net_level", "coll_pattern"):  # the collective model's bounding level and HLO pattern, as text
+        vals = cops[c].astype(str).to_numpy() if c in cops.columns else np.full(len(cops), "", object)
+        out[c] = np.where(vals == "", "not priced", vals) if c == "net_level" else vals
     return out
 
 

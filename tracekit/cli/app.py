@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli import commands, memory, reference
+from tracekit.cli import collectives, commands, memory, reference
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,5 +21,5 @@ def main():
 
 for _command in (commands.info, commands.ops, commands.analyze, commands.capture_cmd, commands.diff_cmd,
                  commands.export_cmd, memory.memory_cmd, reference.chips_cmd, reference.calibrate,
-                 reference.rules_cmd):
+                 reference.rules_cmd, collectives.collectives_cmd):
     main.add_command(_command)

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from tracekit.cli.options import color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal
+from tracekit.cli.options import (color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal,
+                                  topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.fileio import write_atomic
 
@@ -39,16 +40,17 @@ def info(path, run, fmt, max_size, max_events):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
 @click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
+@topology_opt
 @limit_opts
 @guarded
-def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
+def ops(path, run, sort, limit, fmt, chip, device, topology, max_size, max_events):
     """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
     and the roofline columns when the chip and costs are known."""
     from tracekit import pipeline
     from tracekit.ingest.trace import load
     from tracekit.analysis import opstats
     tr = load(path, run=run, **limits(max_size, max_events))
-    o = pipeline.with_roofline(tr, chip=chip)
+    o = pipeline.with_roofline(tr, chip=chip, topology=topology)
     if device:
         o = o[o["device"].astype(str) == device]
         if not len(o):
@@ -65,7 +67,7 @@ def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
 
 
 def _format_ops(t):
-    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
     out = t[["module", "op", "category", "occurrences"]].copy()
     out["total"] = t["total_ps"].map(fmt_time)
     out["mean"] = t["mean_ps"].map(fmt_time)
@@ -74,7 +76,7 @@ def _format_ops(t):
         out["flops"] = t["flops"].map(fmt_num)
         out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))
         out["bound_by"] = t["bound_by"].astype(str)
-        out["efficiency"] = t["efficiency"].map(fmt_pct)
+        out["efficiency"] = t["efficiency"].map(fmt_eff)  # "(!)": above its roofline, a model warning
         out["headroom"] = t["headroom_ps"].map(fmt_time)
     return out
 
@@ -86,7 +88,7 @@ def _params(values: tuple[str, ...]) -> dict:
         key, sep, val = v.partition("=")
         rule, dot, name = key.partition(".")
         if not sep or not dot or not rule or not name:
-            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50000")
+            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50us or TK003.min_share=5%")
         try:
             parsed = json.loads(val)
         except ValueError:
@@ -107,14 +109,16 @@ def _params(values: tuple[str, ...]) -> dict:
               show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="A folder of extra rule files (*.yaml). Repeatable.")
-@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
+@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--param", "param_values", multiple=True,
+              help="RULE.PARAM=VALUE to override a rule parameter; units accepted: 10ms, 250us, 5%, 64MiB. Repeatable.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @color_opt
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
               help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
                    "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
+@topology_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
               help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
@@ -122,7 +126,7 @@ def _params(values: tuple[str, ...]) -> dict:
               help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
-            model_flops, max_size, max_events, jobs, dask_address):
+            model_flops, topology, max_size, max_events, jobs, dask_address):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -131,7 +135,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
     from tracekit.progress import Progress
     progress = Progress()  # a status line on a terminal only
     try:
-        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
+        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, topology=topology, run=run,
+                            rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
                             progress=progress, model_flops_per_step=model_flops)
@@ -197,7 +202,14 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
             raise TraceError("the command ran no JAX computation while traced: no trace was written", d,
                              "check that the script runs jitted code (and does not end with os._exit)")
     click.echo(f"tracekit: trace in {run_dir}", err=True)
-    rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
+    source = str(run_dir)
+    if port is None:  # recorded on this machine: a CPU trace keeps this CPU and its calibration beside it
+        from tracekit.ingest.trace import load
+        from tracekit.model import machine
+        source = load(str(run_dir))
+        if machine.is_cpu_trace(source):
+            machine.record_run(run_dir)
+    rep = pipeline.analyze(source, chip=chip, fail_on=fail_on)
     texts = [render.render(rep, out_fmt) for out_fmt in out_fmts]
     for out, text in zip(outputs, texts):
         write_atomic(out, text)

@@ -40,6 +40,9 @@ def guarded(fn):
 
 path_arg = click.argument("path", type=click.Path(path_type=str))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
+topology_opt = click.option("--topology", default=None, metavar="SPEC",
+                            help="Machine the collectives run on, when the trace does not say or to price another: "
+                                 "TPU slice 4x4 / 2x2x4 (4x4@2: two slices over DCN), GPU nodes 8gpu / 2x8gpu.")
 color_opt = click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto",
                          show_default=True, help="Colour in the text report (auto: on a terminal, unless NO_COLOR "
                          "is set).")

@@ -1,7 +1,8 @@
 /* tracekit.ingest._wire: a bounds-checked decoder for the XSpace wire format (tracekit/proto/xplane.proto).
  * Written for tracekit; see tracekit/ingest/wire.py for the Python-facing API and the pure-Python twin.
  *
- * read_space(buffer, threads=1) -> (planes, hostnames)
+ * read_space(buffer, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1)
+ *   -> (planes, hostnames)
  *   planes:    list of (id, name, head, lines)
  *     head:    bytes, the plane's own fields minus every `lines` (field 3) entry, in their original order,
  *              ready for XPlane.FromString (metadata maps and plane stats stay upb's business)
@@ -15,10 +16,22 @@
  * Decoding follows protobuf semantics for the fields read: the last occurrence of a scalar wins, the last
  * member set wins inside a oneof, unknown fields (wire types 0, 1, 2, 5) are skipped. It is stricter than a
  * general decoder on input no writer produces: a known field with an unexpected wire type, group wire types
- * (3, 4), wire types 6/7, field number 0, tags over 32 bits, varints over 10 bytes, lengths past the end of
- * the enclosing message and invalid UTF-8 in string fields all raise ValueError("... at byte N"), N being the
- * offset in the input buffer. Nothing is ever read outside the input buffer, and no varint, tag or payload
- * is accepted unless it ends inside its enclosing message.
+ * (3, 4), wire types 6/7, field number 0, tags longer than 5 bytes or over 32 bits, varints over 10 bytes,
+ * lengths past the end of the enclosing message and invalid UTF-8 in string fields all raise
+ * ValueError("... at byte N"), N being the offset in the input buffer. Nothing is ever read outside the input
+ * buffer, and no varint, tag or payload is accepted unless it ends inside its enclosing message. The
+ * pure-Python decoder in wire.py follows the same rules, byte for byte.
+ *
+ * Limits, counted while reading, before the memory they stand for is allocated: `max_events` (-1: none) bounds
+ * the events, `max_stats` (-1: none) the stats, `budget` (-1: none) the work, where weights = (plane, metadata
+ * entry, line, event, stat) give what each costs. Planes, metadata entries, lines and events are counted in phase
+ * 1 (before a line's columns are allocated), stats in phase 2 (before a line's stat columns grow). Over a limit:
+ * LimitError(kind, count, limit, planes, lines, events, stats), kind "events", "stats" or "work". Whether a
+ * valid input passes depends only on the input.
+ *
+ * A memory-mapped input whose file shrinks while it is read (SIGBUS on the pages past the new end) raises
+ * InputChanged instead of killing the process (POSIX: a SIGBUS handler, armed only while this decoder reads,
+ * jumps back out; any other SIGBUS goes to the handler that was there before).
  *
  * Work happens in three phases so that the bulk of it runs without the GIL, optionally on several threads:
  *   1. (GIL) walk XSpace -> XPlane -> XLine framing: line scalars and names, event counts, plane heads;
@@ -36,6 +49,13 @@
 #include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <setjmp.h>
+#include <signal.h>
+#define HAVE_BUS_GUARD 1
+#else
+#define HAVE_BUS_GUARD 0
 #endif
 #if !defined(_WIN32)
 #include <pthread.h>
@@ -245,17 +265,34 @@ typedef struct {
     StrRef *strs;
     size_t n_strs, cap_strs;
     /* phase 2 outcome */
-    int failed; /* 0 ok, 1 corrupt (err_at, err), 2 out of memory */
+    int failed; /* FAIL_* */
     Py_ssize_t err_at;
     char err[160];
 } Job;
 
-/* Decoding context: one per thread in phase 2. */
+enum { FAIL_NONE = 0, FAIL_CORRUPT = 1, FAIL_NOMEM = 2, FAIL_LIMIT = 3, FAIL_CHANGED = 4 };
+
+typedef struct Pool Pool;
+
+/* What the limits count (phase 1 in Dec, phase 2 in the Pool). Work is unsigned: no overflow to worry about
+ * (a total past the budget is refused long before it could wrap). */
+typedef struct {
+    int64_t max_events, max_stats, budget;             /* -1: no limit */
+    uint64_t w_plane, w_meta, w_line, w_event, w_stat; /* work per item */
+    uint64_t work, planes, lines, events;
+    const char *kind;                                  /* the limit passed: "events" or "work" */
+    uint64_t count;                                    /* its count when it was passed */
+} Limits;
+
+/* Decoding context: phase 1 (one), phase 2 (one per thread). */
 typedef struct {
     cptr base, hard_end; /* the input buffer */
-    int failed;          /* 0 ok, 1 corrupt, 2 out of memory */
+    int failed;          /* FAIL_* */
     Py_ssize_t err_at;
     char err[160];
+    Limits *lim;         /* phase 1 */
+    Pool *pool;          /* phase 2: the shared stat count */
+    size_t st_committed; /* phase 2: stats of the current line already added to the pool's count */
     /* the line being decoded (phase 2) and its stat columns' data */
     Job *job;
     int32_t *ev;
@@ -307,15 +344,53 @@ static void
 fail_nomem(Dec *d)
 {
     if (!d->failed)
-        d->failed = 2;
+        d->failed = FAIL_NOMEM;
 }
+
+/* Phase 1: counts one more item of weight `w` (and `events` events); 0, or -1 with the failure recorded when a
+ * limit is passed. */
+static int
+count_work(Dec *d, uint64_t w, uint64_t events)
+{
+    Limits *l = d->lim;
+    l->events += events;
+    if (l->max_events >= 0 && l->events > (uint64_t)l->max_events) {
+        l->kind = "events";
+        l->count = l->events;
+        d->failed = FAIL_LIMIT;
+        return -1;
+    }
+    l->work += w;
+    if (l->budget >= 0 && l->work > (uint64_t)l->budget) {
+        l->kind = "work";
+        l->count = l->work;
+        d->failed = FAIL_LIMIT;
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *LimitError, *InputChanged;
 
 /* With the GIL: turn a recorded failure into an exception. */
 static void
-raise_failure(int failed, Py_ssize_t at, const char *err)
+raise_failure(int failed, Py_ssize_t at, const char *err, const Limits *l, uint64_t stats)
 {
-    if (failed == 2)
+    if (failed == FAIL_NOMEM)
         PyErr_NoMemory();
+    else if (failed == FAIL_CHANGED)
+        PyErr_SetString(InputChanged, "the input changed while it was being read (a memory-mapped file shrank)");
+    else if (failed == FAIL_LIMIT) {
+        PyObject *args = Py_BuildValue("(sKLKKKK)", l->kind, (unsigned long long)l->count,
+                                       (long long)(!strcmp(l->kind, "events") ? l->max_events
+                                                   : !strcmp(l->kind, "stats") ? l->max_stats : l->budget),
+                                       (unsigned long long)l->planes, (unsigned long long)l->lines,
+                                       (unsigned long long)l->events, (unsigned long long)stats);
+        if (args) {
+            PyErr_SetObject(LimitError, args);
+            Py_DECREF(args);
+        }
+    }
     else
         PyErr_Format(PyExc_ValueError, "corrupt XSpace: %s at byte %zd", err, at);
 }
@@ -386,11 +461,16 @@ get_varint(cptr p, cptr end, cptr hard_end, uint64_t *out)
         (p) = q_;                                                \
     } while (0)
 
-/* Reads a tag; checks that it fits 32 bits and that its field number is not 0. */
+/* Reads a tag; checks that it takes at most 5 bytes (as upb does: a tag is a uint32), that it fits 32 bits and
+ * that its field number is not 0. */
 #define TAGV(p, end, out)                                        \
     do {                                                         \
         cptr t_ = (p);                                           \
         VARINT(p, end, out);                                     \
+        if (UNLIKELY((p) - t_ > 5)) {                            \
+            fail(d, t_, "tag longer than 5 bytes");              \
+            goto error;                                          \
+        }                                                        \
         if (UNLIKELY(*(out) > 0xffffffffull)) {                  \
             fail(d, t_, "tag wider than 32 bits");               \
             goto error;                                          \
@@ -561,19 +641,29 @@ make_str(Dec *d, cptr p, cptr end)
 
 /* ==== phase 2: events and stats (no Python API) ========================================================== */
 
+static int commit_stats(Dec *d);
+
+/* Room for more stats: commits the stats read so far to the shared count first (the budget decides before the
+ * columns grow). 0, or -1 with the failure recorded. */
 static int
 stats_grow(Dec *d)
 {
     Job *j = d->job;
     size_t cap = d->st_cap ? d->st_cap * 2 : 1024;
-    if (cap > ((size_t)PY_SSIZE_T_MAX / 8))
+    if (commit_stats(d) < 0)
         return -1;
+    if (cap > ((size_t)PY_SSIZE_T_MAX / 8)) {
+        fail_nomem(d);
+        return -1;
+    }
     if (wbuf_reserve(j->st_ev, (Py_ssize_t)(cap * sizeof(int32_t))) < 0 ||
         wbuf_reserve(j->st_id, (Py_ssize_t)(cap * sizeof(int64_t))) < 0 ||
         wbuf_reserve(j->st_kind, (Py_ssize_t)(cap * sizeof(int8_t))) < 0 ||
         wbuf_reserve(j->st_int, (Py_ssize_t)(cap * sizeof(int64_t))) < 0 ||
-        wbuf_reserve(j->st_dbl, (Py_ssize_t)(cap * sizeof(double))) < 0)
+        wbuf_reserve(j->st_dbl, (Py_ssize_t)(cap * sizeof(double))) < 0) {
+        fail_nomem(d);
         return -1;
+    }
     d->st_cap = cap;
     d->ev = (int32_t *)j->st_ev->data;
     d->sid = (int64_t *)j->st_id->data;
@@ -652,10 +742,8 @@ parse_stat(Dec *d, cptr p, cptr end, int32_t event_index)
             SKIP(tp, p, end, tag, KNOWN_STAT);
     }
 
-    if (UNLIKELY(d->st_n == d->st_cap) && stats_grow(d) < 0) {
-        fail_nomem(d);
+    if (UNLIKELY(d->st_n == d->st_cap) && stats_grow(d) < 0)
         goto error;
-    }
     size_t k = d->st_n++;
     if (UNLIKELY(kind == 5 || kind == 6)) {
         /* stat_int becomes the index in stat_str, filled in phase 3 */
@@ -723,13 +811,12 @@ decode_job(Dec *d, Job *j)
     d->job = j;
     d->st_n = 0;
     d->st_cap = 0;
+    d->st_committed = 0;
     /* first guess: one stat per event */
     if (j->n > 0) {
         d->st_cap = (size_t)j->n / 2 + 1;
-        if (stats_grow(d) < 0) {
-            fail_nomem(d);
+        if (stats_grow(d) < 0)
             goto error;
-        }
     }
     while (p < end) {
         cptr tp = p;
@@ -762,6 +849,7 @@ decode_job(Dec *d, Job *j)
                 SKIP(tp, p, end, tag, KNOWN_LINE);
             }
     }
+    commit_stats(d);
 error:
     j->st_n = d->st_n;
     j->failed = d->failed;
@@ -772,7 +860,7 @@ error:
     d->job = NULL;
 }
 
-typedef struct {
+struct Pool {
     Job *jobs;
     size_t *order; /* job indices, largest first */
     size_t n_jobs;
@@ -782,7 +870,72 @@ typedef struct {
     pthread_mutex_t lock;
 #endif
     int threaded;
-} Pool;
+    int stop;        /* a worker failed for a reason that ends the whole decode (limit, input changed) */
+    uint64_t stats;  /* stats committed by all workers */
+    uint64_t stat_room; /* how many stats the budget and max_stats allow after phase 1 (UINT64_MAX: no limit) */
+};
+
+static uint64_t
+pool_add_stats(Pool *pool, uint64_t n)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __atomic_add_fetch(&pool->stats, n, __ATOMIC_RELAXED);
+#else
+    uint64_t t;
+#if HAVE_THREADS
+    if (pool->threaded)
+        pthread_mutex_lock(&pool->lock);
+#endif
+    t = pool->stats += n;
+#if HAVE_THREADS
+    if (pool->threaded)
+        pthread_mutex_unlock(&pool->lock);
+#endif
+    return t;
+#endif
+}
+
+static void
+pool_set_stop(Pool *pool)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_store_n(&pool->stop, 1, __ATOMIC_RELAXED);
+#else
+    pool->stop = 1;
+#endif
+}
+
+static int
+pool_stopped(Pool *pool)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __atomic_load_n(&pool->stop, __ATOMIC_RELAXED);
+#else
+    return pool->stop;
+#endif
+}
+
+/* Adds the current line's stats read since the last commit to the shared count; 0, or -1 (limit failure
+ * recorded, the other workers told to stop) when the count passes what the budget leaves. Whether a valid
+ * input passes does not depend on the threads: the final count is exact, and an early stop only happens once
+ * the exact count is known to be over. */
+static int
+commit_stats(Dec *d)
+{
+    Pool *pool = d->pool;
+    uint64_t n = (uint64_t)(d->st_n - d->st_committed), total;
+    d->st_committed = d->st_n;
+    if (!pool || !n)
+        return 0;
+    total = pool_add_stats(pool, n);
+    if (total > pool->stat_room) {
+        if (!d->failed)
+            d->failed = FAIL_LIMIT;
+        pool_set_stop(pool);
+        return -1;
+    }
+    return 0;
+}
 
 static size_t
 pool_take(Pool *pool)
@@ -800,20 +953,118 @@ pool_take(Pool *pool)
     return k;
 }
 
+/* ---- SIGBUS guard ---------------------------------------------------------------------------------------
+ * A file-backed memory map faults with SIGBUS on its pages past the file's end when the file shrinks while it is
+ * read (a trace still being rewritten). Each thread that reads the input arms the guard with its own jump buffer
+ * and the input's address range; the handler jumps back when the fault is inside that range, and otherwise puts
+ * back the handler that was there before and returns, so that the fault repeats and goes where it always went. */
+#if HAVE_BUS_GUARD
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define TLS _Thread_local
+#else
+#define TLS __thread
+#endif
+static TLS sigjmp_buf *bus_jmp;
+static TLS cptr bus_lo, bus_hi;
+static struct sigaction bus_prev;
+
+static void
+bus_handler(int sig, siginfo_t *si, void *uc)
+{
+    sigjmp_buf *j = bus_jmp;
+    (void)sig;
+    (void)uc;
+    if (j && si && (cptr)si->si_addr >= bus_lo && (cptr)si->si_addr < bus_hi) {
+        bus_jmp = NULL;
+        siglongjmp(*j, 1);
+    }
+    sigaction(SIGBUS, &bus_prev, NULL);
+}
+
+/* With the GIL (so no two installs race): make sure our handler is the one in place. */
+static void
+bus_install(void)
+{
+    struct sigaction cur, ours;
+    if (sigaction(SIGBUS, NULL, &cur) != 0)
+        return;
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == bus_handler)
+        return;
+    memset(&ours, 0, sizeof ours);
+    ours.sa_sigaction = bus_handler;
+    ours.sa_flags = SA_SIGINFO;
+    sigemptyset(&ours.sa_mask);
+    if (sigaction(SIGBUS, &ours, &bus_prev) != 0)
+        memset(&bus_prev, 0, sizeof bus_prev);
+}
+
+/* Arms the guard of this thread (saving what was armed before into *saved). Armed before the sigsetjmp, so that
+ * nothing local changes between the sigsetjmp and a jump back:
+ *     BusSaved sv; bus_arm(&jb, lo, hi, &sv); if (sigsetjmp(jb, 1)) { ...fault... } ...; bus_disarm(&sv); */
+typedef struct {
+    sigjmp_buf *jmp;
+    cptr lo, hi;
+} BusSaved;
+
+static void
+bus_arm(sigjmp_buf *jb, cptr lo, cptr hi, BusSaved *saved)
+{
+    saved->jmp = bus_jmp;
+    saved->lo = bus_lo;
+    saved->hi = bus_hi;
+    bus_lo = lo;
+    bus_hi = hi;
+    bus_jmp = jb;
+}
+
+static void
+bus_disarm(const BusSaved *saved)
+{
+    bus_jmp = saved->jmp;
+    bus_lo = saved->lo;
+    bus_hi = saved->hi;
+}
+#endif
+
 static void *
 pool_work(void *arg)
 {
     Pool *pool = (Pool *)arg;
     Dec d;
+    Job *volatile cur = NULL;
+#if HAVE_BUS_GUARD
+    sigjmp_buf jb;
+    BusSaved sv;
+#endif
     memset(&d, 0, sizeof d);
     d.base = pool->base;
     d.hard_end = pool->hard_end;
+    d.pool = pool;
+#if HAVE_BUS_GUARD
+    bus_arm(&jb, pool->base, pool->hard_end, &sv);
+    if (sigsetjmp(jb, 1)) { /* the input shrank under us: this line, and the whole decode, fail */
+        if (cur)
+            cur->failed = FAIL_CHANGED;
+        pool_set_stop(pool);
+        goto out;
+    }
+#endif
     for (;;) {
-        size_t k = pool_take(pool);
+        size_t k;
+        if (pool_stopped(pool))
+            break;
+        k = pool_take(pool);
         if (k >= pool->n_jobs)
             break;
-        decode_job(&d, &pool->jobs[pool->order[k]]);
+        cur = &pool->jobs[pool->order[k]];
+        decode_job(&d, cur);
+        if (cur->failed == FAIL_LIMIT)
+            break;
     }
+#if HAVE_BUS_GUARD
+out:
+    bus_disarm(&sv);
+#endif
     return NULL;
 }
 
@@ -832,42 +1083,34 @@ cmp_job_size(const void *a, const void *b)
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-/* Runs phase 2 over all jobs with up to `threads` threads (this one included). Called without the GIL. */
-static int
-run_jobs(Job *jobs, size_t n_jobs, size_t *order, cptr base, cptr hard_end, int threads)
+/* Runs phase 2 over the pool's jobs with up to `threads` threads (this one included). Called without the GIL. */
+static void
+run_jobs(Pool *pool, int threads)
 {
-    Pool pool;
-    memset(&pool, 0, sizeof pool);
-    pool.jobs = jobs;
-    pool.order = order;
-    pool.n_jobs = n_jobs;
-    pool.base = base;
-    pool.hard_end = hard_end;
 #if HAVE_THREADS
     pthread_t tids[64];
     int started = 0;
     if (threads > 64)
         threads = 64;
-    if (threads > 1 && n_jobs > 1) {
-        if (pthread_mutex_init(&pool.lock, NULL) == 0) {
-            pool.threaded = 1;
-            for (int t = 1; t < threads && (size_t)t < n_jobs; t++) {
-                if (pthread_create(&tids[started], NULL, pool_work, &pool) != 0)
+    if (threads > 1 && pool->n_jobs > 1) {
+        if (pthread_mutex_init(&pool->lock, NULL) == 0) {
+            pool->threaded = 1;
+            for (int t = 1; t < threads && (size_t)t < pool->n_jobs; t++) {
+                if (pthread_create(&tids[started], NULL, pool_work, pool) != 0)
                     break; /* fewer workers is fine */
                 started++;
             }
         }
     }
-    pool_work(&pool);
+    pool_work(pool);
     for (int t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
-    if (pool.threaded)
-        pthread_mutex_destroy(&pool.lock);
+    if (pool->threaded)
+        pthread_mutex_destroy(&pool->lock);
 #else
     (void)threads;
-    pool_work(&pool);
+    pool_work(pool);
 #endif
-    return 0;
 }
 
 /* ==== phase 1: framing (GIL held) ======================================================================== */
@@ -962,6 +1205,9 @@ frame_line(Dec *d, Jobs *js, cptr start, cptr end)
         fail(d, start, "more than 2**31 events in one line");
         goto error;
     }
+    d->lim->lines++;
+    if (count_work(d, d->lim->w_line + (uint64_t)j->n * d->lim->w_event, (uint64_t)j->n) < 0)
+        goto error; /* before the line's columns exist */
     if (!j->name && !(j->name = PyUnicode_FromStringAndSize("", 0)))
         goto error;
     if (!j->display_name && !(j->display_name = PyUnicode_FromStringAndSize("", 0)))
@@ -991,6 +1237,9 @@ frame_plane(Dec *d, Jobs *js, cptr start, cptr end)
     Seg *segs = NULL;
     size_t nseg = 0, capseg = 0, head_len = 0;
 
+    d->lim->planes++;
+    if (count_work(d, d->lim->w_plane, 0) < 0)
+        goto error;
     if (!(name = PyUnicode_FromStringAndSize("", 0)) || !(lines = PyList_New(0)))
         goto error;
 
@@ -1047,8 +1296,10 @@ frame_plane(Dec *d, Jobs *js, cptr start, cptr end)
             break;
         case TAG(4, WT_LEN):
         case TAG(5, WT_LEN):
-        case TAG(6, WT_LEN): /* metadata maps and plane stats: left to upb, through the head */
+        case TAG(6, WT_LEN): /* metadata maps and plane stats: left to upb, through the head; counted here */
             LENGTH(p, end, sub_end);
+            if (count_work(d, d->lim->w_meta, 0) < 0)
+                goto error;
             p = sub_end;
             break;
         default:
@@ -1119,32 +1370,28 @@ finish_job(Job *j)
 
 /* ==== entry point ======================================================================================== */
 
-static PyObject *
-read_space(PyObject *self, PyObject *args, PyObject *kwargs)
+/* Everything a decode holds, on the heap: after a jump back from the SIGBUS handler the cleanup reads it through
+ * a pointer that did not change, so no local variable needs to survive the jump. */
+typedef struct {
+    Dec dec;
+    Limits lim;
+    Jobs js;
+    Pool pool;
+    size_t *order;
+    PyObject *raw_planes, *hostnames, *planes, *lines_out, *result;
+} Ctx;
+
+/* Phases 1-3 over [p, end); c->result set on success, else a failure recorded in c->dec or an exception set. */
+static void
+decode_all(Ctx *c, cptr p, cptr end, int threads)
 {
-    static char *kwlist[] = {"data", "threads", NULL};
-    PyObject *data;
-    int threads = 1;
-    Py_buffer view;
-    Dec dec, *d = &dec;
-    Jobs js = {NULL, 0, 0};
-    size_t *order = NULL;
-    PyObject *raw_planes = NULL, *hostnames = NULL, *planes = NULL, *lines_out = NULL, *obj, *result = NULL;
+    Dec *d = &c->dec;
+    Jobs *js = &c->js;
+    PyObject *obj;
     uint64_t tag;
-    cptr p, end, sub_end;
+    cptr sub_end;
 
-    (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|i:read_space", kwlist, &data, &threads))
-        return NULL;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    memset(d, 0, sizeof *d);
-    p = (cptr)view.buf;
-    end = p + view.len;
-    d->base = p;
-    d->hard_end = end;
-
-    if (!(raw_planes = PyList_New(0)) || !(hostnames = PyList_New(0)))
+    if (!(c->raw_planes = PyList_New(0)) || !(c->hostnames = PyList_New(0)))
         goto error;
 
     /* phase 1 */
@@ -1154,9 +1401,9 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
         switch (tag) {
         case TAG(1, WT_LEN):
             LENGTH(p, end, sub_end);
-            if (!(obj = frame_plane(d, &js, p, sub_end)))
+            if (!(obj = frame_plane(d, js, p, sub_end)))
                 goto error;
-            if (PyList_Append(raw_planes, obj) < 0) {
+            if (PyList_Append(c->raw_planes, obj) < 0) {
                 Py_DECREF(obj);
                 goto error;
             }
@@ -1169,7 +1416,7 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
             LENGTH(p, end, sub_end);
             if (!(obj = make_str(d, p, sub_end)))
                 goto error;
-            if (tag == TAG(4, WT_LEN) && PyList_Append(hostnames, obj) < 0) {
+            if (tag == TAG(4, WT_LEN) && PyList_Append(c->hostnames, obj) < 0) {
                 Py_DECREF(obj);
                 goto error;
             }
@@ -1182,95 +1429,182 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
     }
 
     /* phase 2 */
-    if (js.n_jobs) {
-        if (!(order = (size_t *)malloc(js.n_jobs * sizeof(size_t)))) {
+    c->pool.stat_room = UINT64_MAX;
+    if (c->lim.budget >= 0 && c->lim.w_stat)
+        c->pool.stat_room = ((uint64_t)c->lim.budget - c->lim.work) / c->lim.w_stat;
+    if (c->lim.max_stats >= 0 && (uint64_t)c->lim.max_stats < c->pool.stat_room)
+        c->pool.stat_room = (uint64_t)c->lim.max_stats;
+    if (js->n_jobs) {
+        if (!(c->order = (size_t *)malloc(js->n_jobs * sizeof(size_t)))) {
             PyErr_NoMemory();
             goto error;
         }
-        for (size_t k = 0; k < js.n_jobs; k++)
-            order[k] = k;
-        if (threads > 1 && js.n_jobs > 1) {
-            JobSize *sizes = (JobSize *)malloc(js.n_jobs * sizeof(JobSize));
+        for (size_t k = 0; k < js->n_jobs; k++)
+            c->order[k] = k;
+        if (threads > 1 && js->n_jobs > 1) {
+            JobSize *sizes = (JobSize *)malloc(js->n_jobs * sizeof(JobSize));
             if (!sizes) {
                 PyErr_NoMemory();
                 goto error;
             }
-            for (size_t k = 0; k < js.n_jobs; k++) {
-                sizes[k].size = js.jobs[k].end - js.jobs[k].start;
+            for (size_t k = 0; k < js->n_jobs; k++) {
+                sizes[k].size = js->jobs[k].end - js->jobs[k].start;
                 sizes[k].index = k;
             }
-            qsort(sizes, js.n_jobs, sizeof(JobSize), cmp_job_size);
-            for (size_t k = 0; k < js.n_jobs; k++)
-                order[k] = sizes[k].index;
+            qsort(sizes, js->n_jobs, sizeof(JobSize), cmp_job_size);
+            for (size_t k = 0; k < js->n_jobs; k++)
+                c->order[k] = sizes[k].index;
             free(sizes);
         }
+        c->pool.jobs = js->jobs;
+        c->pool.order = c->order;
+        c->pool.n_jobs = js->n_jobs;
+        c->pool.base = d->base;
+        c->pool.hard_end = d->hard_end;
         Py_BEGIN_ALLOW_THREADS
-        run_jobs(js.jobs, js.n_jobs, order, d->base, d->hard_end, threads);
+        run_jobs(&c->pool, threads);
         Py_END_ALLOW_THREADS
     }
 
-    /* phase 3: the failure earliest in the input, whatever thread saw it */
+    /* phase 3: out of memory, then a changed input, then a limit, then the corruption earliest in the input
+     * (whatever thread saw it) */
     {
         Job *bad = NULL;
-        for (size_t k = 0; k < js.n_jobs; k++) {
-            Job *j = &js.jobs[k];
-            if (j->failed == 2) {
-                PyErr_NoMemory();
-                goto error_raised;
+        int worst = FAIL_NONE;
+        for (size_t k = 0; k < js->n_jobs; k++) {
+            Job *j = &js->jobs[k];
+            if (j->failed == FAIL_NOMEM || j->failed == FAIL_CHANGED || j->failed == FAIL_LIMIT) {
+                if (worst == FAIL_NONE || j->failed == FAIL_NOMEM || (j->failed == FAIL_CHANGED && worst == FAIL_LIMIT))
+                    worst = j->failed;
             }
-            if (j->failed && (!bad || j->err_at < bad->err_at))
+            else if (j->failed && (!bad || j->err_at < bad->err_at))
                 bad = j;
         }
+        if (worst == FAIL_LIMIT) {
+            if (c->lim.max_stats >= 0 && c->pool.stats > (uint64_t)c->lim.max_stats) {
+                c->lim.kind = "stats";
+                c->lim.count = c->pool.stats;
+            }
+            else {
+                c->lim.kind = "work";
+                c->lim.count = c->lim.work + c->pool.stats * c->lim.w_stat;
+            }
+        }
+        if (worst) {
+            raise_failure(worst, 0, "", &c->lim, c->pool.stats);
+            return;
+        }
         if (bad) {
-            raise_failure(bad->failed, bad->err_at, bad->err);
-            goto error_raised;
+            raise_failure(bad->failed, bad->err_at, bad->err, &c->lim, c->pool.stats);
+            return;
         }
     }
-    if (!(planes = PyList_New(PyList_GET_SIZE(raw_planes))))
+    if (!(c->planes = PyList_New(PyList_GET_SIZE(c->raw_planes))))
         goto error;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(raw_planes); i++) {
-        PyObject *rp = PyList_GET_ITEM(raw_planes, i); /* (id, name, head, [job index]) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(c->raw_planes); i++) {
+        PyObject *rp = PyList_GET_ITEM(c->raw_planes, i); /* (id, name, head, [job index]) */
         PyObject *idx = PyTuple_GET_ITEM(rp, 3);
         Py_ssize_t nl = PyList_GET_SIZE(idx);
-        if (!(lines_out = PyList_New(nl)))
+        if (!(c->lines_out = PyList_New(nl)))
             goto error;
         for (Py_ssize_t k = 0; k < nl; k++) {
             Py_ssize_t jk = PyLong_AsSsize_t(PyList_GET_ITEM(idx, k));
-            PyObject *t = finish_job(&js.jobs[jk]);
+            PyObject *t = finish_job(&js->jobs[jk]);
             if (!t)
                 goto error;
-            PyList_SET_ITEM(lines_out, k, t);
+            PyList_SET_ITEM(c->lines_out, k, t);
         }
         obj = Py_BuildValue("(OOON)", PyTuple_GET_ITEM(rp, 0), PyTuple_GET_ITEM(rp, 1), PyTuple_GET_ITEM(rp, 2),
-                            lines_out);
-        lines_out = NULL;
+                            c->lines_out);
+        c->lines_out = NULL;
         if (!obj)
             goto error;
-        PyList_SET_ITEM(planes, i, obj);
+        PyList_SET_ITEM(c->planes, i, obj);
     }
-    result = Py_BuildValue("(OO)", planes, hostnames);
-    goto done;
+    c->result = Py_BuildValue("(OO)", c->planes, c->hostnames);
+    return;
 
 error:
     if (!PyErr_Occurred())
-        raise_failure(d->failed ? d->failed : 1, d->err_at, d->failed ? d->err : "decoding failed");
-error_raised:
-done:
-    for (size_t k = 0; k < js.n_jobs; k++)
-        job_clear(&js.jobs[k]);
-    free(js.jobs);
-    free(order);
-    Py_XDECREF(lines_out);
-    Py_XDECREF(planes);
-    Py_XDECREF(raw_planes);
-    Py_XDECREF(hostnames);
+        raise_failure(d->failed ? d->failed : FAIL_CORRUPT, d->err_at, d->failed ? d->err : "decoding failed",
+                      &c->lim, c->pool.stats);
+}
+
+static void
+ctx_free(Ctx *c)
+{
+    for (size_t k = 0; k < c->js.n_jobs; k++)
+        job_clear(&c->js.jobs[k]);
+    free(c->js.jobs);
+    free(c->order);
+    Py_XDECREF(c->lines_out);
+    Py_XDECREF(c->planes);
+    Py_XDECREF(c->raw_planes);
+    Py_XDECREF(c->hostnames);
+    free(c);
+}
+
+static PyObject *
+read_space(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"data", "threads", "max_events", "budget", "weights", "max_stats", NULL};
+    PyObject *data, *result;
+    int threads = 1;
+    long long max_events = -1, budget = -1, max_stats = -1;
+    unsigned long long w[5] = {0, 0, 0, 0, 0};
+    Py_buffer view;
+    Ctx *c;
+#if HAVE_BUS_GUARD
+    sigjmp_buf jb;
+    BusSaved sv;
+#endif
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iLL(KKKKK)L:read_space", kwlist, &data, &threads, &max_events,
+                                     &budget, &w[0], &w[1], &w[2], &w[3], &w[4], &max_stats))
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (!(c = (Ctx *)calloc(1, sizeof *c))) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    c->dec.base = (cptr)view.buf;
+    c->dec.hard_end = c->dec.base + view.len;
+    c->dec.lim = &c->lim;
+    c->lim.max_events = max_events < 0 ? -1 : max_events;
+    c->lim.max_stats = max_stats < 0 ? -1 : max_stats;
+    c->lim.budget = budget < 0 ? -1 : budget;
+    c->lim.w_plane = w[0];
+    c->lim.w_meta = w[1];
+    c->lim.w_line = w[2];
+    c->lim.w_event = w[3];
+    c->lim.w_stat = w[4];
+#if HAVE_BUS_GUARD
+    bus_install();
+    bus_arm(&jb, c->dec.base, c->dec.hard_end, &sv);
+    if (sigsetjmp(jb, 1)) { /* phase 1 or 3 faulted on the input: drop what was built (a leak of what was half built) */
+        Py_CLEAR(c->result);
+        PyErr_Clear();
+        raise_failure(FAIL_CHANGED, 0, "", &c->lim, 0);
+    }
+    else
+#endif
+        decode_all(c, c->dec.base, c->dec.hard_end, threads);
+#if HAVE_BUS_GUARD
+    bus_disarm(&sv);
+#endif
+    result = c->result;
+    ctx_free(c);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"read_space", (PyCFunction)(void (*)(void))read_space, METH_VARARGS | METH_KEYWORDS,
-     "read_space(data, threads=1) -> (planes, hostnames); see tracekit/ingest/wire.py for the layout."},
+     "read_space(data, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1) -> "
+     "(planes, hostnames); "
+     "see tracekit/ingest/wire.py."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1293,7 +1627,21 @@ PyInit__wire(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "HAVE_THREADS", HAVE_THREADS) < 0) {
+    if (PyModule_AddIntConstant(m, "HAVE_THREADS", HAVE_THREADS) < 0 ||
+        PyModule_AddIntConstant(m, "HAVE_BUS_GUARD", HAVE_BUS_GUARD) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    { /* the exception classes are the pure-Python decoder's: one class each, whichever decoder raised it */
+        PyObject *py = PyImport_ImportModule("tracekit.ingest.pywire");
+        if (py) {
+            LimitError = PyObject_GetAttrString(py, "LimitError");
+            InputChanged = PyObject_GetAttrString(py, "InputChanged");
+            Py_DECREF(py);
+        }
+    }
+    if (!LimitError || !InputChanged || PyModule_AddObjectRef(m, "LimitError", LimitError) < 0 ||
+        PyModule_AddObjectRef(m, "InputChanged", InputChanged) < 0) {
         Py_DECREF(m);
         return NULL;
     }

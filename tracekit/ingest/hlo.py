@@ -107,10 +107,15 @@ def fused_computation_ids(module: hlo_pb2.HloModuleProto) -> set[int]:
 _KIND = {"kLoop": "loop fusion", "kInput": "input fusion", "kOutput": "output fusion", "kCustom": "custom fusion"}
 _HEAVY = ("convolution", "dot", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
           "scatter", "gather", "sort", "custom-call")
+#: a fusion made only of these moves or re-lays-out data (a transpose or copy fusion): xprof's "data formatting"
+_MOVEMENT = frozenset({"parameter", "constant", "bitcast", "copy", "transpose", "reshape", "broadcast", "slice",
+                       "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "reverse", "tuple",
+                       "get-tuple-element", "gather", "iota"})
 
 
 def _categories(m: hlo_pb2.HloModuleProto) -> dict[int, str]:
-    """instruction id -> category; a fusion is named after the heaviest op it contains."""
+    """instruction id -> category; a fusion is named after the heaviest op it contains, or 'data formatting' when
+    it only moves data (a transpose, copy, slice, pad, ... fusion: no arithmetic)."""
     comps = {c.id: c for c in m.computations}
     cache: dict[int, set] = {}
 
@@ -132,7 +137,12 @@ def _categories(m: hlo_pb2.HloModuleProto) -> dict[int, str]:
             if ins.opcode == "fusion":
                 inner = set().union(*(opcodes(c) for c in ins.called_computation_ids)) if ins.called_computation_ids else set()
                 heavy = next((h for h in _HEAVY if h in inner), None)
-                cat = f"{heavy} fusion" if heavy else _KIND.get(ins.fusion_kind, "fusion")
+                if inner and inner <= _MOVEMENT and inner & {"copy", "transpose", "gather", "concatenate", "pad",
+                                                             "reverse", "slice", "dynamic-slice",
+                                                             "dynamic-update-slice", "broadcast"}:
+                    cat = "data formatting"
+                else:
+                    cat = f"{heavy} fusion" if heavy else _KIND.get(ins.fusion_kind, "fusion")
             out[ins.id] = cat
     return out
 

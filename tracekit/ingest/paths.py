@@ -14,6 +14,8 @@ from google.protobuf.message import DecodeError
 
 from tracekit.errors import TraceError
 from tracekit.ingest import formats
+from tracekit.ingest import limits
+from tracekit.ingest.limits import size_text
 
 SUFFIX = ".xplane.pb"
 #: Default refusal limits; both can be lifted (``max_bytes=None``) by the caller / ``--max-size``.
@@ -45,12 +47,48 @@ def _is_trace_file(p: Path) -> bool:
 
 def _trace_files(d: Path) -> list[Path]:
     """The trace files of a run folder (its .xplane.pb files when it has both formats), sorted."""
-    return sorted(Path(n) for n in formats.pick([str(f) for f in d.iterdir() if _is_trace_file(f)]))
+    return sorted(Path(n) for n in formats.pick([str(f) for f in _listdir(d) if _is_trace_file(f)]))
 
 
 def _runs(profile_dir: Path) -> list[Path]:
-    return sorted((d for d in profile_dir.iterdir() if d.is_dir() and any(map(_is_trace_file, d.iterdir()))),
+    return sorted((d for d in _listdir(profile_dir) if d.is_dir() and any(map(_is_trace_file, _listdir(d)))),
                   key=lambda d: (d.name, d.stat().st_mtime))
+
+
+def _listdir(d: Path) -> list[Path]:
+    """The entries of folder ``d``; a folder that cannot be listed (permissions, gone, not a folder) is one
+    TraceError naming it."""
+    try:
+        return list(d.iterdir())
+    except PermissionError:
+        raise TraceError("folder is not readable", str(d), "check its permissions") from None
+    except OSError as e:
+        raise TraceError(f"cannot list the folder ({e.strerror or type(e).__name__})", str(d)) from None
+
+
+def _kind(p: Path) -> str:
+    """'file', 'folder', 'missing', or what else ``p`` is (a device, a FIFO, a socket): only regular files and
+    folders are read (a device or FIFO could block forever or never end)."""
+    import stat
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except PermissionError:
+        raise TraceError("path is not reachable (permission denied)", str(p), "check the permissions of its folders") \
+            from None
+    except OSError as e:
+        raise TraceError(f"cannot read the path ({e.strerror or type(e).__name__})", str(p)) from None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO (named pipe)",
+            stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _not_regular(kind: str, where: str) -> TraceError:
+    return TraceError(f"is {kind}, not a trace file", where, "give a .xplane.pb file, a run folder or a logdir")
 
 
 def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
@@ -121,16 +159,23 @@ def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
         raise TraceError("no *.xplane.pb or *.trace.json.gz trace found", url,
                          "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
     p = Path(path)
-    if not p.exists():
+    kind = _kind(p)
+    if kind == "missing":
         raise TraceError("no such file or folder", str(p), "give a .xplane.pb file, a run folder or a logdir")
-    if p.is_file():
+    if kind == "file":
         if run:
             raise TraceError("--run applies to a logdir, not a file", str(p))
         return [HostFile(host_name(p), p)]
+    if kind != "folder":
+        raise _not_regular(kind, str(p))
     try:
-        files = _trace_files(p)
-    except PermissionError:
-        raise TraceError("folder is not readable", str(p), "check its permissions") from None
+        return _resolve_folder(p, run)
+    except PermissionError as e:  # a stat or listing below p that the helpers did not name
+        raise TraceError("folder is not readable", e.filename or str(p), "check its permissions") from None
+
+
+def _resolve_folder(p: Path, run: str | None) -> list[HostFile]:
+    files = _trace_files(p)
     if files and not run:
         return [HostFile(host_name(f), f) for f in files]
     for profile_dir in (p / "plugins" / "profile", p / "profile", p):
@@ -173,13 +218,18 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
             if fs.isdir(rp):
                 raise IsADirectoryError(where)
             size = fs.size(rp)
+            if max_bytes is not None and size > max_bytes:
+                raise TraceError(f"file is {size_text(size)}, over the {size_text(max_bytes)} limit", where,
+                                 "raise the limit with --max-size MiB (or max_bytes=None)")
+            with fs.open(rp, "rb") as f:
+                data = f.read()
         else:
-            size = Path(path).stat().st_size
-        if max_bytes is not None and size > max_bytes:
-            raise TraceError(f"file is {size_text(size)}, over the {size_text(max_bytes)} limit", where,
-                             "raise the limit with --max-size MiB (or max_bytes=None)")
-        with (fs.open(rp, "rb") if remote else open(path, "rb")) as f:
-            data = f.read()
+            with _open_regular(path) as f:
+                size = os.fstat(f.fileno()).st_size
+                if max_bytes is not None and size > max_bytes:
+                    raise TraceError(f"file is {size_text(size)}, over the {size_text(max_bytes)} limit", where,
+                                     "raise the limit with --max-size MiB (or max_bytes=None)")
+                data = f.read()
     except TraceError:
         raise
     except PermissionError:
@@ -198,12 +248,24 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
     return data
 
 
-def size_text(n: int) -> str:
-    """A byte count for a message: '1.5 GiB', '12 bytes'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
+def _open_regular(path):
+    """``path`` opened for reading, after checking (on the open file, so nothing can swap it in between) that it
+    is a regular file: opening a FIFO does not block (O_NONBLOCK), and a device or FIFO is a TraceError."""
+    import stat
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            raise _not_regular(_kind(Path(path)) if not stat.S_ISFIFO(mode) else "a FIFO (named pipe)",
+                               os.fspath(path))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return open(fd, "rb")  # noqa: SIM115 — the caller closes it
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
@@ -234,22 +296,31 @@ def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
     return b"".join(out)
 
 
-def decode(data: bytes, where: str):
+def decode(data: bytes, where: str, *, max_events: int | None = None, budget: int | None = None,
+           changed: bool = False):
     """Decode serialized ``XSpace`` bytes into columnar planes (:mod:`tracekit.ingest.wire`), or raise TraceError saying
-    why they are not a trace. Returns (planes, hostnames)."""
-    from tracekit.ingest import wire
+    why they are not a trace (or pass a limit: ``max_events``, the work ``budget``). Returns (planes, hostnames).
+    ``changed``: the file changed while it was first read (said in the message if it does not decode)."""
+    from tracekit.ingest import pywire, wire
     if not data:
         raise TraceError("file is empty", where, "re-capture the profile; the writer may have been interrupted")
     try:
-        planes, hostnames = wire.read_space(data)
+        planes, hostnames = wire.read_space(data, max_events=max_events, budget=budget)
+    except pywire.LimitError as e:
+        raise limits.limit_error(e.args, len(data), where) from None
     except (ValueError, DecodeError) as e:
         what = formats.foreign(bytes(data[:formats.HEAD_BYTES]), where)
         if what is not None:
             raise TraceError(what[0], where, what[1]) from None
         detail = str(e).split("\n")[0] or "bad protobuf wire data"
+        if changed:
+            raise TraceError(f"the file changed while it was being read and is now not a valid trace ({detail})",
+                             where, "wait until the profiler has finished writing it") from None
         raise TraceError(f"not a valid XSpace trace ({detail}); the file is truncated, corrupt, or not an "
                          "xplane.pb", where, "re-capture or re-copy it in binary mode") from None
-    except (RecursionError, MemoryError, OverflowError) as e:
+    except MemoryError:
+        raise limits.out_of_memory(where, len(data) * limits.TYPICAL_WORK_PER_BYTE) from None
+    except (RecursionError, OverflowError) as e:
         raise TraceError(f"not a valid XSpace trace ({type(e).__name__})", where) from None
     if not planes:
         raise TraceError("file holds no profiler planes (not an xplane.pb, or an empty capture)", where,
@@ -257,17 +328,47 @@ def decode(data: bytes, where: str):
     return planes, hostnames
 
 
-def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES):
+def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES, max_events: int | None = None):
+    """Read and decode one host's file within the limits. A large local file is decoded from a memory map; if it
+    changes size meanwhile (a trace still being written), it is read again into memory and decoded from that."""
+    where = str(hf.path)
     mapped = _mapped(hf.path, max_bytes)
     if mapped is not None:
+        mm, size, fd_stat = mapped
+        budget = None if max_bytes is None else limits.work_budget(size)
         try:
-            return decode(mapped, str(hf.path))
+            out = decode(mm, where, max_events=max_events, budget=budget)
+            if not _changed(hf.path, fd_stat):
+                return out
+        except _wire_input_changed():
+            pass
+        except TraceError:
+            if not _changed(hf.path, fd_stat):
+                raise
         finally:
             try:
-                mapped.close()
+                mm.close()
             except BufferError:  # pragma: no cover - the decoder holds no view once it returns
                 pass
-    return decode(read_bytes(hf.path, max_bytes), str(hf.path))
+        data = read_bytes(hf.path, max_bytes)
+        return decode(data, where, max_events=max_events,
+                      budget=None if max_bytes is None else limits.work_budget(len(data)), changed=True)
+    data = read_bytes(hf.path, max_bytes)
+    return decode(data, where, max_events=max_events, budget=None if max_bytes is None else limits.work_budget(len(data)))
+
+
+def _wire_input_changed():
+    from tracekit.ingest import pywire
+    return pywire.InputChanged
+
+
+def _changed(path, before) -> bool:
+    """Whether the file at ``path`` is no longer the one (size, modification time) that was mapped."""
+    try:
+        now = os.stat(path)
+    except OSError:
+        return True
+    return (now.st_size, now.st_mtime_ns, now.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
 #: local files at least this large are decoded from a read-only memory map rather than read into memory
@@ -275,19 +376,44 @@ MMAP_MIN_BYTES = 1 << 20
 
 
 def _mapped(path, max_bytes: int | None):
-    """A read-only memory map of a large local, uncompressed trace for the C decoder (which copies what it keeps),
-    else None (then :func:`read_bytes` reads it, and says what is wrong with it if anything is). The pages come
-    from the page cache: no copy of the file in the process, no fresh memory to zero."""
+    """(memory map, size, stat) of a large local, uncompressed, regular trace file for the C decoder (which copies
+    what it keeps), else None (then :func:`read_bytes` reads it, and says what is wrong with it if anything is).
+    The pages come from the page cache: no copy of the file in the process, no fresh memory to zero. Should the
+    file shrink while it is decoded, the decoder raises InputChanged instead of dying of SIGBUS."""
     import mmap
+    import stat
     from tracekit.ingest import wire
     where = os.fspath(path)
-    if "://" in where or where.endswith(".gz") or not wire.HAVE_C:
+    if "://" in where or where.endswith(".gz") or not wire.HAVE_BUS_GUARD:
         return None
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < MMAP_MIN_BYTES or (max_bytes is not None and size > max_bytes):
+        with _open_regular(path) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size < MMAP_MIN_BYTES or \
+                    (max_bytes is not None and st.st_size > max_bytes):
                 return None
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), st.st_size, st
+    except (OSError, ValueError, TraceError):
         return None
+
+
+def out_of_memory_for(source, run: str | None = None) -> TraceError:
+    """:func:`out_of_memory` for an analysis of ``source`` (a path, or a loaded Trace): the need estimated from the
+    size of its files (limits.TYPICAL_WORK_PER_BYTE per byte; a .gz counts 5 times its size)."""
+    paths = list(getattr(source, "paths", None) or [])
+    if not paths:
+        try:
+            paths = [str(hf.path) for hf in resolve(source, run)]
+        except Exception:  # noqa: BLE001 — only for the message
+            paths = []
+    need = 0
+    for p in paths:
+        try:
+            need += os.stat(p).st_size * limits.TYPICAL_WORK_PER_BYTE * (5 if str(p).endswith(".gz") else 1)
+        except (OSError, TypeError, ValueError):
+            pass
+    if paths:
+        where = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
+    else:
+        where = None if hasattr(source, "paths") else str(source)
+    return limits.out_of_memory(where, need or None)

@@ -4,6 +4,7 @@ module names by program id, HLO opcode and category per op, async windows, run i
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,10 +13,10 @@ import pandas as pd
 from tracekit import schema
 from tracekit.ingest import frames
 from tracekit.ingest import hlo
+from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
 from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
 from tracekit.ingest.order import contain, frame_order, sorted_frame
-from tracekit.errors import TraceError
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
@@ -96,18 +97,18 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
               max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
-    from tracekit.ingest import formats
+    from tracekit.ingest import formats, limits
     if formats.is_json_name(os.fspath(hf.path)) or _looks_json(hf, max_bytes):
         from tracekit.ingest import tracejson
         planes, hostnames = tracejson.load(hf, warnings, max_bytes=max_bytes, max_events=max_events)
+    else:
+        planes, hostnames = _load.load_space(hf, max_bytes, max_events)  # the limits are checked while decoding
+    need = limits.work_of(planes)  # _host frees the decoded lines as it goes
+    try:
         return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
-    planes, hostnames = _load.load_space(hf, max_bytes)
-    if max_events is not None:
-        n = sum(line.n_events for p in planes for line in p.lines)
-        if n > max_events:
-            raise TraceError(f"trace holds {n:,} events, over the {max_events:,} limit", str(hf.path),
-                             "raise it with --max-events (or max_events=None)")
-    return _host(planes, hostnames[0] if use_hostname and hostnames else hf.host, warnings)
+    except MemoryError:
+        planes = None
+        raise limits.out_of_memory(str(hf.path), need) from None
 
 
 def _looks_json(hf, max_bytes) -> bool:
@@ -163,10 +164,27 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     ops = _assign_runs(ops, mx)
     steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
     ops = _assign_steps(ops, steps)
+    ops = with_columns(ops, {"self_ps": _self_ps(ops)}) if len(ops) else ops
     _consistency_warnings(ops, h, host, warnings)
     return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
                       host_events=ex["host_events"], memory_events=ex["memory_events"], hlo_modules=mods,
                       device_stats=dstats)
+
+
+def _self_ps(ops: pd.DataFrame) -> np.ndarray:
+    """Self time of every op row: nested events on one line (sync rows only) leave their parent its own time.
+    Only host-clock lines nest (XLA:CPU thunks, GPU streams): a TPU op's duration is the device clock's while its
+    start is the line's, so TPU events may seem to overlap without nesting (xprof counts no child time there)."""
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    sync = ~ops["is_async"].to_numpy(bool) & cat_apply(ops["source"], lambda v: str(v).startswith(("cpu", "gpu")))
+    out = dur.copy()
+    if sync.any():
+        idx = np.nonzero(sync)[0]
+        line = ops["line"].cat.codes.to_numpy() if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
+            pd.factorize(ops["line"])[0]
+        out[idx] = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx],
+                                      dur[idx])[0]
+    return out
 
 
 def _hlo_modules(planes, warnings: list[str]) -> list:
@@ -252,6 +270,21 @@ def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
     return with_columns(ops, {"module": cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)})
 
 
+_COPY_KERNEL = re.compile(r"memcpy|memset|copybuffer|fillbuffer|copy_?kernel|\bcopy\b", re.IGNORECASE)
+_FORMAT_KERNEL = re.compile(r"transpose|im\d*d?2col|col2im|permute|layout|nchw|nhwc", re.IGNORECASE)
+
+
+def kernel_category(kernel: str) -> str:
+    """Category of a GPU kernel with no HLO op, from its name: memcpy/memset/buffer copies and fills -> 'copy',
+    transposes/im2col/layout changes -> 'data formatting', anything else -> 'kernel (no HLO)'."""
+    k = str(kernel or "")
+    if _COPY_KERNEL.search(k):
+        return "copy"
+    if _FORMAT_KERNEL.search(k):
+        return "data formatting"
+    return "kernel (no HLO)"
+
+
 def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
     """opcode and category from the HLO instruction each op ran (joined on program id and instruction name, once
     per distinct pair); ``in_hlo`` says which rows joined."""
@@ -262,13 +295,14 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
         top = h[~h["is_fusion_computation"]]
         table = {(int(p), n): (o, c) for p, n, o, c in zip(top["program_id"], top["name"], top["opcode"].astype(str),
                                                            top["category"].astype(str))}
-    inv, rows = unique_rows(ops, ["program_id", "op", "opcode", "category", "source"])
+    cols = ["program_id", "op", "opcode", "category", "source"] + (["kernel"] if "kernel" in ops.columns else [])
+    inv, rows = unique_rows(ops, cols)
     out = []
-    for pid, op, opc, cat, src in rows:
+    for pid, op, opc, cat, src, *kernel in rows:
         hit = table.get((int(pid), op or ""))
         if hit:
             opc, cat = hit[0], (cat or hit[1])
-        cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
+        cat = cat or opc or (kernel_category(kernel[0] if kernel else "") if str(src).startswith("gpu") else "")
         out.append((bool(hit), opc or "", cat))
     return with_columns(ops, {"in_hlo": np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool),
                               "opcode": cat_from([o[1] for o in out], inv),

@@ -1,11 +1,11 @@
 """Bulk XSpace decoding: every line's events (and their stats) as NumPy arrays, without a Python object per event.
 
-Two implementations with identical results:
+Two implementations with identical results, that accept exactly the same inputs:
 
 * the C extension ``tracekit.ingest._wire`` (built by ``pip install`` when a C compiler is present; about 15 M
   events/s per thread, GIL released, lines decoded on :func:`tracekit.threads.default_threads` threads), used by
   :func:`read_space` when it is importable and ``TRACEKIT_NO_C`` is unset, empty or ``0``;
-* :func:`read_space_python`, which walks upb's ``XEvent`` objects (slow, ~0.3-0.5 M events/s).
+* :mod:`tracekit.ingest.pywire`, the same decoder rule for rule in Python (slow, ~0.1-0.2 M events/s).
 
 The arrays are writable and own their memory (they do not refer to the input buffer).
 
@@ -20,9 +20,14 @@ stat without a value) and the value is in ``stat_double[k]`` (kind 2; NaN otherw
 kinds 5 (str) and 6 (bytes) ``stat_int[k]`` is an index into ``stat_str``, the line's list of those values
 (``str`` for kind 5, ``bytes`` for kind 6) in order.
 
-Corrupt input raises ``ValueError`` in both paths (the C path says at which byte). The C decoder is stricter
-than upb on input that no profiler writes (a known field with an unexpected wire type, groups); it never
-accepts a file that upb rejects.
+Corrupt input raises ``ValueError`` saying at which byte (the same message from both). Both are stricter than upb
+on input that no profiler writes (a known field with an unexpected wire type, groups); neither ever accepts a file
+that upb rejects.
+
+Limits are counted while decoding, before the memory they stand for is allocated (:func:`read_space`'s
+``max_events``, which also allows :data:`STATS_PER_EVENT` stats per event, and ``budget``): planes, metadata
+entries, lines and events as the framing is read, stats as they are decoded, each weighted by :data:`WEIGHTS`.
+Over a limit: :class:`tracekit.ingest.pywire.LimitError`.
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ from google.protobuf.message import DecodeError
 from tracekit.proto import xplane_pb2
 from tracekit.threads import default_threads
 
+from tracekit.ingest import pywire
+
 try:  # pragma: no cover - depends on the build
     from tracekit.ingest import _wire
 except ImportError:  # pragma: no cover
@@ -43,10 +50,18 @@ except ImportError:  # pragma: no cover
 
 _NO_C = os.environ.get("TRACEKIT_NO_C", "") not in ("", "0")
 HAVE_C: bool = _wire is not None and not _NO_C
+#: the C decoder turns a SIGBUS while reading a memory map (the file shrank) into InputChanged
+HAVE_BUS_GUARD: bool = HAVE_C and bool(getattr(_wire, "HAVE_BUS_GUARD", 0))
 
 KIND_UNSET, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF = 0, 2, 3, 4, 5, 6, 7
-_KIND_OF = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5, "bytes_value": 6,
-            "ref_value": 7}
+
+#: Work each decoded item costs, in bytes: about the memory one takes through the whole pipeline (measured with
+#: crafted traces of a single kind of item: `tracekit analyze` peak RSS over the start-up's, per item).
+WORK_PLANE, WORK_META, WORK_LINE, WORK_EVENT, WORK_STAT = 1024, 256, 3072, 320, 32
+WEIGHTS = (WORK_PLANE, WORK_META, WORK_LINE, WORK_EVENT, WORK_STAT)
+#: With ``max_events`` N, at most this many stats per allowed event (N * 64 in all): the stats are most of the work
+#: of an event, and real traces carry 1-5 per event on average.
+STATS_PER_EVENT = 64
 
 
 @dataclass(eq=False)
@@ -94,19 +109,11 @@ def _line_from_c(t) -> LineData:
     )
 
 
-def read_space_c(data, threads: int | None = None) -> tuple[list[PlaneData], list[str]]:
-    """The C decoder (RuntimeError when the extension is not built). ``data``: any bytes-like object (bytes,
-    mmap, memoryview); the event columns do not refer to it. ``threads``: lines decoded in parallel (the GIL is
-    released meanwhile); default :func:`tracekit.threads.default_threads`."""
-    if _wire is None:
-        raise RuntimeError("tracekit.ingest._wire is not built")
-    if threads is None:
-        threads = default_threads()
+def _planes(raw_planes) -> list[PlaneData]:
+    planes = []
     gc_was_on = gc.isenabled()
     gc.disable()  # the result is a few thousand containers: no point in collecting while building it
     try:
-        raw_planes, hostnames = _wire.read_space(data, threads)
-        planes = []
         for pid, name, head_bytes, raw_lines in raw_planes:
             try:
                 head = xplane_pb2.XPlane.FromString(head_bytes)
@@ -116,73 +123,41 @@ def read_space_c(data, threads: int | None = None) -> tuple[list[PlaneData], lis
     finally:
         if gc_was_on:
             gc.enable()
-    return planes, hostnames
+    return planes
 
 
-# ---- Python path -------------------------------------------------------------------------------------------
-
-def _line_python(line: xplane_pb2.XLine) -> LineData:
-    events = line.events
-    n = len(events)
-    mids = np.empty(n, np.int64)
-    offs = np.empty(n, np.int64)
-    durs = np.empty(n, np.int64)
-    s_ev, s_id, s_kind, s_int, s_dbl, s_str = [], [], [], [], [], []
-    nan = float("nan")
-    kind_of = _KIND_OF
-    for i, e in enumerate(events):
-        mids[i] = e.metadata_id
-        offs[i] = e.offset_ps
-        durs[i] = e.duration_ps
-        if e.stats:
-            for s in e.stats:
-                s_ev.append(i)
-                s_id.append(s.metadata_id)
-                which = s.WhichOneof("value")
-                k = kind_of[which] if which else 0
-                s_kind.append(k)
-                if k == 2:
-                    s_int.append(0)
-                    s_dbl.append(s.double_value)
-                    continue
-                s_dbl.append(nan)
-                if k == 0:
-                    s_int.append(0)
-                elif k == 5 or k == 6:
-                    s_int.append(len(s_str))
-                    s_str.append(s.str_value if k == 5 else s.bytes_value)
-                elif k == 4:
-                    s_int.append(s.int64_value)
-                else:  # uint64 / ref: keep the bits
-                    v = s.uint64_value if k == 3 else s.ref_value
-                    s_int.append(v - (1 << 64) if v >= 1 << 63 else v)
-    return LineData(
-        id=line.id, name=line.name, display_name=line.display_name, timestamp_ns=line.timestamp_ns,
-        duration_ps=line.duration_ps, metadata_id=mids, offset_ps=offs, event_duration_ps=durs,
-        stat_event=np.array(s_ev, np.int32),
-        stat_id=np.array(s_id, np.int64),
-        stat_kind=np.array(s_kind, np.int8),
-        stat_int=np.array(s_int, np.int64),
-        stat_double=np.array(s_dbl, np.float64),
-        stat_str=s_str, display_id=line.display_id,
-    )
+def _limits(max_events: int | None, budget: int | None) -> dict:
+    return {"max_events": -1 if max_events is None else int(max_events),
+            "max_stats": -1 if max_events is None else int(max_events) * STATS_PER_EVENT,
+            "budget": -1 if budget is None else int(budget), "weights": WEIGHTS}
 
 
-def read_space_python(data) -> tuple[list[PlaneData], list[str]]:
-    """The pure-Python decoder, through upb's objects: same result as the C one, much slower."""
-    try:
-        space = xplane_pb2.XSpace.FromString(bytes(data))
-    except DecodeError as e:
-        raise ValueError(f"corrupt XSpace: {e}") from None
-    planes = []
-    for plane in space.planes:
-        lines = [_line_python(line) for line in plane.lines]
-        plane.ClearField("lines")
-        planes.append(PlaneData(plane.id, plane.name, plane, lines))
-    return planes, list(space.hostnames)
+def read_space_c(data, threads: int | None = None, *, max_events: int | None = None,
+                 budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
+    """The C decoder (RuntimeError when the extension is not built). ``data``: any bytes-like object (bytes,
+    mmap, memoryview); the event columns do not refer to it. ``threads``: lines decoded in parallel (the GIL is
+    released meanwhile); default :func:`tracekit.threads.default_threads`. ``max_events`` / ``budget`` (work, see
+    :data:`WEIGHTS`): :class:`tracekit.ingest.pywire.LimitError` past them. A memory map whose file shrinks meanwhile:
+    :class:`tracekit.ingest.pywire.InputChanged`."""
+    if _wire is None:
+        raise RuntimeError("tracekit.ingest._wire is not built")
+    if threads is None:
+        threads = default_threads()
+    raw_planes, hostnames = _wire.read_space(data, threads, **_limits(max_events, budget))
+    return _planes(raw_planes), hostnames
 
 
-def read_space(data, threads: int | None = None) -> tuple[list[PlaneData], list[str]]:
+def read_space_python(data, *, max_events: int | None = None,
+                      budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
+    """The pure-Python decoder (:mod:`tracekit.ingest.pywire`): the same result and errors as the C one, slower."""
+    raw_planes, hostnames = pywire.read_space(data, 1, **_limits(max_events, budget))
+    return _planes(raw_planes), hostnames
+
+
+def read_space(data, threads: int | None = None, *, max_events: int | None = None,
+               budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
     """(planes, hostnames) of a serialized XSpace; the C decoder when available, else the Python one.
-    Corrupt input: ValueError."""
-    return read_space_c(data, threads) if HAVE_C else read_space_python(data)
+    Corrupt input: ValueError; over ``max_events`` or the work ``budget``: :class:`tracekit.ingest.pywire.LimitError`."""
+    if HAVE_C:
+        return read_space_c(data, threads, max_events=max_events, budget=budget)
+    return read_space_python(data, max_events=max_events, budget=budget)

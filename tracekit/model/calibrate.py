@@ -177,7 +177,14 @@ def load_calibration(path=None) -> Chip | None:
         raise TraceError(f"corrupt calibration file ({e})", str(target), "delete it or run `tracekit calibrate` again")
 
 
-def _to_chip(record: dict, path: Path) -> Chip:
+def chip_from_record(record: dict, origin: str, label: str = "calibration (recording machine)") -> Chip:
+    """The CPU chip a calibration record (as :func:`measure` returns it) describes; ``origin`` names where the
+    record came from (a file), ``label`` starts every source text. Raises ValueError for a record that is not
+    one."""
+    return _to_chip(record, origin, label)
+
+
+def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
     if record.get("version") != FORMAT_VERSION:
         raise ValueError(f"format version {record.get('version')!r}, expected {FORMAT_VERSION}")
     flops = {k: float(v) for k, v in record["peak_flops_per_s"].items()}
@@ -187,8 +194,10 @@ def _to_chip(record: dict, path: Path) -> Chip:
     if not bw > 0:
         raise ValueError("no positive bandwidth")
     on = f"{record['processor']}/{record['cpu_count']} cpus"
-    how = f"calibration: measured {record['measured_at']} on {on} ({path})"
-    chip = cpu_entry(f"cpu ({record['cpu_count']} cores, calibrated)", flops, bw, how,
+    how = f"{label}: measured {record['measured_at']} on {on} ({path})"
+    name = f"cpu ({record['cpu_count']} cores, calibrated)" if label == "calibration" else \
+        f"cpu ({record['processor']}, {record['cpu_count']} cores, recording machine)"
+    chip = cpu_entry(name, flops, bw, how,
                 how + " (numpy copy, bytes = read + write)", estimated=False)
     engines = record.get("engines", {})
     for d in flops:

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.version import __version__
+from tracekit.columns import self_time
+from tracekit.model.peaks import peak_notes
 
 SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
@@ -107,7 +109,7 @@ class Report:
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
-              "cost_source", "unknown_reason", "source_file", "source_line"]
+              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,9 @@ class Analysis:
     custom_calls: dict | None = None  #: custom calls by share of op time (:func:`tracekit.analysis.customcalls.summary`)
     overview: object = None  #: the utilization headline (:func:`tracekit.analysis.overview.build`)
     memory: object = None  #: the memory view (:func:`tracekit.analysis.memory.build`)
+    interconnect: dict | None = None  #: topology and collectives measured vs predicted (:func:`tracekit.pipeline.interconnect`)
+    model_warnings: tuple = ()  #: ops faster than their roofline (:func:`tracekit.model.peaks.model_warnings`)
+    headline: dict | None = None  #: the findings' union of claims and the roofline floor (:mod:`tracekit.analysis.claims`)
 
 
 def chip_entry(use) -> dict:
@@ -148,7 +153,9 @@ def chip_entry(use) -> dict:
         "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},
         "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
         "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
-        "ridge_bf16_flops_per_byte": ridge, "sources": dict(sorted(c.sources.items()))})
+        "ridge_bf16_flops_per_byte": ridge, "sources": dict(sorted(c.sources.items())), "exact": c.exact,
+        "trace_reported": dict(sorted(c.trace_reported.items())), "raised": dict(sorted(c.raised.items())),
+        "peak_notes": peak_notes(c)})
 
 
 def build(a: Analysis) -> Report:
@@ -156,9 +163,10 @@ def build(a: Analysis) -> Report:
     ops, hlo, findings, fail_on = a.ops, a.hlo, a.findings, a.fail_on
     op_stats, devices, steps, coll = a.frames["op_stats"], a.frames["devices"], a.frames["steps"], a.frames["collectives"]
     step_stats, overview, memory = a.step_stats, a.overview, a.memory
+    interconnect, model_warnings, headline = a.interconnect, a.model_warnings, a.headline
     chips = [chip_entry(u) for u in a.chips]
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
-    dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
+    dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
@@ -185,7 +193,11 @@ def build(a: Analysis) -> Report:
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
         finding_dicts.append(clean(d))
-    total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
+    # what the findings claim together is the union of their claims on device time, not their sum (two findings
+    # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
+    total_claimed = (headline or {}).get("claims_union_ps")
+    if total_claimed is None:
+        total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
     data = {
         "schema": SCHEMA,
         "tool": {"name": "tracekit", "version": version()},
@@ -208,6 +220,7 @@ def build(a: Analysis) -> Report:
             "hlo_present": bool(len(hlo)),
             "findings": len(finding_dicts),
             "claimed_savings_ps": total_claimed,
+            "above_roofline_floor_ps": (headline or {}).get("above_roofline_floor_ps"),
         }),
         "devices": records(devices),
         "step_stats": records(step_stats),
@@ -217,12 +230,14 @@ def build(a: Analysis) -> Report:
         "top_ops": records(top, OP_COLUMNS),
         "roofline": {"points": clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
+        "interconnect": interconnect or {"topology": {}, "collectives": [], "collective_ops": 0},
         "findings": finding_dicts,
         "custom_calls": clean(a.custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
                                                  "targets": [], "models": {}}),
         "params": clean(a.params),
         "gate": {"fail_on": fail_on, "failed": False},
         "warnings": list(a.warnings),
+        "model_warnings": clean(list(model_warnings or [])),
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
                   "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
         "provenance": {
@@ -231,6 +246,9 @@ def build(a: Analysis) -> Report:
                            "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
                            "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
+            "collectives": "interconnect.collectives: predicted_ps from the topology-aware collective model (chip "
+                           "table links, interconnect.topology.source), measured from trace events; skew = wait for "
+                           "the last participant; algbw = size_bytes / transfer_ps, busbw per nccl-tests",
         },
     }
     rep = Report(data, rules=tuple(a.rules), op_table=op_stats)

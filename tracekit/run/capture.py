@@ -228,6 +228,9 @@ def capture(fn, *args, logdir=None, steps: int = 1, **kwargs):
         run = new_run(d, before)
         if run is None:
             raise TraceError("the profiler wrote no trace", d)
+        if jax.default_backend() == "cpu":  # the CPU that ran it and its calibration, beside the trace
+            from tracekit.model import machine
+            machine.record_run(run)
         return pipeline.analyze(str(run))
     finally:
         if tmp:

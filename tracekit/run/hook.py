@@ -52,17 +52,23 @@ STEP_NAME = "train"
 
 def profile(logdir=None, *, outputs=("json", "html"), fail_on: str | None = None, timeout_s: float = 120,
             all_processes: bool = False, log: logging.Logger = _LOG, start_step: int | None = None,
-            num_steps: int | None = None) -> "Profile":
+            num_steps: int | None = None, threads: int = 1) -> "Profile":
     """A profiling hook: a context manager, a decorator, or (with ``start_step``/``num_steps``) a step window
-    driven by ``hook.step(i)``. ``logdir`` defaults to ``./tracekit-logs``. See the module docstring."""
+    driven by ``hook.step(i)``. ``logdir`` defaults to ``./tracekit-logs``. The analysis child runs on ``threads``
+    threads (decoding, rules, BLAS; default 1: training keeps the other cores). See the module docstring."""
     return Profile(logdir, outputs=outputs, fail_on=fail_on, timeout_s=timeout_s, all_processes=all_processes,
-                   log=log, start_step=start_step, num_steps=num_steps)
+                   log=log, start_step=start_step, num_steps=num_steps, threads=threads)
 
 
 class Profile:
     def __init__(self, logdir=None, *, outputs=("json", "html"), fail_on=None, timeout_s=120, all_processes=False,
-                 log=_LOG, start_step=None, num_steps=None):
+                 log=_LOG, start_step=None, num_steps=None, threads=1):
         self.log = log if log is not None else _LOG
+        self.threads = 1
+        try:
+            self.threads = max(1, int(threads))
+        except (TypeError, ValueError):
+            self._warn(f"threads={threads!r} is not a number; the analysis runs on one thread")
         self.logdir, self.timeout_s, self.all_processes = DEFAULT_LOGDIR, 120.0, False
         self.window, self.start_step, self.num_steps = False, 0, 5
         self.outputs, self.fail_on, self._depth = ["json"], None, 0
@@ -232,7 +238,7 @@ class Profile:
     def _analyze(self, run: Path):
         try:
             spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never"}
-            env = dict(os.environ)
+            env = _child_env(self.threads)
             root = str(Path(__file__).resolve().parents[2])  # so the child imports this same tracekit
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
             try:
@@ -308,6 +314,20 @@ class Profile:
             return None
 
 
+#: What sets the thread count of each library the analysis child uses: tracekit's decoder and rule pools, and the
+#: BLAS / OpenMP pools NumPy may start.
+THREAD_VARIABLES = ("TRACEKIT_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMEXPR_NUM_THREADS")
+
+
+def _child_env(threads: int = 1) -> dict:
+    """The analysis child's environment: this one, with every thread pool sized to ``threads`` (it is niced too,
+    but on a machine as busy as a training job, a second decoding thread still takes a core from it)."""
+    env = dict(os.environ)
+    env.update({k: str(threads) for k in THREAD_VARIABLES})
+    return env
+
+
 def _analysis_command(run: Path, spec: dict) -> list[str]:
     return [sys.executable, "-m", "tracekit.run.hook", str(run), json.dumps(spec)]  # runs _analysis_main
 
@@ -317,7 +337,9 @@ def _summary_lines(rep, written: list[str]) -> list[str]:
     s = rep.data["summary"]
     fs = sorted(rep.findings, key=lambda f: -(f.get("savings_ps") or 0))
     head = (f"{len(fs)} finding(s) in {s['steps']} step(s), {fmt_time(s['profiled_ps'])} profiled; "
-            f"~{fmt_time(s.get('claimed_savings_ps') or 0)} could be won back")
+            f"findings claim ~{fmt_time(s.get('claimed_savings_ps') or 0)} together"
+            + (f", {fmt_time(s['above_roofline_floor_ps'])} above the roofline floor"
+               if s.get("above_roofline_floor_ps") is not None else ""))
     lines = [head + (f"; report: {', '.join(written)}" if written else "")]
     for n, f in enumerate(fs[:3], 1):
         msg = " ".join(str(f.get("message", "")).split())
@@ -339,7 +361,12 @@ def _analysis_main() -> None:
     from tracekit.report import render
     from tracekit.fileio import write_atomic
     fail_on = spec.get("fail_on") or "never"
-    rep = pipeline.analyze(run, fail_on=fail_on)
+    from tracekit.ingest.trace import load
+    from tracekit.model import machine
+    tr = load(run)
+    if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
+        machine.record_run(run)
+    rep = pipeline.analyze(tr, fail_on=fail_on)
     written, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])

@@ -56,7 +56,8 @@ class HostPart:
 
 
 def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
-              max_events: int | None = None, roofline: bool = True, chip: str | None = None) -> HostPart:
+              max_events: int | None = None, roofline: bool = True, chip: str | None = None,
+              topology: str | None = None, host_order: list | None = None) -> HostPart:
     """One host's frames (what :func:`tracekit.ingest.trace.load` builds per host), with ``ops`` roofline-joined
     (``roofline``), ready to pickle. Runs in a worker."""
     from tracekit import pipeline
@@ -66,9 +67,11 @@ def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BY
     part = HostPart(frames, warnings)
     if roofline:
         one = trace.combine([frames], [])  # this host alone, as the cluster-wide path sees it
+        if host_order:
+            one.hosts = list(host_order)  # GPU device ids count the hosts before this one
         part.ops_columns = list(one.ops.columns)
         part.devices_seen = sorted(set(one.devices["device"].astype(str)))
-        frames = replace(frames, ops=pipeline.with_roofline(one, chip))
+        frames = replace(frames, ops=pipeline.with_roofline(one, chip, topology))
         del one
     part.frames = replace(frames, hlo_modules=[
         _Module(m.name, m.program_id, m.proto.SerializeToString(),
@@ -125,13 +128,14 @@ def _jobs(jobs: int | None) -> int:
 
 def load_parts(files: list, *, jobs: int | None = None, dask: str | object | None = None,
                max_bytes: int | None = _load.DEFAULT_MAX_BYTES, max_events: int | None = None,
-               roofline: bool = True, chip: str | None = None) -> list[HostPart]:
+               roofline: bool = True, chip: str | None = None, topology: str | None = None) -> list[HostPart]:
     """Per-host parts of ``files`` (:class:`tracekit.ingest.paths.HostFile`), in order (see :func:`load_part`), made by a
     process pool of ``jobs`` workers (0/None: one per core) or by the Dask cluster ``dask`` (an address or a
     ``Client``)."""
     n = len(files)
+    order = [f.host for f in files]
     args = ([os.fspath(f.path) for f in files], [f.host for f in files], [max_bytes] * n, [max_events] * n,
-            [roofline] * n, [chip] * n)
+            [roofline] * n, [chip] * n, [topology] * n, [order] * n)
     if dask is not None:
         client, own = _client(dask)
         try:
@@ -179,7 +183,6 @@ def _mp_context():
     """fork where it is safe (Linux, no other threads, no JAX runtime: workers start with tracekit already
     imported), forkserver otherwise on Linux, else the platform default."""
     import multiprocessing as mp
-    import threading
     if sys.platform.startswith("linux"):
         safe = threading.active_count() == 1 and "jax" not in sys.modules
         return mp.get_context("fork" if safe else "forkserver")
@@ -239,23 +242,25 @@ def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
 
 
 def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = None, max_bytes=None, max_events=None,
-            chip: str | None = None, **kw):
+            chip: str | None = None, topology: str | None = None, **kw):
     """:func:`tracekit.pipeline.analyze` of a run folder (or logdir) with its hosts loaded and roofline-joined in
     parallel by ``jobs`` processes or the Dask cluster ``dask``; the other keywords are ``pipeline.analyze``'s.
     Same Report, byte for byte. A single file, or ``jobs == 1`` without ``dask``, takes the single-process path."""
     from tracekit import pipeline
     from tracekit.ingest.trace import Trace
     if isinstance(source, Trace) or (dask is None and _jobs(jobs) == 1):
-        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip, **kw)
+        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip,
+                                topology=topology, **kw)
     files = _load.resolve(source, run)
     if len(files) == 1:
-        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip, **kw)
+        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip,
+                                topology=topology, **kw)
     mb = max_bytes if max_bytes is not None else _load.DEFAULT_MAX_BYTES
-    tr, ops = _combine(load_parts(files, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events, chip=chip),
-                       files)
+    tr, ops = _combine(load_parts(files, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events, chip=chip,
+                                  topology=topology), files)
     if ops is None:
-        return pipeline.analyze(tr, chip=chip, **kw)
-    return pipeline.analyze(tr, chip=chip, ops=ops, **kw)  # the per-host roofline joins, combined
+        return pipeline.analyze(tr, chip=chip, topology=topology, **kw)
+    return pipeline.analyze(tr, chip=chip, topology=topology, ops=ops, **kw)  # the per-host joins, combined
 
 
 def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:
