@@ -276,13 +276,14 @@ STAGES = [  # (label, module, attribute): the pipeline's own functions, timed wh
     ("map the file", "tracekit.ingest.paths", "_mapped"),
     ("decode", "tracekit.ingest.paths", "decode"),
     ("frames (per host)", "tracekit.ingest.trace", "_host"),
-    ("combine hosts", "tracekit.ingest.trace", "_combine"),
+    ("combine hosts", "tracekit.ingest.trace", "combine"),
+    ("cost model", "tracekit.model.roofline", "costs"),
     ("roofline", "tracekit.pipeline", "with_roofline"),
-    ("load rules", "tracekit.analysis.rules", "load_rules"),
+    ("load rules", "tracekit.analysis.rule_model", "load_rules"),
     ("timeline (rule frames)", "tracekit.analysis.rule_checks", "frames_for_rules"),
     ("rules", "tracekit.analysis.rules", "run_rules"),
     ("step stats", "tracekit.analysis.timeline", "step_stats"),
-    ("chips", "tracekit.pipeline", "chips_used"),
+    ("chips", "tracekit.model.roofline", "chips_used"),
     ("report", "tracekit.report.envelope", "build"),
 ]
 

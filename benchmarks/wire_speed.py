@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tile import tile  # noqa: E402
 from tracekit.ingest import wire  # noqa: E402
 from tracekit.proto import xplane_pb2  # noqa: E402
+from tracekit.threads import default_threads  # noqa: E402
 
 
 def best_of(fn, repeat):
@@ -51,7 +52,7 @@ def main():
     if wire._wire is not None:
         # the C decoder first, while the process is fresh: its first call pays for all its page faults, as in a
         # real run (later calls may reuse memory freed by earlier ones)
-        for threads in sorted({wire.default_threads(), 1}, reverse=True):
+        for threads in sorted({default_threads(), 1}, reverse=True):
             t = time.perf_counter()
             planes, _ = wire.read_space_c(data, threads)
             t_first = time.perf_counter() - t

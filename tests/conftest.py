@@ -33,6 +33,8 @@ def _isolated_calibration(tmp_path_factory):
     """Tests never read a developer's own `tracekit calibrate` result: CPU peaks come from the built-in estimate."""
     old = os.environ.get("TRACEKIT_HOME")
     os.environ["TRACEKIT_HOME"] = str(tmp_path_factory.mktemp("tracekit_home"))
+    # captures made by the tests record their machine without spending seconds calibrating it
+    os.environ.setdefault("TRACEKIT_MACHINE_CALIBRATE_S", "0")
     yield
     if old is None:
         os.environ.pop("TRACEKIT_HOME", None)

@@ -127,11 +127,14 @@ def test_detect_unknown_tpu_is_estimated_from_trace():
     assert c.peak_flops_per_s["bf16"] == pytest.approx(5e15) and c.hbm_bw_bytes_per_s == pytest.approx(9e12)
 
 
-def test_detect_mi300x_uses_trace_bandwidth():
+def test_detect_mi300x_datasheet_wins_over_trace_bandwidth():
+    """The MI300X plane's memory_bandwidth (2.6624e12) is half the exact part's datasheet 5.3e12 (DOMAIN.md): more
+    than 20 % off, so the datasheet number is used and the chip records what the trace said."""
     c = chips.detect("AMD gfx942", MI300X_STATS)
-    assert c.name == "MI300X" and not c.estimated
-    assert c.hbm_bw_bytes_per_s == pytest.approx(2.6624e12)
-    assert c.sources["hbm_bw_bytes_per_s"].startswith("trace: memory_bandwidth")
+    assert c.name == "MI300X" and not c.estimated and c.exact
+    assert c.hbm_bw_bytes_per_s == pytest.approx(5.3e12)
+    assert c.sources["hbm_bw_bytes_per_s"].startswith("table:") and "2.662e+12" in c.sources["hbm_bw_bytes_per_s"]
+    assert c.trace_reported["hbm_bw_bytes_per_s"] == {"stat": "memory_bandwidth", "value": 2.6624e12, "used": False}
     assert c.hbm_bytes == 206141652992 and c.sources["hbm_bytes"] == "trace: memory_size"
     # clock x cores equal the table part's: FLOP/s stay the datasheet's
     assert c.peak_flops_per_s["bf16"] == pytest.approx(1.3074e15)
@@ -151,9 +154,11 @@ def test_detect_h100_vs_h200_by_memory_and_pcie_scaling():
     assert chips.detect("", {**base, "memory_size": 85e9}).name == "H100"
     assert chips.detect("", {**base, "memory_size": 150e9}).name == "H200"
     pcie = chips.detect("", {**base, "memory_size": 85e9, "core_count": 114, "clock_rate": 1755000})
-    assert pcie.name == "H100"
-    assert pcie.peak_flops_per_s["bf16"] == pytest.approx(9.89e14 * 114 * 1755 / (132 * 1980))
-    assert pcie.sources["peak_flops_per_s.bf16"].startswith("trace: clock_rate x core_count")
+    assert pcie.name == "H100 PCIe" and pcie.exact  # the PCIe part's own datasheet (756 TFLOP/s dense bf16)
+    assert pcie.peak_flops_per_s["bf16"] == pytest.approx(7.56e14)
+    # a part whose SM count matches no table entry keeps the clock x cores scaling of the nearest one, inexactly
+    odd = chips.detect("", {**base, "memory_size": 85e9, "core_count": 120, "clock_rate": 1755000})
+    assert not odd.exact and odd.sources["peak_flops_per_s.bf16"].startswith("trace: clock_rate x core_count")
 
 
 def test_detect_other_gpus():
@@ -222,7 +227,7 @@ def test_calibrate_writes_file_and_detect_uses_it(tmp_path, monkeypatch):
     assert record["peak_flops_per_s"]["f32"] > 1e8 and record["hbm_bw_bytes_per_s"] > 1e8
     assert not list(tmp_path.glob("*.tmp"))  # the temp file was renamed
     assert not chip.estimated
-    c = chips.detect("cpu", {})
+    c = chips.detect("cpu", {}, cpu=cal.cpu_chip)
     assert not c.estimated and c.peak_flops_per_s["f32"] == pytest.approx(record["peak_flops_per_s"]["f32"])
     assert c.sources["peak_flops_per_s.f32"].startswith("calibration: measured")
     assert c.sources["hbm_bw_bytes_per_s"].startswith("calibration: measured")

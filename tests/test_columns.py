@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from tracekit import columns as C
-from tracekit.analysis.intervals import frame_order as _order
+from tracekit.ingest.order import frame_order as _order
 
 
 def _frame(rng, n, sort):
@@ -119,12 +119,12 @@ def test_top_rows_equals_a_stable_descending_sort():
 
 
 def test_step_cut_points_equal_np_unique():
-    from tracekit.analysis.intervals import _cut_points
+    from tracekit.analysis.intervals import cut_points
     rng = np.random.default_rng(2)
     s0 = np.sort(rng.integers(0, 1000, 50))
     disjoint_ends = np.r_[s0[1:], 1200]  # steps end where the next starts: shared cut points
     for s1 in (disjoint_ends, s0 + rng.integers(0, 300, 50)):  # disjoint, then overlapping (the sort path)
-        assert (_cut_points(s0, s1) == np.unique(np.r_[s0, s1])).all()
+        assert (cut_points(s0, s1) == np.unique(np.r_[s0, s1])).all()
 
 
 def test_memory_mapped_load_equals_read_load(monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.analysis import diff
+from tracekit.report import diff as diff_report
 from tracekit.cli import main
 
 
@@ -108,7 +109,7 @@ def test_diff_flags_the_slowed_op_and_exits_1(captures, tmp_path):
                                     "-o", str(md)])
     assert res.exit_code == 1, res.output
     d = json.loads(js.read_text())
-    assert d["schema"] == diff.SCHEMA and d["failed"]
+    assert d["schema"] == diff_report.SCHEMA and d["failed"]
     reg = [r for r in d["ops"] if r["status"] == "regression"]
     assert reg, d["ops"]
     top = reg[0]  # the matmul, 64x the FLOPs: the largest impact

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 import tracekit
 from conftest import cpu_fixture
 from tracekit import pipeline
-from tracekit.analysis import rule_checks, rules
-from tracekit.cli.commands import main
+from tracekit.analysis import rule_checks, rule_model, rules
+from tracekit.cli import main
 from tracekit.report import trace_events
 
 
@@ -73,7 +73,7 @@ def test_steps_and_finding_windows(allreduce):
     assert sorted((procs[e["pid"]].split(" ")[-1], e["name"], _ps(e["ts"]), _ps(e["dur"])) for e in steps) == \
         sorted((str(d), f"step {s}", a, b) for d, s, a, b in zip(
             frames["steps"]["device"], frames["steps"]["step"], frames["steps"]["start_ps"], frames["steps"]["step_ps"]))
-    findings = rules.run_rules(frames, rules.load_rules())
+    findings = rules.run_rules(frames, rule_model.load_rules())
     assert findings
     begins = [e for e in ev if e["ph"] == "b" and e["cat"] == "tracekit finding"]
     ends = {e["id"]: e for e in ev if e["ph"] == "e" and e["cat"] == "tracekit finding"}

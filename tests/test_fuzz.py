@@ -38,7 +38,7 @@ from conftest import FIXTURES, ROOT, SHARED, varint
 from tracekit import pipeline
 from tracekit.ingest import paths as loader
 from tracekit.report import render
-from tracekit.analysis import rules
+from tracekit.analysis import rule_model
 from tracekit.ingest import synth
 from tracekit.ingest import wire
 from tracekit.errors import TraceError
@@ -139,14 +139,14 @@ _RULES: dict = {}
 @pytest.fixture(autouse=True)
 def _rules_once(monkeypatch):
     """The built-in rules are parsed once for the module (the YAML parse is most of a small analysis)."""
-    real = rules.load_rules
+    real = rule_model.load_rules
 
     def cached(extra_dirs=(), select=(), ignore=()):
         key = (tuple(map(str, extra_dirs)), tuple(select), tuple(ignore))
         if key not in _RULES:
             _RULES[key] = real(extra_dirs, select, ignore)
         return _RULES[key]
-    monkeypatch.setattr(rules, "load_rules", cached)
+    monkeypatch.setattr(rule_model, "load_rules", cached)
 
 
 #: outcomes of the cases run so far (``TRACEKIT_FUZZ_REPORT=1`` prints them at the end of the module)

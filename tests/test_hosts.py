@@ -61,10 +61,10 @@ def test_workers_join_the_roofline(run16, single, monkeypatch):
     from tracekit.model import roofline
     parts = hosts.load_parts(loader.resolve(run16)[:3], jobs=1)
     assert hosts._roofline_per_host_ok(parts)
-    assert "roofline_ps" in parts[0]["ops"].columns
+    assert "roofline_ps" in parts[0].frames.ops.columns
     calls = []
     orig = roofline.join
-    monkeypatch.setattr(roofline, "join", lambda tr, chip=None: calls.append(len(tr.hosts)) or orig(tr, chip))
+    monkeypatch.setattr(roofline, "join", lambda tr, chip=None, **kw: calls.append(len(tr.hosts)) or orig(tr, chip, **kw))
     assert hosts.analyze(run16, jobs=2).to_json() == single.to_json()
     assert calls == []  # workers (forked) joined their own host; the parent did not join the 16 hosts again
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import tracekit
 from conftest import cpu_fixture, varint
 from tracekit.errors import TraceError
-from tracekit.ingest import limits, wire
+from tracekit.ingest import limits, pywire, wire
 
 EXE = [sys.executable, "-m", "tracekit.cli"]
 
@@ -147,7 +147,7 @@ def test_stats_count_too(tmp_path):
         if impl == "c" and wire._wire is None:
             continue
         read = wire.read_space_c if impl == "c" else wire.read_space_python
-        with pytest.raises(wire.LimitError) as e:
+        with pytest.raises(pywire.LimitError) as e:
             read(f.read_bytes(), max_events=1000)
         assert e.value.args[0] == "stats" and e.value.args[2] == 64_000
     with pytest.raises(TraceError, match="more than 64,000 stats"):
@@ -166,7 +166,7 @@ def test_limits_are_the_same_in_both_decoders():
     for kw in ({"max_events": events - 1}, {"max_events": 10}, {"budget": work // 2}, {"budget": 5000}):
         errs = []
         for read in (wire.read_space_c, wire.read_space_python):
-            with pytest.raises(wire.LimitError) as e:
+            with pytest.raises(pywire.LimitError) as e:
                 read(data, **kw)
             errs.append(e.value.args)
         assert errs[0] == errs[1], (kw, errs)

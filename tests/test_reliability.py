@@ -18,7 +18,8 @@ from click.testing import CliRunner
 import tracekit
 from conftest import ROOT, cpu_fixture, shared_trace, varint
 from tracekit import pipeline
-from tracekit.cli import commands as cli
+from tracekit.cli import main as cli_main
+from tracekit.fileio import write_atomic
 from tracekit.run import hosts
 from tracekit.ingest import paths as loader
 from tracekit.report import render
@@ -38,7 +39,7 @@ def trace_file(case: str = "train_step") -> Path:
 
 def cli_run(*args):
     """The CLI in-process: (exit code, stderr)."""
-    r = CliRunner().invoke(cli.main, list(map(str, args)))
+    r = CliRunner().invoke(cli_main, list(map(str, args)))
     return r.exit_code, r.stderr
 
 
@@ -277,10 +278,10 @@ def test_same_bytes_across_runs(which):
 
 CHILD = textwrap.dedent("""
     import sys
-    from tracekit.cli import commands as cli
+    from tracekit.cli import main
     out = sys.argv[1]
     for name, path in zip(sys.argv[2::2], sys.argv[3::2]):
-        cli.main(["analyze", path, "-o", f"{out}/{name}.json", "-o", f"{out}/{name}.md"], standalone_mode=False)
+        main(["analyze", path, "-o", f"{out}/{name}.json", "-o", f"{out}/{name}.md"], standalone_mode=False)
 """)
 
 

@@ -15,7 +15,8 @@ import yaml
 from tracekit import schema
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_checks import CHECKS, frames_for_rules
-from tracekit.analysis.rules import TIME_COLUMN, builtin_rules_dir, load_rules, parse_rule, run_rules
+from tracekit.analysis.rule_model import TIME_COLUMN, builtin_rules_dir, load_rules, parse_rule
+from tracekit.analysis.rules import run_rules
 from tracekit.report.rulesdoc import render_rules_doc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +26,8 @@ RULES = load_rules()
 def _case_params():
     for r in RULES:
         for kind in ("pass", "fail"):
-            for i, case in enumerate(r.cases.get(kind, [])):
-                yield pytest.param(r, kind, case, id=f"{r.id}-{r.name}-{kind}-{i}")
+            for case in r.cases.get(kind, []):
+                yield pytest.param(r, kind, case, id=f"{r.id}-{r.name}-{kind}-{case['name']}")
 
 
 def _case_frames(rule, case) -> dict:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from conftest import cpu_fixture
 from tracekit import pipeline
-from tracekit.cli.commands import main
+from tracekit.cli import main
 from tracekit.report.render import text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -97,9 +97,9 @@ def test_color_flag_and_no_color(rep, monkeypatch):
     assert max(len(l) for l in res.output.splitlines()) <= 80
     assert not ANSI.search(text.render(rep, color=False)) and ANSI.search(text.render(rep, color=True))
     # on a terminal: auto means colour unless NO_COLOR is set; never and always win over both
-    from tracekit.cli import commands
-    monkeypatch.setattr(commands.sys.stdout, "isatty", lambda: True, raising=False)
-    assert commands._terminal("auto")["color"] is False and commands._terminal("always")["color"] is True
+    from tracekit.cli import options
+    monkeypatch.setattr(options.sys.stdout, "isatty", lambda: True, raising=False)
+    assert options.terminal("auto")["color"] is False and options.terminal("always")["color"] is True
     monkeypatch.delenv("NO_COLOR")
-    assert commands._terminal("auto")["color"] is True and commands._terminal("never")["color"] is False
-    assert commands._terminal("auto")["width"] == 80
+    assert options.terminal("auto")["color"] is True and options.terminal("never")["color"] is False
+    assert options.terminal("auto")["width"] == 80

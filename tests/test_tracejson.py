@@ -115,6 +115,11 @@ def test_one_document_export_same_ops_costs_and_roofline(v6e_json):
     rj, rx = pipeline.with_roofline(tj, "v6e"), pipeline.with_roofline(tx, "v6e")
     rm = _sync_frame(rj).merge(_sync_frame(rx), on=key, suffixes=("_j", "_x"))
     assert len(rm) == len(j)
+    # a -done is judged over its -start..-done window: where xprof left the -start out of this export, the -done
+    # has no window in the JSON (and says so); every other op is judged the same
+    lost = rm["unknown_reason_j"].astype(str).str.startswith("async -done without its window").to_numpy()
+    assert lost.sum() < 0.05 * len(rm)  # (xprof left out under 5 % of the ops, above)
+    rm = rm[~lost]
     for c in ("bound_by", "cost_source", "dtype", "is_host_transfer", "group_size", "category", "opcode"):
         assert (rm[c + "_j"].astype(str) == rm[c + "_x"].astype(str)).all(), c
     for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps"):
@@ -131,7 +136,7 @@ def _sync_frame(ops):
 def test_json_through_the_cli(v6e_json, tmp_path):
     """analyze, ops and diff take the JSON; the report states what the JSON cannot tell."""
     from click.testing import CliRunner
-    from tracekit.cli.commands import main
+    from tracekit.cli import main
     src, _, gz = v6e_json
     out = tmp_path / "r.json"
     res = CliRunner().invoke(main, ["analyze", str(gz), "--chip", "v6e", "-o", str(out)])

@@ -1,8 +1,8 @@
 """tracekit: where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
 from tracekit.errors import TraceError
+from tracekit.version import __version__
 
 __all__ = ["Trace", "TraceError", "capture", "load", "profile"]
-__version__ = "0.1.0"
 
 
 def __getattr__(name):

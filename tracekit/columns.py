@@ -1,63 +1,11 @@
-"""Columnar building blocks for the frames stage: categorical chunks (:class:`Cat`) built from values given
-once per distinct key, a chunk accumulator, and per-event stat columns pulled out of a line's flattened stats
-(:class:`tracekit.ingest.wire.LineData`) with NumPy — no Python object per event."""
+"""Columnar helpers every stage shares: work once per distinct value instead of once per row (:func:`codes_of`,
+:func:`unique_rows`, :func:`group_index`, :func:`runs`, :func:`cat_from`, :func:`cat_apply`), and frames and
+categorical columns put together without copies (:func:`with_columns`, :func:`concat_frames`,
+:func:`concat_categorical`)."""
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-
-from tracekit import schema
-from tracekit.ingest.wire import KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, LineData
-
-
-class Cat(NamedTuple):
-    """A categorical column chunk: int codes into ``categories`` (-1 = missing)."""
-    codes: np.ndarray
-    categories: list
-
-
-def intern(per_unique: list, inv: np.ndarray) -> Cat:
-    """Values given once per unique key (``per_unique``) and the inverse index -> a Cat (duplicates merged)."""
-    table: dict = {}
-    codes_u = np.fromiter((table.setdefault(v, len(table)) for v in per_unique), dtype=np.int32,
-                          count=len(per_unique))
-    return Cat(codes_u[inv] if len(inv) else np.empty(0, np.int32), list(table))
-
-
-def const(value, n: int) -> Cat:
-    return Cat(np.zeros(n, np.int32), [value])
-
-
-class _Acc:
-    """Column accumulator of NumPy chunks and Cat chunks, concatenated once."""
-
-    def __init__(self):
-        self.chunks: list[dict] = []
-
-    def add(self, **cols):
-        n = len(cols["start_ps"])
-        if n:
-            self.chunks.append(cols)
-
-    def frame(self, sch: dict) -> pd.DataFrame:
-        if not self.chunks:
-            return schema.empty(sch)
-        n = sum(len(c["start_ps"]) for c in self.chunks)
-        data = {}
-        for k in self.chunks[0]:
-            parts = [c[k] if k in c else None for c in self.chunks]
-            if any(isinstance(p, Cat) or isinstance(p, str) for p in parts):
-                data[k] = _concat_cat(parts, [len(c["start_ps"]) for c in self.chunks])
-            elif all(isinstance(p, np.ndarray) for p in parts):
-                data[k] = np.concatenate(parts)
-            else:
-                data[k] = np.concatenate([np.full(len(c["start_ps"]), p) if not isinstance(p, np.ndarray) else p
-                                          for p, c in zip(parts, self.chunks)])
-        assert all(len(v) == n for v in data.values())
-        return schema.conform(pd.DataFrame(data, copy=False), sch)  # the arrays are new: no copy, no consolidation
-
 
 def _recode(codes: np.ndarray, cats, table: dict) -> np.ndarray:
     """``codes`` (into ``cats``; -1 missing) as codes into the growing ``table`` (value -> code), in one gather;
@@ -68,138 +16,25 @@ def _recode(codes: np.ndarray, cats, table: dict) -> np.ndarray:
     return np.append(remap, np.int32(-1))[codes]  # code -1 picks the appended -1
 
 
-def _concat_cat(parts, lens) -> pd.Categorical:
+def concat_categorical(parts: list, lens: list) -> pd.Categorical:
+    """Chunks of one column concatenated as one categorical, categories (as text) in first-seen order and codes
+    remapped in one gather per chunk. A chunk is a (codes, categories) pair (code -1 = missing; e.g.
+    :class:`tracekit.ingest.events.Cat`), a pandas Series (categorical or not), a single value for the chunk's
+    ``lens[i]`` rows, or None (empty text)."""
     table: dict = {}
     out = []
     for p, n in zip(parts, lens):
-        if not isinstance(p, Cat):
-            p = const("" if p is None else p, n)
-        out.append(_recode(p.codes, p.categories, table))
-    cats = [str(c) for c in table]
-    # keys are str already in practice; guard against duplicates after str()
-    if len(set(cats)) != len(cats):
-        return pd.Categorical(np.array(cats, dtype=object)[np.concatenate(out)])
-    return pd.Categorical.from_codes(np.concatenate(out), categories=cats)
-
-
-# ----------------------------------------------------------------------------------------- event stat columns
-_INT_KINDS = (KIND_UINT64, KIND_INT64)
-_NUM_KINDS = (KIND_DOUBLE, KIND_UINT64, KIND_INT64)
-_STR_KINDS = (KIND_STR, KIND_BYTES, KIND_REF)
-
-
-def _odd(odd, label: str, kind: np.ndarray, allowed: tuple) -> None:
-    """Count, in ``odd[label]``, the values of a stat stored with a type it should not have."""
-    if odd is not None:
-        k = int(np.count_nonzero(~np.isin(kind, allowed)))
-        if k:
-            odd[label] = odd.get(label, 0) + k
-
-
-def _entries(line: LineData, sid: int, odd: dict | None, label: str, allowed: tuple):
-    """(mask, event index, kind) of the entries of stat ``sid`` in ``line``, or None when it has none; kinds
-    outside ``allowed`` are counted in ``odd``."""
-    if sid < 0 or not len(line.stat_id):
-        return None
-    m = line.stat_id == sid
-    if not m.any():
-        return None
-    kind = line.stat_kind[m]
-    _odd(odd, label, kind, allowed)
-    return m, line.stat_event[m], kind
-
-
-def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """(has, value) per event for an integer-valued stat (int64/uint64 bits/ref id); value 0 where absent. A
-    value stored with another type counts when it is a number (a finite double, a numeric string); otherwise
-    the event does not have the stat."""
-    n = line.n_events
-    has = np.zeros(n, bool)
-    val = np.zeros(n, np.int64)
-    found = _entries(line, sid, odd, label, _INT_KINDS)
-    if found is not None:
-        m, ev, kind = found
-        iv = line.stat_int[m].copy()
-        ok = np.ones(len(iv), bool)
-        dbl = kind == KIND_DOUBLE
-        if dbl.any():
-            d = line.stat_double[m][dbl]
-            fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
-            iv[dbl] = np.where(fin, d, 0).astype(np.int64)
-            ok[dbl] = fin
-        txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
-        if len(txt):
-            parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
-            iv[txt] = [0 if p is None else p for p in parsed]
-            ok[txt] = [p is not None for p in parsed]
-        has[ev[ok]] = True
-        val[ev[ok]] = iv[ok]
-    return has, val
-
-
-def _float_or_nan(v) -> float:
-    try:
-        return float(v)
-    except ValueError:
-        return np.nan
-
-
-def _int_or_none(v):
-    """A numeric str/bytes stat value as an int64, else None."""
-    try:
-        f = int(v)
-    except ValueError:
-        try:
-            f = float(v)
-        except ValueError:
-            return None
-        if not np.isfinite(f):
-            return None
-    f = int(f)
-    return f if -(2**63) <= f < 2**63 else None
-
-
-def stat_floats(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> np.ndarray:
-    """Per event float value of a numeric stat; NaN where absent."""
-    out = np.full(line.n_events, np.nan)
-    found = _entries(line, sid, odd, label, _NUM_KINDS)
-    if found is not None:
-        m, ev, kind = found
-        v = np.where(kind == KIND_DOUBLE, line.stat_double[m], line.stat_int[m].astype(np.float64))
-        u = kind == 3  # uint64 bits
-        if u.any():
-            v[u] = line.stat_int[m][u].astype(np.uint64).astype(np.float64)
-        v[kind == KIND_REF] = np.nan  # a name is not a number
-        txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
-        if len(txt):  # a number stored as text counts; any other text does not
-            v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in line.stat_int[m][txt]]
-        out[ev] = v
-    return out
-
-
-def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
-                 label: str = "") -> tuple[np.ndarray, Cat]:
-    """(has, Cat) per event for a string stat stored as ref_value (into stat metadata names) or str_value."""
-    n = line.n_events
-    has = np.zeros(n, bool)
-    keys = np.full(n, -1, np.int64)
-    found = _entries(line, sid, odd, label, _STR_KINDS)
-    if found is not None:
-        m, ev, kind = found
-        iv = line.stat_int[m]
-        has[ev] = (kind == KIND_REF) | (kind == KIND_STR) | (kind == KIND_BYTES)  # a number is not a name
-        # encode: ref ids as themselves (>= 0), inline strings as -(index+2)
-        keys[ev] = np.where(kind == KIND_REF, iv, np.where((kind == KIND_STR) | (kind == KIND_BYTES), -(iv + 2), -1))
-    uniq, inv = np.unique(keys, return_inverse=True)
-
-    def name(k):
-        if k >= 0:
-            return names.get(int(k), "")
-        if k == -1:
-            return ""
-        v = line.stat_str[int(-k - 2)]
-        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-    return has, intern([name(k) for k in uniq], inv)
+        if isinstance(p, pd.Series):
+            if isinstance(p.dtype, pd.CategoricalDtype):
+                codes, cats = p.cat.codes.to_numpy(), list(p.cat.categories)
+            else:
+                codes, cats = pd.factorize(p.astype(str), use_na_sentinel=True)
+        elif isinstance(p, tuple):
+            codes, cats = p
+        else:
+            codes, cats = np.zeros(n, np.int32), ["" if p is None else p]
+        out.append(_recode(codes, [str(c) for c in cats], table))
+    return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))
 
 
 # --------------------------------------------------------------------------- work per distinct value, not per row
@@ -325,9 +160,10 @@ def distinct_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray, list[
 
 def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:
     """A categorical column from values given once per distinct key."""
-    c = intern([("" if v is None else str(v)) for v in per_unique], inv)
-    return pd.Categorical.from_codes(c.codes, categories=c.categories) if len(set(c.categories)) == len(c.categories) \
-        else pd.Categorical(np.array(c.categories, dtype=object)[c.codes])
+    table: dict = {}  # text -> code, in first-seen order
+    codes = np.fromiter((table.setdefault("" if v is None else str(v), len(table)) for v in per_unique), np.int32,
+                        count=len(per_unique))
+    return pd.Categorical.from_codes(codes[inv] if len(inv) else np.empty(0, np.int32), categories=list(table))
 
 
 def cat_apply(s: pd.Series, fn) -> np.ndarray:
@@ -365,7 +201,7 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
     for c in cols:
         present = [f[c] for f in frames if c in f.columns]
         if any(isinstance(s.dtype, pd.CategoricalDtype) for s in present):
-            data[c] = _concat_series_cat([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames])
+            data[c] = concat_categorical([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames])
         elif len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
                                                  for s in present):
             data[c] = np.concatenate([s.to_numpy() for s in present])
@@ -377,17 +213,11 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
     return pd.DataFrame(data, copy=False)
 
 
-def _concat_series_cat(parts: list, lens: list) -> pd.Categorical:
-    """Concatenate categorical (or string) series as one categorical: categories in first-seen order."""
-    table: dict = {}
-    out = []
-    for s, n in zip(parts, lens):
-        if s is None:
-            codes, cats = np.zeros(n, np.int32), [""]
-        elif isinstance(s.dtype, pd.CategoricalDtype):
-            codes, cats = s.cat.codes.to_numpy(), [str(c) for c in s.cat.categories]
-        else:
-            codes, cats = pd.factorize(s.astype(str), use_na_sentinel=True)
-            cats = list(cats)
-        out.append(_recode(codes, cats, table))
-    return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))
+def self_time(ops: pd.DataFrame) -> np.ndarray:
+    """Each row's own time (int64 ps): ``self_ps`` (the duration minus nested events' time) where the frame has
+    it, else ``duration_ps``. Sums of op time use this, so nested events are not counted twice."""
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    if "self_ps" not in ops.columns:
+        return dur
+    s = ops["self_ps"].to_numpy(np.int64)
+    return np.where(s >= 0, s, dur)

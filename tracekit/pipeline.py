@@ -2,39 +2,35 @@
 Each stage is a function of plain data; this module only wires them together."""
 from __future__ import annotations
 
-import os
+from dataclasses import replace
 
 import pandas as pd
 
-from tracekit.report import envelope as report_mod
-from tracekit.columns import unique_rows
 from tracekit.ingest.trace import Trace, load
+from tracekit.report import envelope as report_mod
 
 
-def with_roofline(tr: Trace, chip: str | None = None) -> pd.DataFrame:
-    """The ops frame with the roofline columns joined (cost model + chip table)."""
+def with_roofline(tr: Trace, chip: str | None = None, topology: str | None = None,
+                  cost_table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The ops frame with the roofline columns joined (cost model + chip table; collectives priced on
+    ``topology``, ``--topology``, else the trace's own); ``cost_table``: the trace's
+    :func:`tracekit.model.roofline.costs` when the caller has it already."""
     from tracekit.model import roofline
-    return roofline.join(tr, chip=chip)
+    return roofline.join(tr, chip=chip, topology=topology, cost_table=cost_table)
 
 
-def chips_used(tr: Trace, chip: str | None = None) -> list[dict]:
-    from tracekit.model import chips as chips_mod
-    from tracekit.model import roofline
-    groups: dict[str, dict] = {}
-    active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
-    for (host, dev), c in roofline.device_chips(tr, chip).items():
-        if active and (host, dev) not in active:
-            continue  # a device plane with no ops (e.g. an idle GPU) is not part of the analysis
-        g = groups.setdefault(c.name, {
-            "name": c.name, "family": c.family, "vendor": c.vendor, "estimated": c.estimated, "devices": [],
-            "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},
-            "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
-            "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
-            "ridge_bf16_flops_per_byte": chips_mod.peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s
-            if c.hbm_bw_bytes_per_s else None,
-            "sources": dict(sorted(c.sources.items()))})
-        g["devices"].append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
-    return [report_mod._clean(g) for g in groups.values()]
+def interconnect(tr: Trace, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None,
+                 limit: int = 50) -> dict:
+    """The report's interconnect section: the topology and, per collective op, measured vs predicted
+    (:mod:`tracekit.analysis.collectives`)."""
+    from tracekit.analysis import collectives
+    model, summary, _ = collectives.view(tr, ops, chip, topology)
+    topo = model.topology.to_dict()
+    topo.pop("devices")
+    topo["devices_traced"] = len(model.ids)
+    topo["chip"] = getattr(model.chip, "name", "")
+    return {"topology": topo, "collectives": report_mod.records(summary.head(limit)),
+            "collective_ops": int(len(summary))}
 
 
 def _memory_guard(fn):
@@ -47,24 +43,28 @@ def _memory_guard(fn):
         try:
             return fn(source, *args, **kw)
         except MemoryError:
-            from tracekit.ingest import limits
-            raise limits.out_of_memory_for(source, kw.get("run")) from None
+            from tracekit.ingest import paths
+            raise paths.out_of_memory_for(source, kw.get("run")) from None
     return wrapper
 
 
 @_memory_guard
-def analyze(source, *, chip: str | None = None, run: str | None = None, rules_dirs=(), select=(), ignore=(),
+def analyze(source, *, chip: str | None = None, topology: str | None = None, run: str | None = None, rules_dirs=(),
+            select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
             model_flops_per_step: float | None = None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
     ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
     from tracekit.ingest import paths as load_mod
-    from tracekit.analysis import rule_checks
-    from tracekit.analysis import rules
+    from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import timeline
+    from tracekit.model import roofline
     from tracekit.progress import NULL
     progress = progress or NULL
+    # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
+    rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
+    resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
     if isinstance(source, Trace):
         tr = source
@@ -72,32 +72,42 @@ def analyze(source, *, chip: str | None = None, run: str | None = None, rules_di
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
-    ops = with_roofline(tr, chip) if ops is None else ops  # ``ops``: a roofline join done already (per host)
-    rule_list = rules.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore)
+    cost_table = roofline.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
+    ops = with_roofline(tr, chip, topology, cost_table) if ops is None else ops  # a roofline join done already
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
-    mem, ov = memory_and_overview(tr, ops, frames["steps"], chip, ", ".join(step_source), model_flops_per_step)
-    frames.update(rule_frames(mem, ov, frames["devices"]))
+    mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step)
+    frames = replace(frames, **rule_frames(mem, ov, frames.devices))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
         findings = [no_device_ops()] + findings
     progress.stage("report")
-    from tracekit.analysis import customcalls
-    from tracekit.model import roofline
-    custom = customcalls.summary(ops, tr.hlo, roofline.costs(tr) if tr.has_hlo else None)
-    step_stats = timeline.step_stats(frames["steps"], column="step_ps") if len(frames["steps"]) else pd.DataFrame()
-    inputs = [{"path": _display_path(p), "host": h} for p, h in zip(tr.paths, tr.hosts)]
-    return report_mod.build(
-        inputs=inputs, chips=chips_used(tr, chip), ops=ops, op_stats=frames["op_stats"], devices=frames["devices"],
-        steps=frames["steps"], step_stats=step_stats, collectives=frames["collectives"], findings=findings,
-        hlo=tr.hlo, params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps,
-                            "rules": {r.id: r.resolve((params or {}).get(r.name, (params or {}).get(r.id, {})))
-                                      for r in rule_list}},
-        warnings=tr.warnings, step_source=step_source, fail_on=fail_on, overview=ov, memory=mem,
-        custom_calls=custom)
+    from tracekit.model import peaks
+    from tracekit.analysis import claims
+    dchips = roofline.device_chips(tr, chip)
+    model_warnings = peaks.model_warnings(ops, dchips)
+    missing = sorted({h for (h, _), c in dchips.items() if c.family == "cpu" and c.notes.startswith("no record")})
+    if missing:  # a CPU trace analyzed away from the machine that recorded it: its peaks are not that machine's
+        from tracekit.model.calibrate import processor_name
+        model_warnings = [{"message": f"CPU trace of host(s) {', '.join(map(str, missing))} has no record of the "
+                                      "machine that recorded it (<trace>.machine.json, written by `tracekit "
+                                      "capture` and the hook): its CPU peaks are this machine's "
+                                      f"({processor_name()}), which may not be the one that ran it"}] + model_warnings
+    head = claims.headline(findings, frames.devices, frames.ops)
+    custom = customcalls.summary(ops, tr.hlo, cost_table)
+    step_stats = timeline.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
+    return report_mod.build(report_mod.Analysis(
+        inputs=tuple(report_mod.Input(report_mod.display_path(p), h) for p, h in zip(tr.paths, tr.hosts)),
+        chips=tuple(roofline.chips_used(tr, chip)), ops=ops, frames=frames, step_stats=step_stats,
+        findings=tuple(findings), hlo=tr.hlo,
+        params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps, "rules": resolved},
+        warnings=tuple(tr.warnings) + tuple(w["message"] for w in model_warnings),
+        step_source=tuple(step_source), fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom, overview=ov,
+        memory=mem, interconnect=interconnect(tr, ops, chip, topology), model_warnings=tuple(model_warnings),
+        headline=head))
 
 
 def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
@@ -138,25 +148,15 @@ def no_device_ops():
         "An empty capture is not a healthy program: a CI gate must not pass on it.")
 
 
-def _display_path(p: str) -> str:
-    """The path relative to the working directory when it is inside it (stable across machines); URLs as given."""
-    if "://" in p:
-        return p
-    try:
-        rel = os.path.relpath(p)
-        return rel if not rel.startswith("..") else p
-    except ValueError:
-        return p
-
-
 def export(source, out, *, chip: str | None = None, run: str | None = None, steps: tuple[int, int] | None = None,
            devices=(), rules_dirs=(), max_bytes=None, max_events=None):
     """``tracekit export``: the trace with its roofline, steps, gaps and findings as Chrome/Perfetto JSON
     (:mod:`tracekit.report.export`); ``steps`` (A, B) and ``devices`` restrict it to a window."""
-    from tracekit.analysis import rule_checks, rules
+    from tracekit.analysis import rule_cases, rule_checks, rule_model, rules
     from tracekit.ingest import hlo
     from tracekit.ingest import paths as load_mod
     from tracekit.report import export as export_mod
+    rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs))
     tr = source if isinstance(source, Trace) else load(
         source, run=run, max_bytes=max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES,
         max_events=max_events)
@@ -165,6 +165,6 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
     window = export_mod.step_window(tr.steps, steps, devices)
     ops = with_roofline(tr, chip)
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
-    findings = rules.run_rules(frames, rules.load_rules(extra_dirs=rules_dirs))
+    findings = rules.run_rules(frames, rule_list)
     d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
     return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

@@ -24,35 +24,16 @@ noise beyond the thresholds, and time outside ops (host work shows only through 
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from tracekit.report.envelope import _clean
-from tracekit.units import fmt_pct, fmt_time
-
-SCHEMA = "tracekit.diff/1"
 DEFAULT_THRESHOLD = 0.1
 DEFAULT_MIN_TIME_PS = 1_000_000  # 1 µs
 STATUSES = ("regression", "added", "removed", "improvement", "unchanged")
 OP_KEY = ["module", "op"]
 _SIDE_COLS = ["occurrences", "total_ps", "mean_ps"]
-
-
-@dataclass
-class Diff:
-    """What ``tracekit diff`` found. ``data`` is the JSON envelope (``schema: tracekit.diff/1``)."""
-
-    data: dict = field(default_factory=dict)
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.data.get("failed"))
-
-    def to_json(self) -> str:
-        return json.dumps(self.data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def op_rows(tr) -> pd.DataFrame:
@@ -142,15 +123,33 @@ def step_summary(tr) -> dict:
     if not len(s):
         return {"steps": 0, "rows": 0, "mean_ps": None, "median_ps": None, "step_source": []}
     d = s["duration_ps"].astype("float64")
-    return _clean({"steps": int(s["step"].nunique()), "rows": int(len(s)), "mean_ps": float(d.mean()),
-                   "median_ps": float(d.median()), "step_source": sorted(set(s["step_source"].astype(str)))})
+    return {"steps": int(s["step"].nunique()), "rows": int(len(s)), "mean_ps": float(d.mean()),
+            "median_ps": float(d.median()), "step_source": sorted(set(s["step_source"].astype(str)))}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare` found, before any rendering: ``ops`` one row per matched pair or leftover op (see
+    :func:`classify`), ``step_time`` the step-time comparison (``base``/``new`` as :func:`step_summary`,
+    ``change``, ``delta_median_ps``, ``status``), the thresholds used and the paths of both sides. The report
+    package turns it into the ``tracekit.diff/1`` envelope (:func:`tracekit.report.diff.build`)."""
+
+    ops: pd.DataFrame
+    step_time: dict
+    threshold: float
+    min_time_ps: int
+    base_paths: tuple
+    new_paths: tuple
+
+    @property
+    def failed(self) -> bool:
+        """An op or the step time regressed."""
+        return bool((self.ops["status"] == "regression").any()) or self.step_time["status"] == "regression"
 
 
 def compare(base, new, *, threshold: float = DEFAULT_THRESHOLD, min_time_ps: int = DEFAULT_MIN_TIME_PS,
-            run: str | None = None) -> Diff:
+            run: str | None = None) -> Comparison:
     """Load (paths) or take (:class:`tracekit.Trace`) both sides and compare them."""
-    from tracekit.pipeline import _display_path
-    from tracekit.report.envelope import _version
     from tracekit.ingest.trace import Trace, load
     trs = [x if isinstance(x, Trace) else load(x, run=run) for x in (base, new)]
     m = classify(match_ops(op_rows(trs[0]), op_rows(trs[1])), threshold, min_time_ps)
@@ -161,112 +160,6 @@ def compare(base, new, *, threshold: float = DEFAULT_THRESHOLD, min_time_ps: int
         ch = sn["median_ps"] / sb["median_ps"] - 1
         st = "regression" if ch >= threshold and delta >= min_time_ps else \
             "improvement" if ch <= -threshold and -delta >= min_time_ps else "unchanged"
-        step.update(_clean({"change": ch, "delta_median_ps": delta, "status": st}))
-    counts = {s: int((m["status"] == s).sum()) for s in STATUSES}
-    counts.update({f"matched_by_{k}": int((m["match"] == k).sum()) for k in ("name", "shape")})
-    rows = [{k: _clean(v) for k, v in r.items()} for r in m.to_dict("records")]
-    for r in rows:  # NaN on a missing side reads as null; keys of the other side's name only when they differ
-        if r["new_op"] is None or (r["new_module"] == r["module"] and r["new_op"] == r["op"]):
-            r.pop("new_module"), r.pop("new_op")
-    data = {
-        "schema": SCHEMA,
-        "tool": {"name": "tracekit", "version": _version()},
-        "inputs": {"base": [_display_path(p) for p in trs[0].paths], "new": [_display_path(p) for p in trs[1].paths]},
-        "params": _clean({"threshold": threshold, "min_time_ps": min_time_ps}),
-        "step_time": step,
-        "summary": counts,
-        "ops": rows,
-        "failed": counts["regression"] > 0 or step["status"] == "regression",
-        "units": {"*_ps": "picoseconds", "change": "fraction (new / base - 1)"},
-    }
-    return Diff(data)
-
-
-# ------------------------------------------------------------------------------------------------------ rendering
-FORMATS = ("text", "json", "markdown")
-
-
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        from tracekit.errors import TraceError
-        raise TraceError(f"`tracekit diff` cannot write {fmt}", hint="use text, json or markdown (.txt .json .md)")
-    return fmt
-
-
-def render(diff: Diff, fmt: str, *, top: int = 20, **_) -> str:
-    check_format(fmt)
-    if fmt == "json":
-        return diff.to_json()
-    if fmt == "text":
-        return render_text(diff, top=top)
-    from tracekit.report.render.markdown import render_diff
-    return render_diff(diff.data, top=top)
-
-
-def op_cells(r: dict) -> list[str]:
-    """Display cells for an op row: op, module, match, occurrences, base mean, new mean, change, delta total."""
-    name = r["op"] if "new_op" not in r else f"{r['op']} → {r['new_op']}"
-    occ = f"{_int(r.get('base_occurrences'))} → {_int(r.get('new_occurrences'))}"
-    return [name, r["module"], r["match"], occ, fmt_time(r.get("base_mean_ps")), fmt_time(r.get("new_mean_ps")),
-            _signed_pct(r.get("change")), _signed_time(r.get("impact_ps"))]
-
-
-OP_HEADERS = ["op", "module", "matched by", "n (base → new)", "mean base", "mean new", "change", "impact"]
-
-
-def _int(x) -> str:
-    return "—" if x is None else f"{int(x):,}"
-
-
-def _signed_pct(x) -> str:
-    return "—" if x is None else ("+" if x > 0 else "") + fmt_pct(x)  # fmt_pct writes the minus sign
-
-
-def _signed_time(x) -> str:
-    return "—" if x is None else ("+" if x > 0 else "-" if x < 0 else "") + fmt_time(abs(x))
-
-
-def headline(d: dict) -> list[str]:
-    """The lines every diff rendering starts with (plain text, no markup)."""
-    s, st, p = d["summary"], d["step_time"], d["params"]
-    out = [f"base: {', '.join(d['inputs']['base'])}", f"new:  {', '.join(d['inputs']['new'])}",
-           f"thresholds: change >= {fmt_pct(p['threshold'])} and >= {fmt_time(p['min_time_ps'])} per execution"]
-    if st["status"] == "unknown":
-        out.append("step time: unknown (no steps on " + ("either side" if not st["base"]["steps"] and
-                                                           not st["new"]["steps"] else "one side") + ")")
-    else:
-        out.append(f"step time (median): {fmt_time(st['base']['median_ps'])} → {fmt_time(st['new']['median_ps'])} "
-                   f"({_signed_pct(st['change'])}; mean {fmt_time(st['base']['mean_ps'])} → "
-                   f"{fmt_time(st['new']['mean_ps'])}): {st['status']}")
-    out.append(f"ops: {s['regression']} regressed, {s['improvement']} improved, {s['added']} added, "
-               f"{s['removed']} removed, {s['unchanged']} unchanged (matched {s['matched_by_name']} by name, "
-               f"{s['matched_by_shape']} by opcode and shape)")
-    return out
-
-
-def verdict(d: dict) -> str:
-    if not d["failed"]:
-        return "passed: no regression"
-    parts = [f"{d['summary']['regression']} op(s) regressed"] if d["summary"]["regression"] else []
-    parts += ["the step time regressed"] if d["step_time"]["status"] == "regression" else []
-    return "FAILED: " + " and ".join(parts)
-
-
-TITLES = {"regression": "Regressions", "added": "Added (only in NEW)", "removed": "Removed (only in BASE)",
-          "improvement": "Improvements"}
-
-
-def render_text(diff: Diff, *, top: int = 20) -> str:
-    from tracekit.report.render.text import _table
-    from tracekit.report.termsafe import safe_tree
-    d = safe_tree(diff.data)  # names from the traces, printed on a terminal
-    out = [f"tracekit {d['tool']['version']} diff", *headline(d)]
-    for status in STATUSES[:-1]:
-        rows = [r for r in d["ops"] if r["status"] == status]
-        if rows:
-            out += ["", f"{TITLES[status]}: {len(rows)}"]
-            out += _table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7})
-            if len(rows) > top:
-                out.append(f"… and {len(rows) - top} more")
-    out += ["", verdict(d)]
-    return "\n".join(out) + "\n"
+        step.update({"change": ch, "delta_median_ps": delta, "status": st})
+    return Comparison(ops=m, step_time=step, threshold=threshold, min_time_ps=min_time_ps,
+                      base_paths=tuple(trs[0].paths), new_paths=tuple(trs[1].paths))

@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ingest import buffers as buf
-from tracekit.ingest.hlo import HOST_MEMORY_SPACE
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
                    "temp_bytes", "constant_bytes", "thread_local_bytes", "footprint_bytes", "live_peak_bytes",
@@ -383,4 +382,4 @@ def rule_frames(mv: MemoryView, per_device: pd.DataFrame, devices: pd.DataFrame)
 
 
 __all__ = ["build", "MemoryView", "programs", "largest_buffers", "device_peaks", "offload", "allocator_summary",
-           "live_curve", "aliases", "HOST_MEMORY_SPACE"]
+           "live_curve", "aliases"]

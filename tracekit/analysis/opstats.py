@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import cat_from, group_index, unique_rows
+from tracekit.columns import cat_from, group_index, self_time, unique_rows
+from tracekit.schema import Bound, labels
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
 _ROOF_SUMS = ("flops", "bytes_accessed", "net_bytes", "compute_ps", "memory_ps", "network_ps", "roofline_ps")
@@ -28,7 +29,7 @@ def chip_f32_slower(device_kind: pd.Series) -> np.ndarray:
 def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     """Sync ops aggregated per (module, program_id, op) over every device: opcode, category, kernel, device_kind,
     dtype, occurrences, devices, total_ps, mean_ps, share (total_ps / ``profiled_ps``, the sum of the device
-    spans), busy_share (total_ps / total sync op time), the roofline columns summed over executions (flops,
+    spans), busy_share (total_ps / total sync op time; times are self times: a loop's nested body events count once), the roofline columns summed over executions (flops,
     bytes_accessed, net_bytes, compute_ps, memory_ps, network_ps, roofline_ps; headroom_ps sums max(0, headroom)),
     bound_by (argmax of the summed compute/memory/network times; host_link for host-offload copies), efficiency
     (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
@@ -54,9 +55,10 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
 
     def gsum(w=None):  # per kept group sum of ``w`` (count when None) over every row
         return np.bincount(gi, weights=w, minlength=ng_all)[keep]
-    dur = ops["duration_ps"].to_numpy(np.int64)
+    dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice
     out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
-    for c in ["opcode", "category", "kernel", "device_kind", "dtype", "cost_source", "unknown_reason", *DOT_DIMS]:
+    for c in ["opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "cost_source", "unknown_reason",
+              *DOT_DIMS]:
         out[c] = ops[c].array[first] if c in ops.columns else (-1 if c in DOT_DIMS else "")
     at_first = ops.iloc[first]
     flags = {"is_matmul": tl.is_matmul(at_first), "is_collective": tl.is_collective(at_first),
@@ -91,13 +93,14 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
     out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
     parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
-    bound = np.array(["compute", "memory", "network"], dtype=object)[parts.argmax(axis=1)] if len(out) else \
-        np.array([], dtype=object)
-    bound[out["is_host_transfer"].to_numpy(bool)] = "host_link"
-    bound[(out["roofline_ps"].isna() | (out["roofline_ps"] <= 0)).to_numpy()] = "unknown"
+    names = np.array(labels(Bound), dtype=object)
+    bound = names[parts.argmax(axis=1)] if len(out) else np.array([], dtype=object)  # compute, memory, network
+    bound[out["is_host_transfer"].to_numpy(bool)] = names[Bound.HOST_LINK]
+    bound[out["roofline_ps"].isna().to_numpy()] = names[Bound.UNKNOWN]  # 0: known, and nothing a perfect op would take
     out["bound_by"] = bound
     out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
-    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "bound_by", "cost_source", "unknown_reason"):
+    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "bound_by", "cost_source",
+              "unknown_reason"):
         out[c] = out[c].astype(str)
     return out.sort_values(["total_ps", "op"], ascending=[False, True], kind="stable", ignore_index=True)
 

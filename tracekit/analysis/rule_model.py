@@ -1,10 +1,19 @@
 """The rule model: what a rule file holds (:class:`Rule`, :class:`Param`, the fields in :data:`FIELDS`), the
-:class:`Finding` a rule yields, and loading/validating rule files. Running rules is :mod:`tracekit.analysis.rules`."""
+:class:`Finding` a rule yields, and loading/validating rule files. Running rules is :mod:`tracekit.analysis.rules`.
+
+Loading checks everything that can be checked without data: the fields, the parameters (kind and bounds), every
+expression against the grammar of :mod:`tracekit.analysis.rule_expr` and the columns the rule's frame declares
+(:data:`tracekit.schema.RULE_FRAMES`), the message/fix templates against the values a finding provides, and the
+shape of the cases. The rule format has a version (:data:`RULE_FORMAT`); a file without ``version:`` is format 1
+(expressions were pandas query/eval), read with the current grammar, and told how to update when refused.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,8 +21,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from tracekit import schema
 from tracekit.errors import TraceError
-from tracekit.analysis.rule_checks import CHECKS
+from tracekit.analysis.rule_checks import CHECKS, check_columns
+from tracekit.analysis.rule_expr import ExprError, compile_expr, grammar_summary
+from tracekit.units import parse_quantity
+
+#: The rule file format this tracekit reads and writes. 2: expressions in tracekit's own grammar, case names,
+#: parameter kinds, ``example``; 1 (no ``version:``): pandas query/eval expressions.
+RULE_FORMAT = 2
 
 SEVERITIES = ("info", "warning", "error")
 #: Frame a rule reads -> the column that is each row's own time (the cap on its savings).
@@ -22,18 +38,24 @@ TIME_COLUMN = {"ops": "duration_ps", "op_stats": "total_ps", "collectives": "spa
                "memory_devices": "span_ps", "memory_programs": "time_ps", "offload": "wait_ps",
                "overview": "step_total_ps"}
 FRAMES = tuple(TIME_COLUMN)
+#: parameter kind -> meaning (what ``--param RULE.PARAM=VALUE`` accepts)
+PARAM_KINDS = {"duration": "time in ps; accepts units: 10ms, 250us, 250µs, 2s, 100ns",
+               "fraction": "a share: 0.05 or 5%", "bytes": "bytes; accepts 64MiB, 1.5GB, 4KiB",
+               "count": "a whole number (1e3 is fine)", "number": "any number, e.g. 3.5 or 1.5e9",
+               "text": "text", "regex": "a regular expression", "bool": "true/false"}
 #: field -> (required, meaning)
 FIELDS = {
+    "version": (False, f"rule format version ({RULE_FORMAT}; a file without it is format 1)"),
     "id": (True, "stable code, e.g. TK001"),
     "name": (True, "kebab-case name of the anti-pattern"),
     "severity": (True, "info | warning | error"),
     "groups": (True, "list of groups the rule belongs to (select/ignore by group)"),
     "frame": (True, "frame it reads: " + " | ".join(FRAMES)),
     "summary": (True, "what it detects, one sentence"),
-    "params": (False, "name -> {default, min, max, doc}"),
+    "params": (False, "name -> {default, kind, min, max, doc}; kind: " + " | ".join(PARAM_KINDS)),
     "needs": (False, "other frames that must be present and non-empty"),
     "derive": (False, "name -> expression: columns added to the frame before `where`"),
-    "where": (False, "pandas query over the frame's columns selecting evidence rows (or `check`)"),
+    "where": (False, "expression over the frame's columns selecting evidence rows (or `check`)"),
     "check": (False, "name of a registered Python check returning evidence rows (or `where`)"),
     "savings": (True, "expression: estimated savings in ps per evidence row"),
     "time": (False, "column capping each row's savings (default: the frame's own duration column)"),
@@ -43,11 +65,35 @@ FIELDS = {
     "fix": (True, "what to do: str.format template"),
     "why": (True, "why it matters"),
     "references": (True, "list of links"),
-    "cases": (True, "pass: / fail: lists of {rows, frames, params, expect}"),
+    "cases": (True, "pass: / fail: lists of {name, note, rows, frames, params, expect}"),
+    "example": (False, "before: / after: what the trace or code looks like when the rule fires, and after the fix"),
 }
+CASE_FIELDS = ("name", "note", "rows", "frames", "params", "expect")
+EXPECT_FIELDS = ("evidence", "savings_ps")
+#: values every finding provides to ``message``/``fix``/``report_if`` (besides the parameters and aggregates)
+TEMPLATE_VALUES = {"count": "number of evidence rows", "savings_ps": "the finding's savings (ps)",
+                   "savings": "savings_ps as text with a unit", "share": "savings_ps / profiled time",
+                   "profiled_ps": "profiled device time (sum of device spans)",
+                   "devices": "devices with evidence", "hosts": "hosts with evidence",
+                   "top": "the evidence row with the largest savings: {top[column]}"}
+AGGREGATES = ("sum", "mean", "min", "max", "median")
 _ID = re.compile(r"^[A-Z]{2,}\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_DEFAULT_EVIDENCE = ["host", "device", "module", "op", "opcode", "kernel", "name", "step", "start_ps"]
+#: the evidence columns shown when a rule names none (those the frame has), then its time column
+DEFAULT_EVIDENCE = ["host", "device", "module", "op", "opcode", "kernel", "name", "step", "start_ps"]
+
+
+def infer_kind(name: str, default: Any) -> str:
+    """The kind of a parameter that does not declare one: from its default's type and its name's unit suffix."""
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, str):
+        return "text"
+    if name.endswith("_ps"):
+        return "duration"
+    if name.endswith("_bytes"):
+        return "bytes"
+    return "count" if isinstance(default, int) else "number"
 
 
 @dataclass(frozen=True)
@@ -56,20 +102,41 @@ class Param:
     min: float | None = None
     max: float | None = None
     doc: str = ""
+    kind: str = "number"
 
     def coerce(self, value: Any, where: str) -> Any:
-        """``value`` converted to the default's type and checked against min/max."""
+        """``value`` (a number, or text with a unit: ``10ms``, ``5%``, ``64MiB``) converted for the parameter's
+        kind and checked against min/max."""
+        kind = self.kind
         try:
-            if isinstance(self.default, bool):
+            if kind == "bool":
+                if not isinstance(value, bool) and str(value).lower() not in ("1", "0", "true", "false", "yes",
+                                                                             "no", "on", "off"):
+                    raise ValueError("expected true or false")
                 value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-            elif isinstance(self.default, int):
-                value = int(float(value))
-            elif isinstance(self.default, float):
-                value = float(value)
-            else:
+            elif kind in ("text", "regex"):
                 value = str(value)
-        except (TypeError, ValueError):
-            raise TraceError(f"bad value {value!r}", where, f"expected a {type(self.default).__name__}") from None
+                if kind == "regex":
+                    try:
+                        re.compile(value)
+                    except re.error as e:
+                        raise ValueError(f"not a valid regular expression ({e})") from None
+            else:
+                v = parse_quantity(value, kind)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ValueError("expected a finite number")
+                whole = kind in ("duration", "bytes", "count") or (kind == "number" and isinstance(self.default, int)
+                                                                   and not isinstance(self.default, bool))
+                if whole:
+                    if kind == "count" or kind == "number":
+                        if float(v) != round(float(v)):
+                            raise ValueError("expected a whole number")
+                    value = int(round(float(v)))
+                else:
+                    value = float(v)
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"bad value {value!r} for {where} (a {kind} parameter: {PARAM_KINDS.get(kind, kind)})",
+                             hint=str(e)) from None
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
             raise TraceError(f"value {value!r} out of range [{self.min}, {self.max}]", where)
         return value
@@ -98,6 +165,11 @@ class Rule:
     report_if: str | None = None
     evidence: tuple = ()
     path: str = ""
+    version: int = RULE_FORMAT
+    example: dict = field(default_factory=dict)  #: {"before": text, "after": text}
+    builtin: bool = False  #: one of tracekit's own rules (its cases run in tracekit's tests, not at load)
+    #: the checked expressions: "where", "savings", "report_if", "derive.NAME" -> rule_expr.Expr
+    exprs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def resolve(self, override: dict | None = None) -> dict:
         """Parameter values: defaults updated with ``override`` (validated)."""
@@ -126,6 +198,8 @@ class Finding:
     profiled_ps: float
     groups: tuple = ()
     why: str = ""
+    #: (host, device) -> (starts, ends): the device time the savings are laid on (tracekit.analysis.claims)
+    claims: dict = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """JSON-ready: plain Python values, NaN as None."""
@@ -145,10 +219,97 @@ def builtin_rules_dir() -> Path:
     return repo if repo.is_dir() and any(repo.glob("*.y*ml")) else package / "builtin_rules"
 
 
+def _refuse(doc: dict, path: str, what: str, hint: str | None = None):
+    """A TraceError naming the rule; for a format-1 file, how to update it."""
+    version = doc.get("version", 1)
+    if isinstance(version, int) and version < RULE_FORMAT:
+        hint = (hint + "; " if hint else "") + (
+            f"this file is rule format {version} ({'no `version:` field' if 'version' not in doc else 'old'}, "
+            f"written for pandas query/eval): rewrite it with the grammar above, then add `version: {RULE_FORMAT}` "
+            "(README: Writing a rule)")
+    raise TraceError(f"rule {doc.get('id')} ({doc.get('name')}): {what}", path, hint)
+
+
+def _expr(doc, path, label, text, names, params, names_are="column"):
+    try:
+        return compile_expr(text, names, params, names_are=names_are)
+    except ExprError as e:
+        _refuse(doc, path, f"`{label}` expression `{' '.join(str(text).split())}` is not allowed: {e}",
+                grammar_summary())
+
+
+_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_]*)(?:\[(?P<key>[A-Za-z][A-Za-z0-9_]*)\])?$")
+
+
+def value_names(columns, params) -> set:
+    """Names a finding's template and ``report_if`` can use: :data:`TEMPLATE_VALUES`, the parameters, and
+    ``<agg>_<column>`` / ``top_<column>`` for every evidence column (``t_`` in front: as a duration)."""
+    cols = set(columns) | {"savings_ps"}
+    return (set(TEMPLATE_VALUES) | set(params) | {f"{a}_{c}" for a in AGGREGATES for c in cols}
+            | {f"top_{c}" for c in cols})
+
+
+def _template(doc, path, label, text, names, columns):
+    """Every ``{field}`` of a str.format template is a known value, ``{top[column]}`` or ``t_<value>``; no
+    attribute access, no other indexing, no nested fields."""
+    try:
+        fields = [(f, spec) for _, f, spec, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError as e:
+        _refuse(doc, path, f"`{label}` is not a valid template ({e})", "write {name} or {name:.1f}; {{ for a brace")
+    for f, spec in fields:
+        m = _FIELD.match(f)
+        base = m and m.group("name")
+        ok = m and ((m.group("key") is None and (base in names or (base.startswith("t_") and base[2:] in names)))
+                    or (base == "top" and m.group("key") in columns))
+        if not ok or "{" in (spec or ""):
+            _refuse(doc, path, f"`{label}` uses {{{f}}}, which is not a value a finding provides",
+                    "use {count}, {savings}, {share}, a parameter, {sum_COLUMN} (sum mean min max median), "
+                    "{top[COLUMN]}, {t_VALUE} for a duration; no attribute access or nested fields "
+                    "(docs/rules.md#message-template-variables)")
+
+
+def _cases(doc, path, params) -> dict:
+    cases = doc["cases"] or {}
+    if not isinstance(cases, dict) or set(cases) - {"pass", "fail"}:
+        _refuse(doc, path, "cases may only have `pass` and `fail`")
+    out, seen = {}, set()
+    for kind in ("pass", "fail"):
+        out[kind] = []
+        for i, case in enumerate(cases.get(kind) or [], 1):
+            where = f"case {kind}[{i}]"
+            if not isinstance(case, dict):
+                _refuse(doc, path, f"{where} must be a mapping with rows")
+            extra = set(case) - set(CASE_FIELDS)
+            if extra:
+                _refuse(doc, path, f"{where} has unknown fields {sorted(extra)}", f"known: {', '.join(CASE_FIELDS)}")
+            name = str(case.get("name") or f"{kind}-{i}")
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in seen:
+                _refuse(doc, path, f"{where}: bad or duplicate case name {name!r}",
+                        "names are unique within a rule: letters, digits, - _ .")
+            seen.add(name)
+            if set(case.get("params") or {}) - set(params):
+                _refuse(doc, path, f"case {name!r} sets unknown parameters {sorted(set(case['params']) - set(params))}")
+            if set(case.get("expect") or {}) - set(EXPECT_FIELDS):
+                _refuse(doc, path, f"case {name!r} expects unknown fields", f"known: {', '.join(EXPECT_FIELDS)}")
+            if set(case.get("frames") or {}) - set(FRAMES):
+                _refuse(doc, path, f"case {name!r} gives unknown frames", f"frames: {', '.join(FRAMES)}")
+            rows = case.get("rows") or []
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                _refuse(doc, path, f"case {name!r}: rows must be a list of mappings column -> value")
+            out[kind].append({**case, "name": name})
+    return out
+
+
 def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
     """A :class:`Rule` from one parsed YAML document, validated; raises :class:`TraceError`."""
     if not isinstance(doc, dict):
         raise TraceError("a rule file must hold a mapping", path)
+    version = doc.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TraceError(f"bad version {version!r}", path, f"write version: {RULE_FORMAT}")
+    if version > RULE_FORMAT:
+        raise TraceError(f"rule format {version} is newer than this tracekit reads ({RULE_FORMAT})", path,
+                         "upgrade tracekit")
     unknown = set(doc) - set(FIELDS)
     missing = [k for k, (req, _) in FIELDS.items() if req and k not in doc]
     if unknown or missing:
@@ -161,32 +322,87 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
         raise TraceError("a rule needs exactly one of `where` and `check`", path)
     if "check" in doc and doc["check"] not in CHECKS:
         raise TraceError(f"unknown check {doc['check']!r}", path, f"registered: {', '.join(sorted(CHECKS))}")
+    if set(doc.get("needs") or ()) - set(FRAMES):
+        _refuse(doc, path, f"`needs` names unknown frames {sorted(set(doc['needs']) - set(FRAMES))}",
+                f"frames: {', '.join(FRAMES)}")
     params = {}
     for k, v in (doc.get("params") or {}).items():
         if not isinstance(v, dict) or "default" not in v:
             raise TraceError(f"parameter {k!r} needs a default", path)
-        params[k] = Param(v["default"], v.get("min"), v.get("max"), str(v.get("doc", "")).strip())
-        params[k].coerce(v["default"], f"{path}: {k}")
-    cases = doc["cases"] or {}
-    if set(cases) - {"pass", "fail"}:
-        raise TraceError("cases may only have `pass` and `fail`", path)
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(k)):
+            _refuse(doc, path, f"bad parameter name {k!r}", "snake_case, e.g. min_share")
+        kind = v.get("kind") or infer_kind(k, v["default"])
+        if kind not in PARAM_KINDS:
+            _refuse(doc, path, f"parameter {k!r} has unknown kind {kind!r}", f"kinds: {', '.join(PARAM_KINDS)}")
+        if set(v) - {"default", "kind", "min", "max", "doc"}:
+            _refuse(doc, path, f"parameter {k!r} has unknown fields {sorted(set(v) - {'default', 'kind', 'min', 'max', 'doc'})}")
+        p = Param(v["default"], v.get("min"), v.get("max"), str(v.get("doc", "")).strip(), kind)
+        params[k] = Param(p.coerce(v["default"], f"{path}: {k}"), p.min, p.max, p.doc, kind)
+    # expressions: checked against the columns the frame declares, in the order the engine runs them
+    columns = dict(schema.RULE_FRAMES[doc["frame"]])
+    exprs = {}
+    derive = dict(doc.get("derive") or {})
+    for name, text in derive.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(name)):
+            _refuse(doc, path, f"bad derive name {name!r}", "snake_case, e.g. pad_waste")
+        exprs[f"derive.{name}"] = _expr(doc, path, f"derive.{name}", text, columns, params)
+        columns[name] = ("float64", "derived")
+    if "where" in doc:
+        exprs["where"] = _expr(doc, path, "where", doc["where"], columns, params)
+    else:
+        columns = check_columns(doc["check"], columns)
+    exprs["savings"] = _expr(doc, path, "savings", doc["savings"], columns, params)
+    for c in [doc.get("time")] + list(doc.get("evidence") or []):
+        if c is not None and c not in columns and c != "savings_ps":
+            _refuse(doc, path, f"`time`/`evidence` names {c!r}, which is not a column of {doc['frame']!r} here",
+                    "docs/rules.md#frames lists the columns")
+    names = value_names(columns, params)
+    if doc.get("report_if") is not None:
+        exprs["report_if"] = _expr(doc, path, "report_if", doc["report_if"], names - {"top", "savings"}, params,
+                                   "value of the finding (count, share, sum_COLUMN, ...)")
+    for label in ("message", "fix"):
+        _template(doc, path, label, str(doc[label]), names, set(columns) | {"savings_ps"})
+    example = doc.get("example") or {}
+    if not isinstance(example, dict) or set(example) - {"before", "after"}:
+        _refuse(doc, path, "`example` may only have `before` and `after`")
     return Rule(
         id=doc["id"], name=doc["name"], severity=doc["severity"], groups=tuple(doc["groups"]), frame=doc["frame"],
         summary=str(doc["summary"]).strip(), savings=str(doc["savings"]), message=str(doc["message"]).strip(),
         fix=str(doc["fix"]).strip(), why=str(doc["why"]).strip(), references=tuple(doc["references"] or ()),
-        cases={k: list(v or []) for k, v in cases.items()}, params=params, needs=tuple(doc.get("needs") or ()),
-        derive=dict(doc.get("derive") or {}), where=doc.get("where"), check=doc.get("check"), time=doc.get("time"),
-        report_if=doc.get("report_if"), evidence=tuple(doc.get("evidence") or ()), path=path)
+        cases=_cases(doc, path, params), params=params, needs=tuple(doc.get("needs") or ()),
+        derive=derive, where=doc.get("where"), check=doc.get("check"), time=doc.get("time"),
+        report_if=doc.get("report_if"), evidence=tuple(doc.get("evidence") or ()), path=path, version=version,
+        example={k: str(v).rstrip() for k, v in example.items()}, exprs=exprs)
 
 
-def _matches(rule: Rule, sel: str) -> bool:
-    return sel in (rule.id, rule.name) or sel in rule.groups or (sel.isupper() and rule.id.startswith(sel))
+def matches(rule: Rule, sel: str) -> bool:
+    """Whether a --select/--ignore entry names ``rule``: its id or name or a group (any case), or an id prefix
+    (``TK0``, ``tk0``; letters alone only in capitals: ``TK``)."""
+    s = str(sel).casefold()
+    if s in (rule.id.casefold(), rule.name.casefold()) or s in (g.casefold() for g in rule.groups):
+        return True
+    return (str(sel).isupper() or bool(re.fullmatch(r"[a-z]+\d+", s))) and rule.id.casefold().startswith(s)
+
+
+def find_rule(rules: list, key: str) -> Rule | None:
+    """The rule whose id or name is ``key``, in any case."""
+    k = str(key).casefold()
+    return next((r for r in rules if k in (r.id.casefold(), r.name.casefold())), None)
+
+
+def params_for(rule: Rule, overrides: dict | None) -> dict:
+    """The parameter overrides for ``rule`` from {rule id or name (any case): {param: value}}; the id's win."""
+    out: dict = {}
+    for key in sorted(overrides or {}, key=lambda k: str(k).casefold() == rule.id.casefold()):
+        if str(key).casefold() in (rule.id.casefold(), rule.name.casefold()):
+            out.update(overrides[key])
+    return out
 
 
 def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
     """Built-in rules plus every ``*.yaml``/``*.yml`` in ``extra_dirs``, sorted by id. ``select`` keeps rules
-    matching any entry, ``ignore`` drops them; an entry is a rule id, an id prefix in capitals (``TK0``), a name,
-    or a group. Duplicate ids or names raise :class:`TraceError`."""
+    matching any entry, ``ignore`` drops them (see :func:`matches`; ids in any case). Duplicate ids or names
+    raise :class:`TraceError`. The rules' cases are not run here (see :mod:`tracekit.analysis.rule_cases`)."""
     rules, seen = [], {}
     for d in (builtin_rules_dir(), *map(Path, extra_dirs)):
         if not d.is_dir():
@@ -197,7 +413,9 @@ def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
             except yaml.YAMLError as e:
                 raise TraceError(f"not valid YAML ({str(e).splitlines()[0]})", str(p)) from None
             r = parse_rule(doc, str(p))
-            for key in (r.id, r.name):
+            if d == builtin_rules_dir():
+                r = dataclasses.replace(r, builtin=True)
+            for key in (r.id.casefold(), r.name):
                 if key in seen:
                     raise TraceError(f"duplicate rule {key!r} (also in {seen[key]})", str(p))
                 seen[key] = str(p)
@@ -205,15 +423,15 @@ def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
     for option, entries in (("--select", select), ("--ignore", ignore)):
         _check_selection(rules, option, entries)
     if select:
-        rules = [r for r in rules if any(_matches(r, s) for s in select)]
-    return sorted([r for r in rules if not any(_matches(r, s) for s in ignore)], key=lambda r: r.id)
+        rules = [r for r in rules if any(matches(r, s) for s in select)]
+    return sorted([r for r in rules if not any(matches(r, s) for s in ignore)], key=lambda r: r.id)
 
 
 def _check_selection(rules: list[Rule], option: str, entries) -> None:
     """An entry of --select/--ignore that matches no rule is a typo: running no rules (or all of them) and
     reporting "gate passed" would hide it."""
     for sel in entries:
-        if not any(_matches(r, sel) for r in rules):
+        if not any(matches(r, sel) for r in rules):
             ids = ", ".join(sorted(r.id for r in rules))
             raise TraceError(f"{option} {sel!r} matches no rule", hint=f"known rule ids: {ids} (names, groups and "
                              "id prefixes such as TK0 work too; `tracekit rules` lists them)")

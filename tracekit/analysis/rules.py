@@ -1,10 +1,10 @@
 """Rules as data: load rule files, run them over the analysis frames, return findings sorted by savings.
 
 A rule is one YAML file (``rules/TK001-unoverlapped-collective.yaml``). It names the frame it reads and selects
-*evidence rows* from it, either with one vectorized pandas expression (``where``, run by ``DataFrame.query`` with
-the rule's parameters available as ``@name``) or with a registered Python check (``check``, see
-:mod:`tracekit.analysis.rule_checks`). ``savings`` is an expression giving the estimated time saved per evidence row, in
-ps. The fields are listed in :data:`FIELDS`; ``docs/rules.md`` is generated from the files by
+*evidence rows* from it, either with one vectorized expression (``where``, in the safe grammar of
+:mod:`tracekit.analysis.rule_expr`, with the rule's parameters available as ``@name``) or with a registered Python
+check (``check``, see :mod:`tracekit.analysis.rule_checks`). ``savings`` is an expression giving the estimated time
+saved per evidence row, in ps. The fields are listed in :data:`FIELDS`; ``docs/rules.md`` is generated from the files by
 :mod:`tracekit.report.rulesdoc`.
 
 Savings, and how overlapping claims are handled
@@ -30,21 +30,13 @@ import pandas as pd
 
 from tracekit.columns import unique_rows
 from tracekit.errors import TraceError
-from tracekit.analysis.rule_checks import CHECKS, HOST_EVENTS, frames_for_rules  # noqa: F401  (re-exported)
-from tracekit.analysis.rule_model import (FIELDS, FRAMES, SEVERITIES, TIME_COLUMN, Finding, Param, Rule,  # noqa: F401
-                                 _DEFAULT_EVIDENCE, builtin_rules_dir, load_rules, parse_rule)
+from tracekit.units import fmt_time
+from tracekit.analysis.rule_checks import CHECKS
+from tracekit.analysis.claims import claim_intervals
+from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding, Rule, params_for
+from tracekit.analysis.rule_expr import ExprError
 
 # ------------------------------------------------------------------------------------------------------- running
-def fmt_ps(ps: float) -> str:
-    """A duration in ps as text with a unit: ``1.50 ms``."""
-    if ps is None or (isinstance(ps, float) and math.isnan(ps)):
-        return "?"
-    for unit, scale in (("s", 1e12), ("ms", 1e9), ("us", 1e6), ("ns", 1e3)):
-        if abs(ps) >= scale:
-            return f"{ps / scale:.3g} {unit}"
-    return f"{ps:.0f} ps"
-
-
 class _Values(dict):
     """Template values: fixed keys, ``sum_/mean_/min_/max_/median_<column>`` of the evidence, ``top_<column>`` of
     the evidence row with the largest savings, and ``t_`` in front of any of those for the value formatted as a
@@ -56,7 +48,7 @@ class _Values(dict):
 
     def __missing__(self, key: str):
         if key.startswith("t_"):
-            return fmt_ps(self[key[2:]])
+            return fmt_time(self[key[2:]])
         if key.startswith("top_") and key[4:] in self["top"]:
             return self["top"][key[4:]]
         agg, _, col = key.partition("_")
@@ -98,20 +90,31 @@ def top_rows(savings: np.ndarray, k: int) -> np.ndarray:
 def _evidence(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """:func:`evaluate` before the sort: the evidence rows in frame order."""
     df = _narrow(rule, frames[rule.frame])
-    for name, expr in rule.derive.items():
-        df = df.assign(**{name: df.eval(expr, local_dict=params, engine="python")})
+    for name in rule.derive:
+        df = df.assign(**{name: rule.exprs[f"derive.{name}"].evaluate(df, params)})
     if rule.check:
         ev = CHECKS[rule.check]({**frames, rule.frame: df}, params)
     else:
-        ev = df.query(rule.where, local_dict=params, engine="python")
+        ev = df.loc[_mask(rule.exprs["where"].evaluate(df, params), df)]
     ev = ev.reset_index(drop=True)
     if ev.empty:
         return ev.assign(savings_ps=pd.Series(dtype="float64"))
-    sav = ev.eval(rule.savings, local_dict=params, engine="python")
+    sav = rule.exprs["savings"].evaluate(ev, params)
     sav = np.broadcast_to(np.asarray(sav, dtype="float64"), (len(ev),))
     cap = ev[rule.time or TIME_COLUMN[rule.frame]].to_numpy("float64")
     ev["savings_ps"] = np.nan_to_num(np.clip(sav, 0, np.nan_to_num(cap, nan=0.0)), nan=0.0)
     return ev
+
+
+def _mask(value, df: pd.DataFrame):
+    """``where``'s value as a row selection: a boolean per row (missing counts as false) or one boolean."""
+    if isinstance(value, (bool, np.bool_)):
+        return np.full(len(df), bool(value))
+    if isinstance(value, pd.Series) and value.dtype == "boolean":
+        return value.fillna(False).astype(bool)
+    if isinstance(value, pd.Series) and value.dtype == bool:
+        return value
+    raise ExprError(f"`where` must be true or false per row, got {getattr(value, 'dtype', type(value).__name__)}")
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -126,6 +129,7 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
     texts = [rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values()]
     names = {_AGG_PREFIX.sub("", w) for t in texts if t for w in _IDENT.findall(str(t))}
     names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
+    names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit
     cols = [c for c in df.columns if c in names]
     return df[cols] if len(cols) < len(df.columns) else df
 
@@ -149,26 +153,20 @@ def _per_device(ev: pd.DataFrame) -> pd.Series:
 
 
 def _report(rule: Rule, values: _Values, params: dict) -> bool:
-    """Evaluate ``report_if`` on a one-row frame of the aggregates the expression names."""
-    names = {}
-    bare = re.sub(r"'[^']*'|\"[^\"]*\"", "", rule.report_if)
-    for n in set(re.findall(r"(?<![@\w.])([A-Za-z_]\w*)", bare)) - {"and", "or", "not", "in", "True", "False"}:
-        try:
-            names[n] = [values[n]]
-        except KeyError:
-            raise TraceError(f"report_if names unknown value {n!r}", rule.path) from None
-    ok = pd.DataFrame(names, index=[0]).eval(rule.report_if, local_dict=params, engine="python")
+    """Evaluate ``report_if`` over the finding's aggregates."""
+    ok = rule.exprs["report_if"].evaluate(values, params)
     return bool(np.asarray(ok).ravel()[0])
 
 
 def run_rules(frames: dict, rules: list, params_override: dict | None = None, *, max_evidence: int = 10) -> list:
-    """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`frames_for_rules` builds). ``params_override``
+    """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`tracekit.analysis.rule_checks.frames_for_rules` builds). ``params_override``
     maps a rule id or name to {param: value}. Rules whose frames are missing or empty are skipped (see
     :func:`applicable`). Returns findings sorted by savings, largest first."""
     params_override = dict(params_override or {})
-    known = {k for r in rules for k in (r.id, r.name)}
-    if set(params_override) - known:
-        raise TraceError(f"parameters given for unknown rule {sorted(set(params_override) - known)[0]!r}")
+    known = {k.casefold() for r in rules for k in (r.id, r.name)}
+    unknown = sorted(k for k in params_override if str(k).casefold() not in known)
+    if unknown:
+        raise TraceError(f"parameters given for unknown rule {unknown[0]!r}")
     devs = frames.get("devices")
     if devs is not None and len(devs) and "span_ps" in devs.columns:
         span = dict(zip(zip(devs["host"].astype(str), devs["device"].astype(str)), devs["span_ps"].astype(float)))
@@ -176,21 +174,20 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
     else:
         span, profiled = {}, math.inf
     pending = []
-    todo = [(rule, rule.resolve({**params_override.get(rule.name, {}), **params_override.get(rule.id, {})}))
-            for rule in rules]
+    todo = [(rule, rule.resolve(params_for(rule, params_override))) for rule in rules]
     todo = [(rule, params) for rule, params in todo if not applicable(rule, frames)]
 
     def run_one(item):
         rule, params = item
         try:
             return _evidence(rule, frames, params), None
-        except (KeyError, NameError, AttributeError, TypeError, ValueError, SyntaxError) as e:
+        except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError) as e:  # ExprError is a ValueError
             return None, e
     # the rules are independent pure functions of the frames: NumPy's row selections and sorts release the GIL,
     # so a second core helps (TRACEKIT_THREADS=1: one after the other); results are taken in rule order
     from concurrent.futures import ThreadPoolExecutor
 
-    from tracekit.ingest.wire import default_threads
+    from tracekit.threads import default_threads
     with ThreadPoolExecutor(max_workers=max(1, min(2, default_threads()))) as pool:
         results = list(pool.map(run_one, todo))
     for (rule, params), (ev, err) in zip(todo, results):
@@ -205,13 +202,13 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         share = savings / profiled if 0 < profiled < math.inf else math.nan
         # the evidence shown: the rows with the largest savings (the rest only feed counts and aggregates)
         top = ev.take(top_rows(ev["savings_ps"].to_numpy(), max(max_evidence, 1))).reset_index(drop=True)
-        values = _Values(ev, {**params, "count": len(ev), "savings_ps": savings, "savings": fmt_ps(savings),
+        values = _Values(ev, {**params, "count": len(ev), "savings_ps": savings, "savings": fmt_time(savings),
                               "share": share, "profiled_ps": profiled, "top": top.iloc[0].to_dict(),
                               "devices": len(per_dev) if {"host", "device"} <= set(ev.columns) else 0,
                               "hosts": ev["host"].nunique() if "host" in ev.columns else 0})
         if rule.report_if and not _report(rule, values, params):
             continue
-        cols = [c for c in (rule.evidence or _DEFAULT_EVIDENCE + [rule.time or TIME_COLUMN[rule.frame]])
+        cols = [c for c in (rule.evidence or DEFAULT_EVIDENCE + [rule.time or TIME_COLUMN[rule.frame]])
                 if c in ev.columns and c != "savings_ps"]
         try:
             message, fix = rule.message.format_map(values), rule.fix.format_map(values)
@@ -219,7 +216,8 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
             raise TraceError(f"bad message or fix template ({e!r})", rule.path) from None
         pending.append((Finding(rule.id, rule.name, rule.severity, message, fix, params,
                                 top[cols + ["savings_ps"]].head(max_evidence), len(ev), int(round(savings)), 0,
-                                share, profiled, rule.groups, rule.why), per_dev))
+                                share, profiled, rule.groups, rule.why,
+                                claims=claim_intervals(rule.frame, ev, frames)), per_dev))
     pending.sort(key=lambda fp: (-fp[0].savings_ps, SEVERITIES.index(fp[0].severity) * -1, fp[0].rule_id))
     used, total_used = {}, 0.0
     for f, per_dev in pending:  # greedy: larger findings claim device time first

@@ -26,8 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import concat_frames
-from tracekit.analysis.intervals import (KEYS, _busy, _cut_points, _ends, _groups, _sync, _view,  # noqa: F401
-                                covered, merge)
+from tracekit.analysis.intervals import KEYS, covered, cut_points, device_index, merge, rows_view, sync_rows
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -39,7 +38,7 @@ DATA_SHUFFLE = frozenset({"copy", "transpose", "gather", "scatter", "pad", "conc
 _SUFFIX = r"-(start|done|update)$"
 
 
-def _cat_mask(s: pd.Series, fn) -> np.ndarray:
+def cat_mask(s: pd.Series, fn) -> np.ndarray:
     """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows."""
     c = s.astype("category") if s.dtype != "category" else s
     cats = pd.Series(c.cat.categories.astype(str))
@@ -65,23 +64,23 @@ def _has(pattern: str) -> callable:
 
 def is_collective(ops: pd.DataFrame) -> np.ndarray:
     """Rows that are collectives: opcode/category in :data:`COLLECTIVES` or an NCCL/RCCL kernel."""
-    return (_cat_mask(_col(ops, "opcode"), _base_in(COLLECTIVES)) | _cat_mask(_col(ops, "category"), _base_in(
-        COLLECTIVES)) | _cat_mask(_col(ops, "kernel"), _has("nccl|rccl")))
+    return (cat_mask(_col(ops, "opcode"), _base_in(COLLECTIVES)) | cat_mask(_col(ops, "category"), _base_in(
+        COLLECTIVES)) | cat_mask(_col(ops, "kernel"), _has("nccl|rccl")))
 
 
 def is_matmul(ops: pd.DataFrame) -> np.ndarray:
     """dot/convolution ops, fusions the trace categorizes as convolution/dot/matmul, GPU GEMM kernels (cuBLAS/
     CUTLASS names, hipBLASLt/Tensile ``Cijk_*``), and custom calls priced by a GEMM or convolution model
     (``cost_source`` ``model:gemm*``, ``model:grouped_gemm``, ``model:cudnn_conv``)."""
-    return (_cat_mask(_col(ops, "opcode"), _base_in({"dot", "convolution"}))
-            | _cat_mask(_col(ops, "category"), _has(r"convolution|\bdot\b|matmul"))
-            | _cat_mask(_col(ops, "kernel"), _has(r"gemm|matmul|cutlass|xmma|wgmma|^Cijk_"))
-            | _cat_mask(_col(ops, "cost_source"), _has(r"^model:(?:gemm|grouped_gemm|cudnn_conv)")))
+    return (cat_mask(_col(ops, "opcode"), _base_in({"dot", "convolution"}))
+            | cat_mask(_col(ops, "category"), _has(r"convolution|\bdot\b|matmul"))
+            | cat_mask(_col(ops, "kernel"), _has(r"gemm|matmul|cutlass|xmma|wgmma|^Cijk_"))
+            | cat_mask(_col(ops, "cost_source"), _has(r"^model:(?:gemm|grouped_gemm|cudnn_conv)")))
 
 
 def is_data_shuffle(ops: pd.DataFrame) -> np.ndarray:
     """Opcodes in :data:`DATA_SHUFFLE` or the trace's category 'data formatting'."""
-    return _cat_mask(_col(ops, "opcode"), _base_in(DATA_SHUFFLE, strip=False)) | _cat_mask(
+    return cat_mask(_col(ops, "opcode"), _base_in(DATA_SHUFFLE, strip=False)) | cat_mask(
         _col(ops, "category"), _has("data formatting"))
 
 
@@ -90,8 +89,8 @@ def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
     kernels whose name says host-to-device / device-to-host, and rows an ``is_host_transfer`` column of the ops
     frame already marks (e.g. a copy-start to host memory space, which only the HLO shows)."""
     names = _has(r"htod|dtoh|host.?to.?device|device.?to.?host|memcpy.?h2d|memcpy.?d2h")
-    hit = (_cat_mask(_col(ops, "opcode"), _base_in({"infeed", "outfeed", "send", "recv"}))
-           | _cat_mask(_col(ops, "kernel"), names) | _cat_mask(_col(ops, "op"), names))
+    hit = (cat_mask(_col(ops, "opcode"), _base_in({"infeed", "outfeed", "send", "recv"}))
+           | cat_mask(_col(ops, "kernel"), names) | cat_mask(_col(ops, "op"), names))
     if "is_host_transfer" in ops.columns:
         hit |= ops["is_host_transfer"].fillna(False).to_numpy(bool)
     return hit
@@ -100,12 +99,12 @@ def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
 def is_async_marker(ops: pd.DataFrame) -> np.ndarray:
     """Sync ``*-start``/``*-done`` ops: they launch or wait for an async op; a ``-done`` that lasts is the device
     stalled on it, so neither counts as compute that could hide other work."""
-    return _sync(ops) & _cat_mask(_col(ops, "opcode"), lambda s: s.str.contains(r"-(?:start|done)$", regex=True))
+    return sync_rows(ops) & cat_mask(_col(ops, "opcode"), lambda s: s.str.contains(r"-(?:start|done)$", regex=True))
 
 
 def compute_mask(ops: pd.DataFrame) -> np.ndarray:
     """Sync ops that do work: not collectives, not async start/done markers."""
-    return _sync(ops) & ~is_collective(ops) & ~is_async_marker(ops)
+    return sync_rows(ops) & ~is_collective(ops) & ~is_async_marker(ops)
 
 
 def _frame(rows: list, cols: dict) -> pd.DataFrame:
@@ -117,26 +116,33 @@ def _frame(rows: list, cols: dict) -> pd.DataFrame:
 _BUSY = {"host": object, "device": object, "start_ps": "int64", "end_ps": "int64", "duration_ps": "int64"}
 
 
-def busy_intervals(ops: pd.DataFrame) -> pd.DataFrame:
+def busy_intervals(ops) -> pd.DataFrame:
     """Merged busy intervals per device: the union of sync op intervals (async windows excluded).
-    Columns: host, device, start_ps, end_ps, duration_ps; sorted by device then start."""
+    Columns: host, device, start_ps, end_ps, duration_ps; sorted by device then start. ``ops``: the ops frame or
+    its :class:`~tracekit.analysis.intervals.DeviceIndex` (as every function here that reads a frame by device)."""
     parts = []
-    for (h, d), (ms, me) in _busy(ops).items():
+    for (h, d), (ms, me) in device_index(ops).busy().items():
         if not ms.size:
             continue
         parts.append(pd.DataFrame({"host": h, "device": d, "start_ps": ms, "end_ps": me, "duration_ps": me - ms}))
     return _frame(parts, _BUSY)
 
 
-def windows(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict:
+def windows(ops, steps=None) -> dict:
     """(host, device) -> (window_start_ps, window_end_ps) for every device with ops or steps (module docstring)."""
     spans: dict = {}
-    for df in (ops, steps):
-        if df is None or df.empty:
+    ix = device_index(ops)
+    ops = ix.df
+    for x in (ix, steps):
+        if x is None:
             continue
-        st, en = df["start_ps"].to_numpy(np.int64), _ends(df)
-        for key, idx in _groups(df).items():
-            lo, hi = int(_view(st, idx).min()), int(_view(en, idx).max())
+        x = device_index(x)
+        df = x.df
+        if df.empty:
+            continue
+        st, en = df["start_ps"].to_numpy(np.int64), x.ends()
+        for key, idx in x.groups().items():
+            lo, hi = int(rows_view(st, idx).min()), int(rows_view(en, idx).max())
             old = spans.get(key, (lo, hi))
             spans[key] = (min(lo, old[0]), max(hi, old[1]))
     if len(ops):
@@ -152,16 +158,18 @@ _SUMMARY = {"host": object, "device": object, "device_kind": object, "window_sta
             "async_count": "int64", "utilization": "float64"}
 
 
-def device_summary(ops: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def device_summary(ops, steps=None) -> pd.DataFrame:
     """Per device: device_kind, window_start_ps, span_ps, busy_ps, idle_ps (= span − busy),
     idle_before_first_op_ps (window start to the first sync op; the whole span when there is none),
     op_count (sync ops), async_count (async windows), utilization (busy / span)."""
-    sync = _sync(ops)
+    ix = device_index(ops)
+    ops = ix.df
+    sync = sync_rows(ops)
     kinds = ops["device_kind"].array if "device_kind" in ops.columns else np.full(len(ops), "")
-    groups, merged = _groups(ops), _busy(ops)
+    groups, merged = ix.groups(), ix.busy()
     rows = []
     none = np.array([], np.int64)
-    for (h, d), (ws, we) in windows(ops, steps).items():
+    for (h, d), (ws, we) in windows(ix, steps).items():
         idx = groups.get((h, d), none)
         si = idx[sync[idx]]
         ms, me = merged.get((h, d), (none, none))
@@ -176,20 +184,23 @@ _GAPS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "
          "step": "int64"}
 
 
-def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int = 0) -> pd.DataFrame:
+def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:
     """Idle gaps per device: the window minus busy, cut at every step start and end so that each gap lies
     wholly inside one step or wholly outside all steps. ``kind`` is ``before_first_op`` (ends at or before the
     device's first sync op, or the device has none), else ``inside_step``, else ``between_steps`` (or
     ``between_ops`` on a device without steps). ``step`` is the step containing the gap, -1 outside steps. Gaps
     shorter than ``min_gap_ps`` (and empty ones) are dropped."""
-    busy = _busy(ops)
+    ix = device_index(ops)
+    busy = ix.busy()
     if steps is None:
         steps = pd.DataFrame({"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []})
-    sg = _groups(steps)
-    ss, se, sn = steps["start_ps"].to_numpy(np.int64), _ends(steps), steps["step"].to_numpy(np.int64)
+    sx = device_index(steps)
+    steps = sx.df
+    sg = sx.groups()
+    ss, se, sn = steps["start_ps"].to_numpy(np.int64), sx.ends(), steps["step"].to_numpy(np.int64)
     none = np.array([], np.int64)
     parts = []
-    for (h, d), (ws, we) in windows(ops, steps).items():
+    for (h, d), (ws, we) in windows(ix, sx).items():
         ms, me = busy.get((h, d), (none, none))
         a, b = np.r_[ws, me], np.r_[ms, we]  # complement of busy inside the window
         keep = b > a
@@ -197,7 +208,7 @@ def gaps(ops: pd.DataFrame, steps: pd.DataFrame | None = None, min_gap_ps: int =
         si = sg.get((h, d), none)
         o = np.argsort(ss[si], kind="stable")
         s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
-        bnd = _cut_points(s0, s1)
+        bnd = cut_points(s0, s1)
         lo, hi = np.searchsorted(bnd, a, "right"), np.searchsorted(bnd, b, "left")
         n = hi - lo + 1  # pieces per gap
         gi = np.repeat(np.arange(a.size), n)
@@ -235,7 +246,7 @@ _BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
 HOST_LAUNCHED = frozenset({"cpu_thunk", "gpu_kernel", "gpu_memcpy", "gpu_runtime"})
 
 
-def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame | None = None) -> pd.DataFrame:
+def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (host, device, step), with C = union of compute (sync non-collective) ops, K = union of collectives
     (sync collectives and async collective windows), both clipped to the step ``[start, start + step_ps)``:
 
@@ -259,18 +270,20 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame
     ``launch_idle_ps`` inside a program on devices whose ops the host launches one by one (:data:`HOST_LAUNCHED`),
     ``other_idle_ps`` inside a program elsewhere (TPU) or when the device's program runs are unknown. With a
     ``collective_level`` column, ``collective_exposed_<level>_ps`` splits the exposed time by level (sorted)."""
+    ix, sx = device_index(ops), device_index(steps)
+    ops, steps = ix.df, sx.df
     coll = is_collective(ops)
-    sync = _sync(ops)
+    sync = sync_rows(ops)
     marker = is_async_marker(ops)
     bound = _col(ops, "bound_by").astype(str).to_numpy() if "bound_by" in ops.columns else np.full(len(ops), "")
     hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
         np.zeros(len(ops), bool)
     level = _col(ops, "collective_level").astype(str).to_numpy() if "collective_level" in ops.columns else None
-    launched = _cat_mask(_col(ops, "source"), lambda s: s.isin(HOST_LAUNCHED))
-    og, mg = _groups(ops), _groups(modules) if modules is not None and len(modules) else {}
-    st, en = ops["start_ps"].to_numpy(np.int64), _ends(ops)
+    launched = cat_mask(_col(ops, "source"), lambda s: s.isin(HOST_LAUNCHED))
+    og, mg = ix.groups(), device_index(modules).groups() if modules is not None and len(modules) else {}
+    st, en = ops["start_ps"].to_numpy(np.int64), ix.ends()
     parts = []
-    for (h, d), si in _groups(steps).items():
+    for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
         km = coll[oi]
         wm = sync[oi] & ~km & marker[oi]
@@ -310,7 +323,9 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame, modules: pd.DataFrame
         parts.append(pd.DataFrame(row))
     cols = dict(_BREAKDOWN)
     if parts:
-        cols.update({c: "int64" for p in parts for c in p.columns if c.startswith("collective_exposed_")})
+        # per-level columns: a device without a level's collectives lacks its column (NaN after the concat): typed after
+        cols.update({c: object for p in parts for c in p.columns if c.startswith("collective_exposed_")
+                     and c != "collective_exposed_ps"})
     return _frame(parts, cols).fillna({c: 0 for c in cols if c.startswith("collective_exposed_")}).astype(
         {c: "int64" for c in cols if c.startswith("collective_exposed_")}).sort_values(
         ["host", "device", "start_ps"], ignore_index=True)
@@ -325,12 +340,13 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
                  min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
 
 
-def collective_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+def collective_overlap(ops, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
     """One row per collective (sync op, async window, or NCCL/RCCL kernel): span_ps, covered_ps (its
     intersection with the union of compute ops on the same device), exposed_ps = span − covered,
     overlap_ratio = covered / span (1.0 for an empty span), overlap_class: ``hidden`` when ratio ≥ ``hidden``,
     ``exposed`` when ratio ≤ ``exposed``, else ``partial``; network_ps and net_bytes as the ops frame gives them
     (NaN when absent). Same definition as xprof's async overlap, applied to sync collectives too."""
+    ops = device_index(ops).df
     return _overlap(ops, is_collective(ops) & ~is_async_marker(ops), compute_mask(ops), hidden, exposed)
 
 
@@ -339,17 +355,18 @@ def async_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) 
     synchronous ops on its device that do work (:func:`compute_mask`, plus sync collectives). Columns as
     :func:`collective_overlap`."""
     win = ops["is_async"].to_numpy(bool)
-    return _overlap(ops, win, _sync(ops) & ~is_async_marker(ops), hidden, exposed)
+    return _overlap(ops, win, sync_rows(ops) & ~is_async_marker(ops), hidden, exposed)
 
 
 def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: float) -> pd.DataFrame:
     cops = ops[rows]
     comp = ops[cover]
-    cst, cen = comp["start_ps"].to_numpy(np.int64), _ends(comp)
-    cg = _groups(comp)
-    a, b = cops["start_ps"].to_numpy(np.int64), _ends(cops)
+    cx, kx = device_index(comp), device_index(cops)
+    cst, cen = comp["start_ps"].to_numpy(np.int64), cx.ends()
+    cg = cx.groups()
+    a, b = cops["start_ps"].to_numpy(np.int64), kx.ends()
     cov = np.zeros(a.size, np.int64)
-    for key, idx in _groups(cops).items():
+    for key, idx in kx.groups().items():
         ci = cg.get(key)
         if ci is not None:
             cov[idx] = covered(*merge(cst[ci], cen[ci]), a[idx], b[idx])
@@ -360,8 +377,11 @@ def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: f
     out = cops[cols].reset_index(drop=True)
     out["span_ps"], out["covered_ps"], out["exposed_ps"], out["overlap_ratio"] = span, cov, span - cov, ratio
     out["overlap_class"] = np.where(ratio >= hidden, "hidden", np.where(ratio <= exposed, "exposed", "partial"))
-    for c in ("network_ps", "net_bytes", "group_size"):
-        out[c] = cops[c].to_numpy() if c in cops.columns else (np.nan if c != "group_size" else -1)
+    for c in ("network_ps", "net_bytes", "group_size", "net_fast_ps", "loop_trip_count"):
+        out[c] = cops[c].to_numpy() if c in cops.columns else (-1 if c in ("group_size", "loop_trip_count") else np.nan)
+    for c in ("net_level", "coll_pattern"):  # the collective model's bounding level and HLO pattern, as text
+        vals = cops[c].astype(str).to_numpy() if c in cops.columns else np.full(len(cops), "", object)
+        out[c] = np.where(vals == "", "not priced", vals) if c == "net_level" else vals
     return out
 
 

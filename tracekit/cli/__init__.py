@@ -1,5 +1,5 @@
-"""The ``tracekit`` command line: ``commands`` (analyze, info, ops, diff, capture) and ``reference`` (chips,
-calibrate, rules)."""
-from tracekit.cli.commands import main
+"""The ``tracekit`` command line: ``app`` (the ``tracekit`` group), ``commands`` (info, ops, analyze, capture,
+diff), ``reference`` (chips, calibrate, rules) and ``options`` (the error guard and the shared options)."""
+from tracekit.cli.app import main
 
 __all__ = ["main"]

@@ -1,3 +1,3 @@
-from tracekit.cli.commands import main
+from tracekit.cli.app import main
 
 main()

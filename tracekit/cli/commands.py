@@ -1,103 +1,20 @@
-"""The ``tracekit`` command. Thin: every command calls the pure pipeline and a renderer.
-
-Exit codes: 0 ok; 1 a finding reached ``--fail-on`` (``analyze``) or a regression (``diff``); 2 bad input or usage
-(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it).
-"""
+"""The analysis commands: ``tracekit info``, ``ops``, ``analyze``, ``capture``, ``diff`` and ``export``. Thin: every command
+calls the pure pipeline and a renderer (:mod:`tracekit.cli.app` gathers them under ``tracekit``)."""
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 
 import click
 
-from tracekit.cli.console import OneLineErrors, echo_out, gate_lines, quiet_opt, regression_lines, write_reports
-from tracekit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, TraceError
+from tracekit.cli.console import echo_out, gate_lines, quiet_opt, regression_lines, write_reports
+from tracekit.cli.options import (color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal,
+                                  topology_opt)
+from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
 
-EXIT_INTERNAL = 3
 
-
-def guarded(fn):
-    """Turn TraceError (and MemoryError) into one stderr line + exit 2, and any other exception into one line +
-    exit 3. The line is made safe for a terminal (it may quote names from the trace)."""
-
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except TraceError as e:
-            click.echo(f"tracekit: error: {safe_terminal(e)}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        except MemoryError:
-            from tracekit.ingest import limits
-            click.echo(f"tracekit: error: {safe_terminal(limits.out_of_memory(None))}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
-            raise
-        except BrokenPipeError:
-            sys.exit(0)
-        except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
-            if os.environ.get("TRACEKIT_DEBUG"):
-                raise
-            click.echo(f"tracekit: internal error: {type(e).__name__}: {safe_terminal(e)} (set TRACEKIT_DEBUG=1 for "
-                       "the traceback, and please report it)", err=True)
-            sys.exit(EXIT_INTERNAL)
-
-    return wrapper
-
-
-path_arg = click.argument("path", type=click.Path(path_type=str))
-color_opt = click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto",
-                         show_default=True, help="Colour in the text report (auto: on a terminal, unless NO_COLOR "
-                         "is set).")
-
-
-def _terminal(color: str) -> dict:
-    """The text renderer's ``color`` and ``width`` for stdout: ``--color``, ``NO_COLOR`` (any non-empty value
-    turns auto colour off), and the terminal's width (``COLUMNS`` when set; 100 when not a terminal)."""
-    import shutil
-    tty = sys.stdout.isatty()
-    on = color == "always" or (color == "auto" and tty and not os.environ.get("NO_COLOR"))
-    return {"color": on, "width": shutil.get_terminal_size((100, 24)).columns}
-run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
-
-
-def limit_opts(fn):
-    """--max-size / --max-events: the limits a trace must stay within (the refusal message names them)."""
-    fn = click.option("--max-events", type=click.IntRange(min=1), default=None,
-                      help="Refuse traces with more events.")(fn)
-    return click.option("--max-size", type=click.IntRange(min=1), default=None,
-                        help="Refuse traces larger than this many MiB (default 8192; a .gz: decompressed).")(fn)
-
-
-def _limits(max_size, max_events) -> dict:
-    from tracekit.ingest import paths as loader
-    return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
-
-
-def _table(df, columns=None, max_width: int = 60) -> str:
-    """Plain aligned text table (what non-TTY output and tests read); every cell made safe for a terminal."""
-    cols = columns or list(df.columns)
-    num = [df[c].dtype.kind in "iuf" for c in cols]
-    rows = [[safe_terminal(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
-    heads = [safe_terminal(c) for c in cols]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(heads)]
-    def fmt(vals):
-        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
-    return "\n".join([fmt(heads), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tracekit")
-def main():
-    """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
-    from tracekit.run import alloc
-    alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
-
-
-@main.command()
+@click.command()
 @path_arg
 @run_opt
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -105,9 +22,9 @@ def main():
 @guarded
 def info(path, run, fmt, max_size, max_events):
     """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
-    from tracekit import load
+    from tracekit.ingest.trace import load
     from tracekit.ingest import inventory
-    tr = load(path, run=run, **_limits(max_size, max_events))
+    tr = load(path, run=run, **limits(max_size, max_events))
     inv = inventory.summarize(tr)
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
@@ -115,7 +32,7 @@ def info(path, run, fmt, max_size, max_events):
         click.echo(inventory.render_text(safe_tree(inv)))
 
 
-@main.command()
+@click.command()
 @path_arg
 @run_opt
 @click.option("--sort", type=click.Choice(["total", "mean", "count", "share", "headroom", "efficiency", "flops",
@@ -124,15 +41,17 @@ def info(path, run, fmt, max_size, max_events):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
 @click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
+@topology_opt
 @limit_opts
 @guarded
-def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
+def ops(path, run, sort, limit, fmt, chip, device, topology, max_size, max_events):
     """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
     and the roofline columns when the chip and costs are known."""
-    from tracekit import load, pipeline
+    from tracekit import pipeline
+    from tracekit.ingest.trace import load
     from tracekit.analysis import opstats
-    tr = load(path, run=run, **_limits(max_size, max_events))
-    o = pipeline.with_roofline(tr, chip=chip)
+    tr = load(path, run=run, **limits(max_size, max_events))
+    o = pipeline.with_roofline(tr, chip=chip, topology=topology)
     if device:
         o = o[o["device"].astype(str) == device]
         if not len(o):
@@ -145,11 +64,11 @@ def ops(path, run, sort, limit, fmt, chip, device, max_size, max_events):
     elif fmt == "json":
         echo_out(table.to_json(orient="records", indent=1) + "\n")
     else:
-        click.echo(_table(_format_ops(table)))
+        click.echo(frame_table(_format_ops(table)))
 
 
 def _format_ops(t):
-    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
     out = t[["module", "op", "category", "occurrences"]].copy()
     out["total"] = t["total_ps"].map(fmt_time)
     out["mean"] = t["mean_ps"].map(fmt_time)
@@ -158,7 +77,7 @@ def _format_ops(t):
         out["flops"] = t["flops"].map(fmt_num)
         out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))
         out["bound_by"] = t["bound_by"].astype(str)
-        out["efficiency"] = t["efficiency"].map(fmt_pct)
+        out["efficiency"] = t["efficiency"].map(fmt_eff)  # "(!)": above its roofline, a model warning
         out["headroom"] = t["headroom_ps"].map(fmt_time)
     return out
 
@@ -170,7 +89,7 @@ def _params(values: tuple[str, ...]) -> dict:
         key, sep, val = v.partition("=")
         rule, dot, name = key.partition(".")
         if not sep or not dot or not rule or not name:
-            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50000")
+            raise TraceError(f"bad --param {v!r}", hint="write RULE.PARAM=VALUE, e.g. device-idle-gaps.min_gap_ps=50us or TK003.min_share=5%")
         try:
             parsed = json.loads(val)
         except ValueError:
@@ -179,7 +98,7 @@ def _params(values: tuple[str, ...]) -> dict:
     return out
 
 
-@main.command()
+@click.command()
 @path_arg
 @run_opt
 @click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
@@ -192,14 +111,16 @@ def _params(values: tuple[str, ...]) -> dict:
               show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="A folder of extra rule files (*.yaml). Repeatable.")
-@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group). Repeatable.")
-@click.option("--param", "param_values", multiple=True, help="RULE.PARAM=VALUE to override a rule parameter.")
+@click.option("--select", multiple=True, help="Only these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rules (id, name, id prefix or group; any case). Repeatable.")
+@click.option("--param", "param_values", multiple=True,
+              help="RULE.PARAM=VALUE to override a rule parameter; units accepted: 10ms, 250us, 5%, 64MiB. Repeatable.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @color_opt
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
               help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
                    "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
+@topology_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
               help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
@@ -208,7 +129,7 @@ def _params(values: tuple[str, ...]) -> dict:
 @quiet_opt
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
-            model_flops, max_size, max_events, jobs, dask_address, quiet):
+            model_flops, topology, max_size, max_events, jobs, dask_address, quiet):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -218,7 +139,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
     out_fmts = [_out_format(render, out, fmt, len(outputs) == 1) for out in outputs]  # bad names fail first
     progress = Progress(enabled=False if quiet else None)  # a status line on a terminal only
     try:
-        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, run=run, rules_dirs=rules_dirs,
+        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, topology=topology, run=run,
+                            rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
                             progress=progress, model_flops_per_step=model_flops)
@@ -253,13 +175,13 @@ def _to_stdout(outputs) -> bool:
 
 def _print_report(render, rep, stdout_fmt: str, top: int, color: str) -> None:
     if stdout_fmt == "text":  # already safe for a terminal, in colour when asked
-        term = _terminal(color)
+        term = terminal(color)
         click.echo(render.render(rep, stdout_fmt, top=top, **term), nl=False, color=term["color"])
     else:
         echo_out(render.render(rep, stdout_fmt, top=top))
 
 
-@main.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Record from a job that called jax.profiler.start_server(PORT).")
 @click.option("--host", default="localhost", show_default=True, help="Host of that job's profiler server.")
@@ -310,7 +232,14 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
                              "check that the script runs jitted code (and does not end with os._exit)")
     if not quiet:
         click.echo(f"tracekit: trace in {safe_terminal(run_dir)}", err=True)
-    rep = pipeline.analyze(str(run_dir), chip=chip, fail_on=fail_on)
+    source = str(run_dir)
+    if port is None:  # recorded on this machine: a CPU trace keeps this CPU and its calibration beside it
+        from tracekit.ingest.trace import load
+        from tracekit.model import machine
+        source = load(str(run_dir))
+        if machine.is_cpu_trace(source):
+            machine.record_run(run_dir)
+    rep = pipeline.analyze(source, chip=chip, fail_on=fail_on)
     write_reports([(out, render.render(rep, f)) for out, f in zip(outputs, out_fmts)], out_fmts)
     if not quiet and not _to_stdout(outputs):
         _print_report(render, rep, render.format_for(None, fmt), top, color)
@@ -322,14 +251,14 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         sys.exit(EXIT_FINDINGS)
 
 
-@main.command("diff")
+@click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
 @run_opt
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.1, show_default=True,
               help="Relative slowdown of an op's mean time (or of the mean step time) that is a regression.")
 @click.option("--min-time", "min_time_ps", type=click.IntRange(min=0), default=1_000_000, show_default=True,
-              help="...and by at least this many picoseconds per execution (default 1 us).")
+              help="...and by at least this many picoseconds per execution (default 1 µs).")
 @click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
               help="Write the comparison here; the format follows the extension (.json .md .txt); - is stdout. "
                    "Repeatable.")
@@ -344,29 +273,23 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
     time and mean step time; regressions, improvements, and ops only on one side.
 
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
-    from tracekit import load
+    from tracekit.ingest.trace import load
     from tracekit.analysis import diff as diff_mod
+    from tracekit.report import diff as diff_report
     from tracekit.report import render
-    formats = [diff_mod.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
-    base_tr, new_tr = (load(p, run=run, **_limits(max_size, max_events)) for p in (base, new))
-    d = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run)
-    write_reports([(out, diff_mod.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
+    formats = [diff_report.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
+    base_tr, new_tr = (load(p, run=run, **limits(max_size, max_events)) for p in (base, new))
+    d = diff_report.build(diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run))
+    write_reports([(out, diff_report.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
     if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
-        echo_out(diff_mod.render(d, render.format_for(None, fmt), top=top))
+        echo_out(diff_report.render(d, render.format_for(None, fmt), top=top))
     if d.failed:
         for line in [] if quiet else regression_lines(d.data):
             click.echo(line, err=True)
         sys.exit(EXIT_FINDINGS)
 
 
-from tracekit.cli import reference as cli_reference  # noqa: E402,F401  (registers chips, calibrate, rules)
-from tracekit.cli import memory as cli_memory  # noqa: E402,F401  (registers memory)
-
-if __name__ == "__main__":
-    main()
-
-
-@main.command("export")
+@click.command("export")
 @path_arg
 @run_opt
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
@@ -384,7 +307,7 @@ def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, ma
     start->done arrows."""
     from tracekit import pipeline
     from tracekit.report import export
-    lim = _limits(max_size, max_events)
+    lim = limits(max_size, max_events)
     out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
                           rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
     click.echo(f"wrote {out.path}: {out.ops:,} ops, {out.async_windows:,} async windows, {out.steps:,} step rows, "

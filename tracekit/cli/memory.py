@@ -7,10 +7,10 @@ import json
 
 import click
 
-from tracekit.cli.commands import _limits, guarded, limit_opts, main, path_arg, run_opt
+from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt
 
 
-@main.command("memory")
+@click.command("memory")
 @path_arg
 @run_opt
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
@@ -22,11 +22,11 @@ def memory_cmd(path, run, fmt, chip, top, max_size, max_events):
     """Memory per program and device from XLA's buffer assignment (argument, output, alias, temp and peak live
     bytes, the largest buffers, the device-level peak, host offload), and memory use over time when the trace
     has allocator events."""
-    from tracekit import load
+    from tracekit.ingest.trace import load
     from tracekit.analysis import memory
     from tracekit.report import envelope
     from tracekit.report.render import markdown, sections
-    tr = load(path, run=run, **_limits(max_size, max_events))
+    tr = load(path, run=run, **limits(max_size, max_events))
     mv = memory.build(tr, chip)
     data = {"memory": envelope.memory_section(mv)}
     data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))

@@ -5,28 +5,33 @@ import json
 
 import click
 
-from tracekit.cli.commands import _table, guarded, main
-from tracekit.errors import TraceError
+from tracekit.cli.options import frame_table, guarded
+from tracekit.errors import EXIT_FINDINGS, TraceError
 
 
-@main.command("chips")
+@click.command("chips")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--sources", is_flag=True, help="Show where every number comes from.")
 @guarded
 def chips_cmd(fmt, sources):
     """The chip table: peak FLOP/s per dtype, HBM, interconnect — every number with its source."""
     from tracekit.model import chips
-    df = chips.chips_frame()
+    from tracekit.model import calibrate as cal
+    df = chips.chips_frame(cpu=cal.cpu_chip)
     if fmt == "csv":
         click.echo(df.to_csv(index=False), nl=False)
         return
     if fmt == "json" or sources:
         recs = []
-        for c in chips.table() + [chips.get("cpu")]:
+        for c in chips.table() + [cal.cpu_chip()]:
             recs.append({"name": c.name, "vendor": c.vendor, "family": c.family,
                          "peak_flops_per_s": c.peak_flops_per_s, "hbm_bytes": c.hbm_bytes,
                          "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
                          "links": c.links, "topology": c.topology, "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s,
+                         "devices_per_chip": c.devices_per_chip,
+                         **{k: (None if getattr(c, k) != getattr(c, k) else getattr(c, k))  # unknown (NaN) -> null
+                            for k in ("node_size", "nic_bw_bytes_per_s", "node_egress_bw_bytes_per_s",
+                                      "hop_latency_s", "nic_latency_s")},
                          "estimated": c.estimated, "sources": c.sources})
         if fmt == "json":
             click.echo(json.dumps(recs, indent=1, default=str))
@@ -45,11 +50,14 @@ def chips_cmd(fmt, sources):
     out["HBM B/s"] = df["hbm_bw_bytes_per_s"].map(fmt_num)
     out["link B/s (one-way)"] = df["link_bw_bytes_per_s"].map(fmt_num)
     out["topology"] = df["topology"].astype(str)
-    click.echo(_table(out))
+    out["DCN/NIC B/s"] = df["nic_bw_bytes_per_s"].map(fmt_num)
+    out["node egress B/s"] = df["node_egress_bw_bytes_per_s"].map(fmt_num)
+    out["node"] = df["node_size"].map(lambda n: "—" if n != n else f"{int(n)}")
+    click.echo(frame_table(out))
     click.echo("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace has them")
 
 
-@main.command()
+@click.command()
 @click.option("--seconds", type=click.FloatRange(1, 120), default=5.0, show_default=True,
               help="Time budget for the measurements.")
 @click.option("--path", type=click.Path(dir_okay=False), default=None,
@@ -67,7 +75,7 @@ def calibrate(seconds, path):
 
 
 
-@main.group("rules", invoke_without_command=True)
+@click.group("rules", invoke_without_command=True)
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="Also list the rules in this folder. Repeatable.")
 @click.pass_context
@@ -78,13 +86,13 @@ def rules_cmd(ctx, rules_dirs):
     ctx.obj["rules_dirs"] = rules_dirs
     if ctx.invoked_subcommand:
         return
-    from tracekit.analysis import rules
-    rs = rules.load_rules(extra_dirs=rules_dirs)
+    from tracekit.analysis import rule_cases, rule_model
+    rs = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs))
     import pandas as pd
     df = pd.DataFrame([{"id": r.id, "name": r.name, "severity": r.severity, "groups": ",".join(r.groups),
                         "frame": r.frame, "params": ", ".join(f"{k}={p.default}" for k, p in r.params.items())}
                        for r in rs])
-    click.echo(_table(df, max_width=70))
+    click.echo(frame_table(df, max_width=70))
     click.echo("\n`tracekit rules explain ID` for one rule; docs/rules.md has them all")
 
 
@@ -93,11 +101,37 @@ def rules_cmd(ctx, rules_dirs):
 @click.pass_context
 @guarded
 def rules_explain(ctx, rule_id):
-    """Print one rule's documentation (by id or name)."""
-    from tracekit.analysis import rules
+    """Print one rule's documentation (by id or name, any case)."""
+    from tracekit.analysis import rule_model
     from tracekit.report import rulesdoc
-    rs = rules.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ()))
-    hit = [r for r in rs if rule_id in (r.id, r.name)]
-    if not hit:
+    rule = rule_model.find_rule(rule_model.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ())), rule_id)
+    if rule is None:
         raise TraceError(f"no rule {rule_id!r}", hint="`tracekit rules` lists them")
-    click.echo(rulesdoc.render_rule(hit[0]))
+    click.echo(rulesdoc.render_rule(rule))
+
+
+@rules_cmd.command("test")
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True))
+@click.option("-v", "--verbose", is_flag=True, help="List the cases that pass too.")
+@click.pass_context
+@guarded
+def rules_test(ctx, dirs, verbose):
+    """Run every rule's pass/fail cases: the rules in DIRS (default: the built-in rules). Exit 1 when a case
+    fails (each failure named: rule, case, why), 2 when a rule file is refused."""
+    from tracekit.analysis import rule_cases, rule_model
+    dirs = tuple(dirs) + tuple((ctx.obj or {}).get("rules_dirs", ()))
+    rs = rule_model.load_rules(extra_dirs=dirs)
+    if dirs:
+        rs = [r for r in rs if not r.builtin]
+    results = rule_cases.run_cases(rs)
+    failed = [r for r in results if r.error]
+    for r in results:
+        if r.error:
+            click.echo(f"FAIL {r.label}: {r.error}  ({r.path})")
+        elif verbose:
+            click.echo(f"ok   {r.label}")
+    click.echo(f"{len(rs)} rule(s), {len(results)} case(s): {len(results) - len(failed)} passed, {len(failed)} failed")
+    if not rs:
+        click.echo("no rule files (*.yaml, *.yml) found", err=True)
+    if failed:
+        ctx.exit(EXIT_FINDINGS)

@@ -1,7 +1,7 @@
 """XSpace -> DataFrames: ``ops`` (every device op execution), ``modules``, ``steps``, ``lines`` (inventory),
 ``host_events`` and ``devices``. Columnar throughout: :mod:`tracekit.ingest.wire` decodes each line's events and their
 stats into NumPy arrays; names are resolved once per metadata entry (or per distinct stat value) and carried as
-categorical codes (:mod:`tracekit.columns`), so no Python object is made per event.
+categorical codes (:mod:`tracekit.ingest.events`), so no Python object is made per event.
 
 Sources of op rows:
 - TPU: the ``XLA Ops`` line of each ``/device:TPU:N`` plane (op time from the device clock stat
@@ -14,12 +14,13 @@ Sources of op rows:
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.columns import Cat, _Acc, const, intern, stat_floats, stat_ints, stat_strings
+from tracekit.ingest.events import Acc, Cat, intern, stat_floats, stat_ints, stat_strings
 from tracekit.ingest.wire import LineData, PlaneData
 from tracekit.ingest.xspace import as_float, as_int, device_of, stats_dict
 
@@ -67,12 +68,31 @@ def _md_values(head, mids: np.ndarray, per_md, issues: dict | None = None) -> tu
     return [per_md(md[int(u)] if k else None) for u, k in zip(uniq, known)], inv
 
 
-def _col(vals: list, inv: np.ndarray, i: int) -> Cat:
-    return intern([v[i] for v in vals], inv)
+class OpMeta(NamedTuple):
+    """What one op's event metadata says (worked out once per metadata id, spread to its events)."""
+    op: str
+    opcode: str
+    category: str
+    program_id: int
+    flops: float
+    bytes_accessed: float
+    model_flops: float
 
 
-def _num(vals: list, inv: np.ndarray, i: int, dtype) -> np.ndarray:
-    arr = np.array([v[i] for v in vals], dtype=dtype)
+class KernelMeta(NamedTuple):
+    """A GPU kernel's metadata: its name and stats."""
+    name: str
+    stats: dict
+
+
+def _col(vals: list, inv: np.ndarray, field: str) -> Cat:
+    """The ``field`` of per-metadata values as a categorical column of the events (``inv``)."""
+    return intern([getattr(v, field) for v in vals], inv)
+
+
+def _num(vals: list, inv: np.ndarray, field: str, dtype) -> np.ndarray:
+    """The ``field`` of per-metadata values as a numeric column of the events (``inv``)."""
+    arr = np.array([getattr(v, field) for v in vals], dtype=dtype)
     return arr[inv] if len(inv) else np.empty(0, dtype)
 
 
@@ -129,7 +149,7 @@ def _issue_warnings(issues: dict, odd: dict, host: str, warnings: list[str]) -> 
 
 
 def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
-    acc = {k: _Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines",
+    acc = {k: Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines",
                                "memory_events")}
     devices = []
     issues: dict = {}  # counts of oddities, turned into warnings at the end
@@ -197,7 +217,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
 def _tpu_md(names, odd: dict | None = None):
     def f(md):
         if md is None:
-            return ("", "", "", 0, np.nan, np.nan, np.nan)
+            return OpMeta("", "", "", 0, np.nan, np.nan, np.nan)
         op, opcode = instr_name_and_opcode(md.name)
         if not op:
             op = md.display_name or md.name
@@ -208,10 +228,10 @@ def _tpu_md(names, odd: dict | None = None):
             for k, want in (("program_id", int), ("flops", (int, float)), ("bytes_accessed", (int, float))):
                 if k in st and (not isinstance(st[k], want) or isinstance(st[k], bool)):
                     odd[k] = odd.get(k, 0) + 1
-        return (op, opcode, str(st.get("hlo_category") or ""), as_int(pid) & U64,
-                as_float(st["flops"]) if "flops" in st else np.nan,
-                as_float(st["bytes_accessed"]) if "bytes_accessed" in st else np.nan,
-                as_float(st["model_flops"]) if "model_flops" in st else np.nan)
+        return OpMeta(op, opcode, str(st.get("hlo_category") or ""), as_int(pid) & U64,
+                      as_float(st["flops"]) if "flops" in st else np.nan,
+                      as_float(st["bytes_accessed"]) if "bytes_accessed" in st else np.nan,
+                      as_float(st["model_flops"]) if "model_flops" in st else np.nan)
     return f
 
 
@@ -220,7 +240,8 @@ def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
     if lname in ("XLA Ops", "Async XLA Ops"):
         ids = _ids(names, "flops", "bytes_accessed", "model_flops", "device_duration_ps")
         vals, inv = _md_values(head, line.metadata_id, _tpu_md(names, odd), issues)
-        fl, by, mf = _num(vals, inv, 4, float), _num(vals, inv, 5, float), _num(vals, inv, 6, float)
+        fl, by = _num(vals, inv, "flops", float), _num(vals, inv, "bytes_accessed", float)
+        mf = _num(vals, inv, "model_flops", float)
         for arr, key in ((fl, "flops"), (by, "bytes_accessed"), (mf, "model_flops")):  # newer: on the events
             ev = stat_floats(line, ids[key], odd, key)
             m = ~np.isnan(ev)
@@ -236,14 +257,14 @@ def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
         sync = lname == "XLA Ops"
         acc["ops" if sync else "async"].add(
             host=host, device=device, line=lname, source="xla_ops" if sync else "async_xla_ops",
-            op=_col(vals, inv, 0), opcode=_col(vals, inv, 1), category=_col(vals, inv, 2),
-            program_id=_num(vals, inv, 3, np.uint64), start_ps=_start(line), duration_ps=dur,
+            op=_col(vals, inv, "op"), opcode=_col(vals, inv, "opcode"), category=_col(vals, inv, "category"),
+            program_id=_num(vals, inv, "program_id", np.uint64), start_ps=_start(line), duration_ps=dur,
             is_async=np.full(line.n_events, not sync), trace_flops=fl, trace_bytes=by, trace_model_flops=mf)
     elif lname == "XLA Modules":
         from tracekit.ingest.hlo import parse_module_label
         vals, inv = _md_values(head, line.metadata_id, lambda md: parse_module_label(md.name if md else ""), issues)
         has, run = stat_ints(line, _ids(names, "run_id")["run_id"], odd, "run_id")
-        acc["modules"].add(host=host, device=device, module=_col(vals, inv, 0), program_id=_num(vals, inv, 1, np.uint64),
+        acc["modules"].add(host=host, device=device, module=_col(vals, inv, "name"), program_id=_num(vals, inv, "program_id", np.uint64),
                            run_id=np.where(has, run, -1), start_ps=_start(line), duration_ps=line.event_duration_ps)
     elif lname == "Steps":
         _steps_line(head, line, names, host, device, acc)
@@ -268,17 +289,18 @@ def _gpu_line(head, line, names, host, device, acc, issues=None, odd=None):
         return
     ids = _ids(names, "hlo_op", "hlo_module", "program_id")
     vals, inv = _md_values(head, line.metadata_id, lambda md: (
-        (md.display_name or md.name, stats_dict(md.stats, names)) if md is not None else ("", {})), issues)
-    kernel = intern([v[0] for v in vals], inv)
+        KernelMeta(md.display_name or md.name, stats_dict(md.stats, names)) if md is not None else
+        KernelMeta("", {})), issues)
+    kernel = intern([v.name for v in vals], inv)
     has_op, op = stat_strings(line, ids["hlo_op"], names, odd, "hlo_op")
     has_mod, mod = stat_strings(line, ids["hlo_module"], names, odd, "hlo_module")
     has_pid, pid = stat_ints(line, ids["program_id"], odd, "program_id")
     # stats may sit on the metadata instead of the events
-    md_op = [str(v[1].get("hlo_op", "")) for v in vals]
+    md_op = [str(v.stats.get("hlo_op", "")) for v in vals]
     if any(md_op):
         op = _fill(op, has_op, md_op, inv)
-        mod = _fill(mod, has_mod, [str(v[1].get("hlo_module", "")) for v in vals], inv)
-        md_pid = np.array([as_int(v[1].get("program_id", 0) or 0) & U64 for v in vals], np.uint64)[inv]
+        mod = _fill(mod, has_mod, [str(v.stats.get("hlo_module", "")) for v in vals], inv)
+        md_pid = np.array([as_int(v.stats.get("program_id", 0) or 0) & U64 for v in vals], np.uint64)[inv]
         pid = pid.astype(np.uint64)
         pid = np.where(has_pid, pid, md_pid)
     is_memcpy = np.array([str(k).startswith(("Memcpy", "Memset")) for k in kernel.categories], bool)

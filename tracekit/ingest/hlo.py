@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 from google.protobuf.message import DecodeError
@@ -25,12 +26,18 @@ class Module:
     buffers: hlo_pb2.BufferAssignmentProto | None = None
 
 
-def parse_module_label(label: str) -> tuple[str, int]:
+class ModuleLabel(NamedTuple):
+    """A module as an ``XLA Modules`` event names it."""
+    name: str
+    program_id: int
+
+
+def parse_module_label(label: str) -> ModuleLabel:
     """'jit_f(1219...)' -> ('jit_f', 1219...); a label without an id gives program id 0."""
     m = _NAME_ID.match(label.strip())
     if m:
-        return m.group(1), int(m.group(2)) & 0xFFFFFFFFFFFFFFFF
-    return label.strip(), 0
+        return ModuleLabel(m.group(1), int(m.group(2)) & 0xFFFFFFFFFFFFFFFF)
+    return ModuleLabel(label.strip(), 0)
 
 
 def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Module]:
@@ -100,10 +107,15 @@ def fused_computation_ids(module: hlo_pb2.HloModuleProto) -> set[int]:
 _KIND = {"kLoop": "loop fusion", "kInput": "input fusion", "kOutput": "output fusion", "kCustom": "custom fusion"}
 _HEAVY = ("convolution", "dot", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
           "scatter", "gather", "sort", "custom-call")
+#: a fusion made only of these moves or re-lays-out data (a transpose or copy fusion): xprof's "data formatting"
+_MOVEMENT = frozenset({"parameter", "constant", "bitcast", "copy", "transpose", "reshape", "broadcast", "slice",
+                       "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "reverse", "tuple",
+                       "get-tuple-element", "gather", "iota"})
 
 
 def _categories(m: hlo_pb2.HloModuleProto) -> dict[int, str]:
-    """instruction id -> category; a fusion is named after the heaviest op it contains."""
+    """instruction id -> category; a fusion is named after the heaviest op it contains, or 'data formatting' when
+    it only moves data (a transpose, copy, slice, pad, ... fusion: no arithmetic)."""
     comps = {c.id: c for c in m.computations}
     cache: dict[int, set] = {}
 
@@ -125,7 +137,12 @@ def _categories(m: hlo_pb2.HloModuleProto) -> dict[int, str]:
             if ins.opcode == "fusion":
                 inner = set().union(*(opcodes(c) for c in ins.called_computation_ids)) if ins.called_computation_ids else set()
                 heavy = next((h for h in _HEAVY if h in inner), None)
-                cat = f"{heavy} fusion" if heavy else _KIND.get(ins.fusion_kind, "fusion")
+                if inner and inner <= _MOVEMENT and inner & {"copy", "transpose", "gather", "concatenate", "pad",
+                                                             "reverse", "slice", "dynamic-slice",
+                                                             "dynamic-update-slice", "broadcast"}:
+                    cat = "data formatting"
+                else:
+                    cat = f"{heavy} fusion" if heavy else _KIND.get(ins.fusion_kind, "fusion")
             out[ins.id] = cat
     return out
 

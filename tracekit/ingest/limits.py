@@ -78,29 +78,6 @@ def out_of_memory(where: str | None, need: int | None = None) -> TraceError:
                       "(--dask ADDR), or on a machine with more memory")
 
 
-def out_of_memory_for(source, run: str | None = None) -> TraceError:
-    """:func:`out_of_memory` for an analysis of ``source`` (a path, or a loaded Trace): the need estimated from the
-    size of its files (TYPICAL_WORK_PER_BYTE per byte; a .gz counts 5 times its size)."""
-    paths = list(getattr(source, "paths", None) or [])
-    if not paths:
-        try:
-            from tracekit.ingest import paths as loader
-            paths = [str(hf.path) for hf in loader.resolve(source, run)]
-        except Exception:  # noqa: BLE001 — only for the message
-            paths = []
-    need = 0
-    for p in paths:
-        try:
-            need += os.stat(p).st_size * TYPICAL_WORK_PER_BYTE * (5 if str(p).endswith(".gz") else 1)
-        except (OSError, TypeError, ValueError):
-            pass
-    if paths:
-        where = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
-    else:
-        where = None if hasattr(source, "paths") else str(source)
-    return out_of_memory(where, need or None)
-
-
 def available_memory() -> int | None:
     """Bytes of memory available to this process (Linux: MemAvailable, bounded by RLIMIT_AS); None if unknown."""
     avail = None

@@ -301,12 +301,12 @@ def decode(data: bytes, where: str, *, max_events: int | None = None, budget: in
     """Decode serialized ``XSpace`` bytes into columnar planes (:mod:`tracekit.ingest.wire`), or raise TraceError saying
     why they are not a trace (or pass a limit: ``max_events``, the work ``budget``). Returns (planes, hostnames).
     ``changed``: the file changed while it was first read (said in the message if it does not decode)."""
-    from tracekit.ingest import wire
+    from tracekit.ingest import pywire, wire
     if not data:
         raise TraceError("file is empty", where, "re-capture the profile; the writer may have been interrupted")
     try:
         planes, hostnames = wire.read_space(data, max_events=max_events, budget=budget)
-    except wire.LimitError as e:
+    except pywire.LimitError as e:
         raise limits.limit_error(e.args, len(data), where) from None
     except (ValueError, DecodeError) as e:
         what = formats.foreign(bytes(data[:formats.HEAD_BYTES]), where)
@@ -358,8 +358,8 @@ def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES, max_even
 
 
 def _wire_input_changed():
-    from tracekit.ingest import wire
-    return wire.InputChanged
+    from tracekit.ingest import pywire
+    return pywire.InputChanged
 
 
 def _changed(path, before) -> bool:
@@ -395,3 +395,25 @@ def _mapped(path, max_bytes: int | None):
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), st.st_size, st
     except (OSError, ValueError, TraceError):
         return None
+
+
+def out_of_memory_for(source, run: str | None = None) -> TraceError:
+    """:func:`out_of_memory` for an analysis of ``source`` (a path, or a loaded Trace): the need estimated from the
+    size of its files (limits.TYPICAL_WORK_PER_BYTE per byte; a .gz counts 5 times its size)."""
+    paths = list(getattr(source, "paths", None) or [])
+    if not paths:
+        try:
+            paths = [str(hf.path) for hf in resolve(source, run)]
+        except Exception:  # noqa: BLE001 — only for the message
+            paths = []
+    need = 0
+    for p in paths:
+        try:
+            need += os.stat(p).st_size * limits.TYPICAL_WORK_PER_BYTE * (5 if str(p).endswith(".gz") else 1)
+        except (OSError, TypeError, ValueError):
+            pass
+    if paths:
+        where = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
+    else:
+        where = None if hasattr(source, "paths") else str(source)
+    return limits.out_of_memory(where, need or None)

@@ -4,6 +4,7 @@ module names by program id, HLO opcode and category per op, async windows, run i
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,10 +13,10 @@ import pandas as pd
 from tracekit import schema
 from tracekit.ingest import frames
 from tracekit.ingest import hlo
+from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
 from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
-from tracekit.analysis.intervals import contain as _contain, frame_order as _order, sorted_frame as _sorted
-
+from tracekit.ingest.order import contain, frame_order, sorted_frame
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
@@ -68,14 +69,33 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     for hf in files:
         parts.append(load_host(hf, warnings, max_bytes=max_bytes, max_events=max_events,
                                use_hostname=len(files) == 1))
-    tr = _combine(parts, warnings)
+    tr = combine(parts, warnings)
     tr.paths = [str(f.path) for f in files]
     return tr
 
 
+@dataclass(frozen=True)
+class HostFrames:
+    """One host's frames, decoded and joined: what :func:`load_host` hands :func:`combine` (which merges hosts
+    into a :class:`Trace`). ``hlo_modules``: the decoded HLO modules; ``device_stats``: (host, device) -> the
+    device plane's stats."""
+
+    host: str
+    ops: pd.DataFrame
+    hlo: pd.DataFrame
+    modules: pd.DataFrame
+    steps: pd.DataFrame
+    lines: pd.DataFrame
+    devices: pd.DataFrame
+    host_events: pd.DataFrame
+    memory_events: pd.DataFrame
+    hlo_modules: list
+    device_stats: dict
+
+
 def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
-              max_events: int | None = None, use_hostname: bool = False) -> dict:
-    """One host file's frames (decoded, limits checked, joined); :func:`_combine` merges hosts. ``use_hostname``:
+              max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
+    """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
     from tracekit.ingest import formats, limits
     if formats.is_json_name(os.fspath(hf.path)) or _looks_json(hf, max_bytes):
@@ -108,7 +128,7 @@ def _looks_json(hf, max_bytes) -> bool:
     return head.lstrip()[:1] in (b"{", b"[")
 
 
-def _host(planes, host: str, warnings: list[str]) -> dict:
+def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     ex = frames.extract(planes, host, warnings)
     mods = _hlo_modules(planes, warnings)
     for p in planes:  # the decoded event columns are in the frames now: free them before the joins
@@ -135,7 +155,7 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
         parts = [ops, *_async_windows(ops, asyncs, h)]
-        ops = concat_frames(parts, order=_order(parts))
+        ops = concat_frames(parts, order=frame_order(parts))
     kinds = dict(zip(devs["device"], devs["device_kind"]))
     dinv, drows = unique_rows(ops, ["device"])
     ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
@@ -144,10 +164,27 @@ def _host(planes, host: str, warnings: list[str]) -> dict:
     ops = _assign_runs(ops, mx)
     steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
     ops = _assign_steps(ops, steps)
+    ops = with_columns(ops, {"self_ps": _self_ps(ops)}) if len(ops) else ops
     _consistency_warnings(ops, h, host, warnings)
-    return {"ops": ops, "hlo": h, "modules": mx, "steps": steps, "lines": ex["lines"], "devices": devs,
-            "host_events": ex["host_events"], "memory_events": ex["memory_events"],
-            "hlo_modules": mods, "device_stats": dstats, "host": host}
+    return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
+                      host_events=ex["host_events"], memory_events=ex["memory_events"], hlo_modules=mods,
+                      device_stats=dstats)
+
+
+def _self_ps(ops: pd.DataFrame) -> np.ndarray:
+    """Self time of every op row: nested events on one line (sync rows only) leave their parent its own time.
+    Only host-clock lines nest (XLA:CPU thunks, GPU streams): a TPU op's duration is the device clock's while its
+    start is the line's, so TPU events may seem to overlap without nesting (xprof counts no child time there)."""
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    sync = ~ops["is_async"].to_numpy(bool) & cat_apply(ops["source"], lambda v: str(v).startswith(("cpu", "gpu")))
+    out = dur.copy()
+    if sync.any():
+        idx = np.nonzero(sync)[0]
+        line = ops["line"].cat.codes.to_numpy() if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
+            pd.factorize(ops["line"])[0]
+        out[idx] = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx],
+                                      dur[idx])[0]
+    return out
 
 
 def _hlo_modules(planes, warnings: list[str]) -> list:
@@ -233,6 +270,21 @@ def _fill_modules(ops: pd.DataFrame, names: dict) -> pd.DataFrame:
     return with_columns(ops, {"module": cat_from([m if m else names.get(int(p), "") for m, p in rows], inv)})
 
 
+_COPY_KERNEL = re.compile(r"memcpy|memset|copybuffer|fillbuffer|copy_?kernel|\bcopy\b", re.IGNORECASE)
+_FORMAT_KERNEL = re.compile(r"transpose|im\d*d?2col|col2im|permute|layout|nchw|nhwc", re.IGNORECASE)
+
+
+def kernel_category(kernel: str) -> str:
+    """Category of a GPU kernel with no HLO op, from its name: memcpy/memset/buffer copies and fills -> 'copy',
+    transposes/im2col/layout changes -> 'data formatting', anything else -> 'kernel (no HLO)'."""
+    k = str(kernel or "")
+    if _COPY_KERNEL.search(k):
+        return "copy"
+    if _FORMAT_KERNEL.search(k):
+        return "data formatting"
+    return "kernel (no HLO)"
+
+
 def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
     """opcode and category from the HLO instruction each op ran (joined on program id and instruction name, once
     per distinct pair); ``in_hlo`` says which rows joined."""
@@ -243,13 +295,14 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
         top = h[~h["is_fusion_computation"]]
         table = {(int(p), n): (o, c) for p, n, o, c in zip(top["program_id"], top["name"], top["opcode"].astype(str),
                                                            top["category"].astype(str))}
-    inv, rows = unique_rows(ops, ["program_id", "op", "opcode", "category", "source"])
+    cols = ["program_id", "op", "opcode", "category", "source"] + (["kernel"] if "kernel" in ops.columns else [])
+    inv, rows = unique_rows(ops, cols)
     out = []
-    for pid, op, opc, cat, src in rows:
+    for pid, op, opc, cat, src, *kernel in rows:
         hit = table.get((int(pid), op or ""))
         if hit:
             opc, cat = hit[0], (cat or hit[1])
-        cat = cat or opc or {"gpu_runtime": "runtime copy", "gpu_memcpy": "memcpy", "gpu_kernel": "kernel"}.get(src, "")
+        cat = cat or opc or (kernel_category(kernel[0] if kernel else "") if str(src).startswith("gpu") else "")
         out.append((bool(hit), opc or "", cat))
     return with_columns(ops, {"in_hlo": np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool),
                               "opcode": cat_from([o[1] for o in out], inv),
@@ -325,7 +378,7 @@ def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
     if not len(ops) or not len(mx) or not tpu.any():
         return ops
     run = ops["run_id"].to_numpy().copy()
-    run[tpu] = _contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
+    run[tpu] = contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
     return with_columns(ops, {"run_id": run})
 
 
@@ -353,33 +406,34 @@ def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
 
 def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if len(ops) and len(steps):
-        ops = with_columns(ops, {"step": _contain(ops, steps, "step")})
+        ops = with_columns(ops, {"step": contain(ops, steps, "step")})
     return ops
 
 
-def _combine(parts: list[dict], warnings: list[str]) -> Trace:
+def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
+    """One :class:`Trace` of the hosts' frames (in host order; ops sorted by host, device, start)."""
     def cat(key, sch):
-        frames_ = [p[key] for p in parts if key in p and len(p[key])]
+        frames_ = [getattr(p, key) for p in parts if len(getattr(p, key))]
         if not frames_:
             return schema.empty(sch)
         return schema.conform(concat_frames(frames_), sch)
 
     seen, mods = set(), []
     for p in parts:
-        for m in p["hlo_modules"]:
+        for m in p.hlo_modules:
             if (m.name, m.program_id) not in seen:
                 seen.add((m.name, m.program_id))
                 mods.append(m)
-    h = [p["hlo"] for p in parts if len(p["hlo"])]
+    h = [p.hlo for p in parts if len(p.hlo)]
     hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
     ops = cat("ops", schema.OPS)
-    ops = _sorted(ops)
-    devs = pd.concat([p["devices"] for p in parts], ignore_index=True)
+    ops = sorted_frame(ops)
+    devs = pd.concat([p.devices for p in parts], ignore_index=True)
     dstats = {}
     for p in parts:
-        dstats.update(p["device_stats"])
+        dstats.update(p.device_stats)
     return Trace(ops=ops, hlo=schema.conform(hl.reset_index(drop=True), schema.HLO), modules=cat("modules", schema.MODULES),
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
-                 hlo_modules=mods, device_stats=dstats, hosts=[p["host"] for p in parts], warnings=warnings)
+                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings)

@@ -3,7 +3,7 @@
 Two implementations with identical results, that accept exactly the same inputs:
 
 * the C extension ``tracekit.ingest._wire`` (built by ``pip install`` when a C compiler is present; about 15 M
-  events/s per thread, GIL released, lines decoded on :func:`default_threads` threads), used by
+  events/s per thread, GIL released, lines decoded on :func:`tracekit.threads.default_threads` threads), used by
   :func:`read_space` when it is importable and ``TRACEKIT_NO_C`` is unset, empty or ``0``;
 * :mod:`tracekit.ingest.pywire`, the same decoder rule for rule in Python (slow, ~0.1-0.2 M events/s).
 
@@ -27,7 +27,7 @@ that upb rejects.
 Limits are counted while decoding, before the memory they stand for is allocated (:func:`read_space`'s
 ``max_events``, which also allows :data:`STATS_PER_EVENT` stats per event, and ``budget``): planes, metadata
 entries, lines and events as the framing is read, stats as they are decoded, each weighted by :data:`WEIGHTS`.
-Over a limit: :class:`LimitError`.
+Over a limit: :class:`tracekit.ingest.pywire.LimitError`.
 """
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from tracekit.proto import xplane_pb2
+from tracekit.threads import default_threads
 
 from tracekit.ingest import pywire
-from tracekit.ingest.pywire import InputChanged, LimitError  # noqa: F401 — re-exported: what read_space raises
 
 try:  # pragma: no cover - depends on the build
     from tracekit.ingest import _wire
@@ -109,21 +109,6 @@ def _line_from_c(t) -> LineData:
     )
 
 
-def default_threads() -> int:
-    """Decoder threads: ``TRACEKIT_THREADS`` if set, else the CPUs this process may use (at most 8)."""
-    env = os.environ.get("TRACEKIT_THREADS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
-
-
 def _planes(raw_planes) -> list[PlaneData]:
     planes = []
     gc_was_on = gc.isenabled()
@@ -151,9 +136,9 @@ def read_space_c(data, threads: int | None = None, *, max_events: int | None = N
                  budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
     """The C decoder (RuntimeError when the extension is not built). ``data``: any bytes-like object (bytes,
     mmap, memoryview); the event columns do not refer to it. ``threads``: lines decoded in parallel (the GIL is
-    released meanwhile); default :func:`default_threads`. ``max_events`` / ``budget`` (work, see
-    :data:`WEIGHTS`): :class:`LimitError` past them. A memory map whose file shrinks meanwhile:
-    :class:`InputChanged`."""
+    released meanwhile); default :func:`tracekit.threads.default_threads`. ``max_events`` / ``budget`` (work, see
+    :data:`WEIGHTS`): :class:`tracekit.ingest.pywire.LimitError` past them. A memory map whose file shrinks meanwhile:
+    :class:`tracekit.ingest.pywire.InputChanged`."""
     if _wire is None:
         raise RuntimeError("tracekit.ingest._wire is not built")
     if threads is None:
@@ -172,7 +157,7 @@ def read_space_python(data, *, max_events: int | None = None,
 def read_space(data, threads: int | None = None, *, max_events: int | None = None,
                budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
     """(planes, hostnames) of a serialized XSpace; the C decoder when available, else the Python one.
-    Corrupt input: ValueError; over ``max_events`` or the work ``budget``: :class:`LimitError`."""
+    Corrupt input: ValueError; over ``max_events`` or the work ``budget``: :class:`tracekit.ingest.pywire.LimitError`."""
     if HAVE_C:
         return read_space_c(data, threads, max_events=max_events, budget=budget)
     return read_space_python(data, max_events=max_events, budget=budget)

@@ -4,8 +4,8 @@
 run takes ~50-200 ms and keeping the best of several runs, and a numpy copy of a large array (bytes = read + write,
 the STREAM "copy" convention: write-allocate traffic is not counted). The result is written atomically as JSON to
 ``path``, else ``$TRACEKIT_HOME/cpu_chip.json``, else ``$XDG_CONFIG_HOME/tracekit/cpu_chip.json`` (default
-``~/.config``). :func:`tracekit.model.chips.detect` uses it for CPU traces; without one it uses :func:`estimate_cpu`, a
-rough entry from the core count.
+``~/.config``). :func:`cpu_chip` hands it to the chip table for CPU traces (``chips.detect(..., cpu=cpu_chip)``); without one the
+table uses :func:`tracekit.model.chips.estimate_cpu`, a rough entry from the core count.
 
 These are achieved rates, not theoretical peaks: a CPU trace's ops are compared against what this machine can
 actually reach. They hold for the machine they were measured on only.
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tracekit.model.chips import NAN, Chip
+from tracekit.model.chips import Chip, cpu_entry, estimate_cpu
 from tracekit.errors import TraceError
+from tracekit.fileio import write_atomic
 
 FILE_NAME = "cpu_chip.json"
 FORMAT_VERSION = 1
@@ -30,11 +31,6 @@ TARGET_S = 0.1  # aim for one matmul of ~100 ms
 MIN_N, MAX_N = 128, 4096
 COPY_BYTES = 256 * 2**20
 
-#: Conservative CPU defaults when no calibration exists: two 256-bit FMA pipes (2 x 8 f32 lanes x 2 FLOP = 32
-#: FLOP/cycle) at 2.0 GHz per core, and ~12 GB/s of DRAM copy bandwidth per core, capped at 100 GB/s per host.
-CPU_F32_FLOPS_PER_CORE = 32 * 2.0e9
-CPU_BW_BYTES_PER_S_PER_CORE = 1.2e10
-CPU_BW_BYTES_PER_S_MAX = 1.0e11
 
 
 def calibration_path(path=None) -> Path:
@@ -146,22 +142,22 @@ def measure(seconds: float = 5.0) -> dict:
     }
 
 
-def write_json_atomic(path: Path, record: dict) -> None:
-    """Write ``record`` as JSON to ``path`` whole or not at all (:mod:`tracekit.fileio`); the folder is created."""
-    from tracekit import fileio
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fileio.write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", what="the calibration")
+def write_json_atomic(path: Path, record: dict, what: str = "the file") -> None:
+    """Write ``record`` as JSON to ``path`` (its folder made first) with :func:`tracekit.fileio.write_atomic`:
+    never a partial file. A failure is a :class:`TraceError` naming ``what``."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TraceError(f"cannot write {what}: {e.strerror or e}", str(path)) from None
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", what=what)
 
 
 def calibrate(seconds: float = 5.0, path=None) -> Chip:
     """Measure this machine, store the result (atomically) and return it as a :class:`~tracekit.model.chips.Chip`."""
     record = measure(seconds)
     target = calibration_path(path)
-    try:
-        write_json_atomic(target, record)
-    except OSError as e:  # the folder cannot be made (fileio's own failures are TraceErrors already)
-        raise TraceError(f"cannot write the calibration: {e.strerror or e}", str(target),
-                         "set TRACEKIT_HOME to a writable folder")
+    write_json_atomic(target, record, what="the calibration")
     return _to_chip(record, target)
 
 
@@ -181,7 +177,14 @@ def load_calibration(path=None) -> Chip | None:
         raise TraceError(f"corrupt calibration file ({e})", str(target), "delete it or run `tracekit calibrate` again")
 
 
-def _to_chip(record: dict, path: Path) -> Chip:
+def chip_from_record(record: dict, origin: str, label: str = "calibration (recording machine)") -> Chip:
+    """The CPU chip a calibration record (as :func:`measure` returns it) describes; ``origin`` names where the
+    record came from (a file), ``label`` starts every source text. Raises ValueError for a record that is not
+    one."""
+    return _to_chip(record, origin, label)
+
+
+def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
     if record.get("version") != FORMAT_VERSION:
         raise ValueError(f"format version {record.get('version')!r}, expected {FORMAT_VERSION}")
     flops = {k: float(v) for k, v in record["peak_flops_per_s"].items()}
@@ -191,8 +194,10 @@ def _to_chip(record: dict, path: Path) -> Chip:
     if not bw > 0:
         raise ValueError("no positive bandwidth")
     on = f"{record['processor']}/{record['cpu_count']} cpus"
-    how = f"calibration: measured {record['measured_at']} on {on} ({path})"
-    chip = _cpu(f"cpu ({record['cpu_count']} cores, calibrated)", flops, bw, how,
+    how = f"{label}: measured {record['measured_at']} on {on} ({path})"
+    name = f"cpu ({record['cpu_count']} cores, calibrated)" if label == "calibration" else \
+        f"cpu ({record['processor']}, {record['cpu_count']} cores, recording machine)"
+    chip = cpu_entry(name, flops, bw, how,
                 how + " (numpy copy, bytes = read + write)", estimated=False)
     engines = record.get("engines", {})
     for d in flops:
@@ -201,32 +206,8 @@ def _to_chip(record: dict, path: Path) -> Chip:
     return chip
 
 
-def estimate_cpu() -> Chip:
-    """A rough entry for this host's CPU from ``os.cpu_count()``, used until ``tracekit calibrate`` has run."""
-    n = os.cpu_count() or 1
-    f32 = n * CPU_F32_FLOPS_PER_CORE
-    bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
-    hint = "run `tracekit calibrate` to measure"
-    how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
-    bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
-    return _cpu(f"cpu ({n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how, bw_how, estimated=True)
-
-
-def _cpu(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bool) -> Chip:
-    src = {f"peak_flops_per_s.{d}": how for d in flops}
-    if "bf16" in flops and estimated:
-        src["peak_flops_per_s.bf16"] = how + " (bf16 dots assumed no faster than f32 on CPU)"
-    try:
-        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        src["hbm_bytes"] = "estimate: physical memory (os.sysconf)"
-    except (ValueError, OSError, AttributeError):
-        ram = NAN
-        src["hbm_bytes"] = "unknown: os.sysconf not available"
-    src["hbm_bw_bytes_per_s"] = bw_how
-    shared = "estimate: virtual CPU devices share host memory, so collectives are memory copies at DRAM bandwidth"
-    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a",
-               host_link_bw_bytes_per_s="estimate: a CPU device's 'host' is its own memory: DRAM bandwidth")
-    return Chip(name=name, vendor="cpu", family="cpu", peak_flops_per_s=dict(flops), hbm_bytes=ram,
-                hbm_bw_bytes_per_s=bw, link_bw_bytes_per_s=bw, links=1, topology="shared-memory",
-                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"),
-                host_link_bw_bytes_per_s=bw)
+def cpu_chip(path=None) -> Chip:
+    """This machine's CPU: the stored calibration when there is one, else :func:`tracekit.model.chips.estimate_cpu`.
+    Handed to the chip table (``chips.detect(..., cpu=cpu_chip)``) by whoever needs a CPU entry."""
+    chip = load_calibration(path)
+    return chip if chip is not None else estimate_cpu()

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import yaml
@@ -52,6 +54,15 @@ class Chip:
     wraparound_multiple: int = 0  # an axis of n chips wraps iff n % this == 0 (0: never)
     notes: str = ""
     host_link_bw_bytes_per_s: float = NAN  # one-way device<->host (PCIe) bandwidth
+    devices_per_chip: int = 1  # devices a trace shows per chip (TPU v2/v3, TPU7x: 2 TensorCores, 2 devices)
+    node_size: float = NAN  # GPU: devices per NVLink/xGMI domain; TPU: chips per host (NaN: unknown)
+    nic_bw_bytes_per_s: float = NAN  # one-way scale-out bandwidth per device: TPU DCN per chip, GPU NIC per GPU
+    node_egress_bw_bytes_per_s: float = NAN  # one-way scale-out bandwidth per node (TPU host, GPU node)
+    hop_latency_s: float = NAN  # per ICI hop / NVLink or xGMI ring step
+    nic_latency_s: float = NAN  # per step across the scale-out network (DCN / InfiniBand)
+    exact: bool = False  # the table entry is this exact part (variant too), so its sourced numbers win
+    trace_reported: dict = field(default_factory=dict, hash=False)  # field -> {stat, value, used}
+    raised: dict = field(default_factory=dict, hash=False)  # field -> {estimate, value, op, module, self_ps}
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
@@ -60,6 +71,55 @@ class Chip:
     def ridge_flops_per_byte(self, dtype: str = "bf16") -> float:
         """Arithmetic intensity above which an op of ``dtype`` is compute-bound on this chip."""
         return peak_flops(self, dtype)[0] / self.hbm_bw_bytes_per_s
+
+
+#: Who hands over this machine's CPU entry: a function of no arguments returning a :class:`Chip`.
+CpuSource = Callable[[], Chip]
+
+
+# ----------------------------------------------------------------------------------------------- CPU
+
+#: Conservative CPU defaults when no calibration exists: two 256-bit FMA pipes (2 x 8 f32 lanes x 2 FLOP = 32
+#: FLOP/cycle) at 2.0 GHz per core, and ~12 GB/s of DRAM copy bandwidth per core, capped at 100 GB/s per host.
+CPU_F32_FLOPS_PER_CORE = 32 * 2.0e9
+CPU_BW_BYTES_PER_S_PER_CORE = 1.2e10
+CPU_BW_BYTES_PER_S_MAX = 1.0e11
+
+
+def estimate_cpu(cores: int | None = None, where: str = "") -> Chip:
+    """A rough entry for a CPU of ``cores`` cores (this host's ``os.cpu_count()`` by default): what a CPU trace uses
+    unless it is handed a measured one (:func:`tracekit.model.calibrate.cpu_chip`, after ``tracekit calibrate``,
+    or the recording machine's record); ``where`` says whose CPU it is in the name."""
+    n = int(cores or os.cpu_count() or 1)
+    f32 = n * CPU_F32_FLOPS_PER_CORE
+    bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
+    hint = "run `tracekit calibrate` to measure"
+    how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
+    bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
+    return cpu_entry(f"cpu ({where + ', ' if where else ''}{n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how,
+                     bw_how, estimated=True)
+
+
+def cpu_entry(name: str, flops: dict, bw: float, how: str, bw_how: str, estimated: bool) -> Chip:
+    """A CPU chip: ``flops`` (dtype -> FLOP/s) and memory bandwidth ``bw`` with their sources ``how``/``bw_how``;
+    virtual CPU devices share host memory, so links and the host link run at that bandwidth."""
+    src = {f"peak_flops_per_s.{d}": how for d in flops}
+    if "bf16" in flops and estimated:
+        src["peak_flops_per_s.bf16"] = how + " (bf16 dots assumed no faster than f32 on CPU)"
+    try:
+        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        src["hbm_bytes"] = "estimate: physical memory (os.sysconf)"
+    except (ValueError, OSError, AttributeError):
+        ram = NAN
+        src["hbm_bytes"] = "unknown: os.sysconf not available"
+    src["hbm_bw_bytes_per_s"] = bw_how
+    shared = "estimate: virtual CPU devices share host memory, so collectives are memory copies at DRAM bandwidth"
+    src.update(link_bw_bytes_per_s=shared, links=shared, egress_bw_bytes_per_s=shared, wraparound_multiple="n/a",
+               host_link_bw_bytes_per_s="estimate: a CPU device's 'host' is its own memory: DRAM bandwidth")
+    return Chip(name=name, vendor="cpu", family="cpu", peak_flops_per_s=dict(flops), hbm_bytes=ram,
+                hbm_bw_bytes_per_s=bw, link_bw_bytes_per_s=bw, links=1, topology="shared-memory",
+                egress_bw_bytes_per_s=bw, sources=src, estimated=estimated, aliases=("cpu", "host"),
+                host_link_bw_bytes_per_s=bw)
 
 
 # ----------------------------------------------------------------------------------------------- the table
@@ -72,6 +132,10 @@ def _num(node, where: str, cites: dict) -> tuple[float, str]:
     """A table number ``{value, source, [note], [confidence]}`` -> (value, source text)."""
     if not isinstance(node, dict) or "value" not in node or not node.get("source"):
         raise TraceError(f"chip table entry {where} needs {{value: ..., source: ...}}", str(TABLE_PATH))
+    if node["value"] is None:  # a figure no source gives: NaN, and the source says why
+        why = str(node["source"])
+        return NAN, (why if why.startswith("unknown:") else f"unknown: {why}") + (
+            f" ({node['note']})" if node.get("note") else "")
     try:
         value = float(node["value"])
     except (TypeError, ValueError):
@@ -86,6 +150,11 @@ def _num(node, where: str, cites: dict) -> tuple[float, str]:
     return value, text
 
 
+#: interconnect figures a chip entry may leave out (NaN, "unknown: not in the chip table")
+_OPTIONAL_IC = ("host_link_bw_bytes_per_s", "devices_per_chip", "node_size", "nic_bw_bytes_per_s",
+                "node_egress_bw_bytes_per_s", "hop_latency_s", "nic_latency_s")
+
+
 def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
     name = entry["name"]
     src: dict[str, str] = {}
@@ -98,18 +167,20 @@ def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
     ic = entry.get("interconnect") or {}
     for key in ("link_bw_bytes_per_s", "links", "egress_bw_bytes_per_s", "wraparound_multiple"):
         vals[key], src[key] = _num(ic.get(key), f"{name}.interconnect.{key}", cites)
-    if "host_link_bw_bytes_per_s" in ic:
-        vals["host_link"], src["host_link_bw_bytes_per_s"] = _num(ic["host_link_bw_bytes_per_s"],
-                                                                  f"{name}.interconnect.host_link_bw_bytes_per_s", cites)
-    else:
-        vals["host_link"], src["host_link_bw_bytes_per_s"] = NAN, "unknown: not in the chip table"
+    for key in _OPTIONAL_IC:
+        if key in ic:
+            vals[key], src[key] = _num(ic[key], f"{name}.interconnect.{key}", cites)
+        else:
+            vals[key], src[key] = NAN, "unknown: not in the chip table"
     chip = Chip(
         name=name, vendor=entry["vendor"], family=entry["family"], peak_flops_per_s=flops,
         hbm_bytes=vals["hbm_bytes"], hbm_bw_bytes_per_s=vals["hbm_bw_bytes_per_s"],
         link_bw_bytes_per_s=vals["link_bw_bytes_per_s"], links=int(vals["links"]), topology=ic.get("topology", "unknown"),
         egress_bw_bytes_per_s=vals["egress_bw_bytes_per_s"], sources=src, estimated=False,
         aliases=tuple(entry.get("aliases") or ()), wraparound_multiple=int(vals["wraparound_multiple"]),
-        notes=entry.get("notes", ""), host_link_bw_bytes_per_s=vals["host_link"],
+        notes=entry.get("notes", ""), host_link_bw_bytes_per_s=vals["host_link_bw_bytes_per_s"],
+        devices_per_chip=int(vals["devices_per_chip"]) if math.isfinite(vals["devices_per_chip"]) else 1,
+        **{k: vals[k] for k in _OPTIONAL_IC[2:]},
     )
     det = entry.get("detect") or {}
     keys = {}
@@ -138,11 +209,13 @@ def _load() -> tuple[tuple[Chip, ...], dict]:
 def _copy(chip: Chip, **changes) -> Chip:
     changes.setdefault("peak_flops_per_s", dict(chip.peak_flops_per_s))
     changes.setdefault("sources", dict(chip.sources))
+    changes.setdefault("trace_reported", dict(chip.trace_reported))
+    changes.setdefault("raised", dict(chip.raised))
     return replace(chip, **changes)
 
 
 def table() -> list[Chip]:
-    """Every chip of the sourced table (TPUs, NVIDIA and AMD GPUs; the CPU entry is :func:`cpu_chip`)."""
+    """Every chip of the sourced table (TPUs, NVIDIA and AMD GPUs; the CPU entry is handed in: ``cpu``)."""
     return [_copy(c) for c in _load()[0]]
 
 
@@ -162,10 +235,11 @@ def _match_name(text: str, family: str | None = None) -> Chip | None:
     return None
 
 
-def get(name: str) -> Chip:
-    """The chip called ``name`` (its name or an alias, any case); ``cpu`` is this machine's CPU entry."""
+def get(name: str, *, cpu: CpuSource = estimate_cpu) -> Chip:
+    """The chip called ``name`` (its name or an alias, any case); ``cpu``/``host`` is this machine's CPU: what
+    ``cpu()`` hands over (:func:`tracekit.model.calibrate.cpu_chip` gives the calibration; default the estimate)."""
     if _norm(name) in ("cpu", "host"):
-        return cpu_chip()
+        return cpu()
     chip = _match_name(name) if _norm(name) in _all_names() else None
     if chip is None:
         valid = ", ".join([c.name for c in _load()[0]] + ["cpu"])
@@ -177,9 +251,9 @@ def _all_names() -> set[str]:
     return {_norm(a) for c in _load()[0] for a in (c.name, *c.aliases)}
 
 
-def chips_frame(include_cpu: bool = True) -> pd.DataFrame:
+def chips_frame(include_cpu: bool = True, *, cpu: CpuSource = estimate_cpu) -> pd.DataFrame:
     """One row per chip with the main numbers, units in the column names (for ``tracekit chips``)."""
-    chips = table() + ([cpu_chip()] if include_cpu else [])
+    chips = table() + ([cpu()] if include_cpu else [])
     rows = []
     for c in chips:
         row = {"name": c.name, "vendor": c.vendor, "family": c.family, "aliases": ", ".join(c.aliases)}
@@ -190,7 +264,9 @@ def chips_frame(include_cpu: bool = True) -> pd.DataFrame:
             ridge_bf16_flops_per_byte=peak_flops(c, "bf16")[0] / c.hbm_bw_bytes_per_s,
             link_bw_bytes_per_s=c.link_bw_bytes_per_s, links=c.links, topology=c.topology,
             egress_bw_bytes_per_s=c.egress_bw_bytes_per_s, wraparound_multiple=c.wraparound_multiple,
-            estimated=c.estimated,
+            devices_per_chip=c.devices_per_chip, node_size=c.node_size, nic_bw_bytes_per_s=c.nic_bw_bytes_per_s,
+            node_egress_bw_bytes_per_s=c.node_egress_bw_bytes_per_s, hop_latency_s=c.hop_latency_s,
+            nic_latency_s=c.nic_latency_s, estimated=c.estimated,
             low_confidence=", ".join(k for k, s in c.sources.items() if "confidence: low" in s),
         )
         rows.append(row)
@@ -219,25 +295,28 @@ def _vendor(stats: dict, kind: str) -> str:
     return ""
 
 
-def detect(device_kind: str, plane_stats: dict, override: str | None = None) -> Chip:
+def detect(device_kind: str, plane_stats: dict, override: str | None = None, *,
+           cpu: CpuSource = estimate_cpu) -> Chip:
     """The chip of one device plane: its table entry with the trace's own peaks laid over it.
 
     ``device_kind`` is what the trace calls the device ('TPU v6 Lite', 'AMD gfx942', 'cpu', ...); ``plane_stats``
-    the device plane's stats by name. With ``override`` (``--chip NAME``) the table entry is used as is. A TPU's
+    the device plane's stats by name. With ``override`` (``--chip NAME``) the table entry is used as is. A CPU
+    device is what ``cpu()`` hands over (the calibration, from :func:`tracekit.model.calibrate.cpu_chip`; by
+    default the estimate, :func:`estimate_cpu`). A TPU's
     ``peak_teraflops_per_second`` is its bf16 peak: other dtypes are scaled by the table's ratios. A GPU's FLOP/s are
     scaled by the trace's clock_rate x core_count over the table part's. A chip not in the table gives an
     ``estimated`` entry built from the trace's stats, with FLOP/s unknown (NaN).
     """
     stats = dict(plane_stats or {})
     if override:
-        chip = get(override)
+        chip = get(override, cpu=cpu)
         src = {k: (s.replace("table:", "table (--chip):", 1) if s.startswith("table:") else s)
                for k, s in chip.sources.items()}
-        return _copy(chip, sources=src)
+        return _copy(chip, sources=src, exact=chip.family != "cpu")  # the user named the part
     kind = str(device_kind or "").strip()
     lk = kind.lower()
     if lk.startswith("cpu") or lk in ("host", "/host:cpu"):
-        return cpu_chip()
+        return cpu()
     if lk.startswith("tpu") or "device_type_string" in stats or "peak_teraflops_per_second" in stats:
         return _detect_tpu(kind, stats)
     gpu_keys = ("compute_cap_major", "core_count", "memory_bandwidth", "device_vendor", "clock_rate")
@@ -253,6 +332,25 @@ def detect(device_kind: str, plane_stats: dict, override: str | None = None) -> 
                 sources={"peak_flops_per_s": f"unknown: device kind {kind!r} not recognised; {hint}"})
 
 
+#: a trace stat that differs from the exact part's sourced table number by more than this loses to the table
+TRACE_DISAGREE = 0.20
+
+
+def _prefer_table(chip: Chip, key: str, trace_value: float, stat: str) -> bool:
+    """The peak-source policy for one number: True when the table value stays (the chip is the exact part and the
+    trace's stat disagrees with it by more than :data:`TRACE_DISAGREE`), else False (the trace value is used).
+    Either way ``chip.trace_reported[key]`` records what the trace said and whether it was used; a rejected stat
+    is named in the table number's source."""
+    table_v = chip.peak_flops_per_s.get(key[len("peak_flops_per_s."):]) if key.startswith("peak_flops_per_s.") \
+        else getattr(chip, key, NAN)
+    keep = bool(chip.exact and table_v and math.isfinite(table_v) and abs(trace_value / table_v - 1) > TRACE_DISAGREE)
+    chip.trace_reported[key] = {"stat": stat, "value": trace_value, "used": not keep}
+    if keep:
+        chip.sources[key] = (f"{chip.sources.get(key, 'table')}; the trace's {stat} says {trace_value:.4g}, "
+                             f"{abs(trace_value / table_v - 1):.0%} off the datasheet of this exact part: not used")
+    return keep
+
+
 def _detect_tpu(kind: str, stats: dict) -> Chip:
     dts = str(stats.get("device_type_string") or kind)
     base = _match_name(dts, "tpu") or _match_name(kind, "tpu")
@@ -262,9 +360,11 @@ def _detect_tpu(kind: str, stats: dict) -> Chip:
                     egress_bw_bytes_per_s=NAN, estimated=True,
                     sources={"name": f"estimate: {dts!r} is not in the chip table; numbers from the trace only"})
     else:
-        chip = _copy(base)
+        chip = _copy(base, exact=True, trace_reported={})
     flops, src = chip.peak_flops_per_s, chip.sources
     tf = _stat(stats, "peak_teraflops_per_second")
+    if tf and _prefer_table(chip, "peak_flops_per_s.bf16", tf * 1e12, "peak_teraflops_per_second"):
+        tf = None
     if tf:
         new = tf * 1e12
         old = flops.get("bf16")
@@ -280,6 +380,8 @@ def _detect_tpu(kind: str, stats: dict) -> Chip:
             src["peak_flops_per_s.f32"] = "trace: peak_teraflops_per_second (f32 dot = one bf16 pass)"
     bw = _stat(stats, "peak_hbm_bw_gigabytes_per_second")
     changes = {}
+    if bw and _prefer_table(chip, "hbm_bw_bytes_per_s", bw * 1e9, "peak_hbm_bw_gigabytes_per_second (GB/s x 1e9)"):
+        bw = None
     if bw:
         changes["hbm_bw_bytes_per_s"] = bw * 1e9
         src["hbm_bw_bytes_per_s"] = "trace: peak_hbm_bw_gigabytes_per_second"
@@ -302,6 +404,11 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
         if cores and len(cands) > 1:
             cands.sort(key=lambda c: abs((keys[c.name]["cores"] or 0) - cores))
         base = cands[0] if cands else None
+        # the exact part: its cores match the table's (or the trace does not say and no other part fits)
+        exact = base is not None and (keys[base.name]["cores"] == cores if cores and keys[base.name]["cores"]
+                                      else len(cands) == 1)
+    else:
+        exact = False
     if base is None:
         named = _match_name(kind, "gpu")
         base = named if named is not None and (not vendor or named.vendor == vendor) else None
@@ -314,17 +421,23 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
                     hbm_bw_bytes_per_s=NAN, link_bw_bytes_per_s=NAN, links=0, topology="unknown",
                     egress_bw_bytes_per_s=NAN, estimated=True, sources={"peak_flops_per_s": f"unknown: {hint}"})
     else:
-        chip = _copy(base)
+        chip = _copy(base, exact=exact, trace_reported={})
     src, changes = chip.sources, {}
     k = keys.get(chip.name, {})
     if base is not None and cores and clock_khz and k.get("cores") and k.get("clock_mhz"):
         ratio = (clock_khz / 1e3 * cores) / (k["clock_mhz"] * k["cores"])
+        if chip.exact and abs(ratio - 1) > TRACE_DISAGREE:
+            chip.trace_reported["clock_rate x core_count"] = {"stat": "clock_rate x core_count", "value": ratio,
+                                                              "used": False}
+            ratio = 1.0
         if abs(ratio - 1) > 0.005:
             for d in list(chip.peak_flops_per_s):
                 chip.peak_flops_per_s[d] *= ratio
                 src[f"peak_flops_per_s.{d}"] = (f"trace: clock_rate x core_count = {ratio:.3f} x table part "
                                                  f"({src[f'peak_flops_per_s.{d}']})")
     bw = _stat(stats, "memory_bandwidth")
+    if bw and _prefer_table(chip, "hbm_bw_bytes_per_s", bw, "memory_bandwidth"):
+        bw = None
     if bw:
         changes["hbm_bw_bytes_per_s"] = bw
         src["hbm_bw_bytes_per_s"] = "trace: memory_bandwidth" + (
@@ -333,16 +446,6 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
         changes["hbm_bytes"] = mem
         src["hbm_bytes"] = "trace: memory_size"
     return replace(chip, **changes)
-
-
-# ----------------------------------------------------------------------------------------------- CPU
-
-def cpu_chip(path=None) -> Chip:
-    """This machine's CPU: the calibration file when one exists, else :func:`tracekit.model.calibrate.estimate_cpu`."""
-    from tracekit.model.calibrate import estimate_cpu, load_calibration  # calibrate imports this module
-
-    chip = load_calibration(path)
-    return chip if chip is not None else estimate_cpu()
 
 
 # ----------------------------------------------------------------------------------------------- dtype peaks

@@ -6,14 +6,19 @@ bodies and conditions, conditional branches, call targets and async-wrapped comp
 applied-to computations (the reducers/comparators of reduce, sort, scatter, all-reduce, map, ...) get no rows of
 their own: their instructions are costed inside the instruction that uses them. A row holds the cost of ONE
 execution of its instruction; control-flow rows (while, conditional, call, async-start) hold the cost of what they
-run, so the module's cost is the sum of the entry computation's rows (:func:`module_totals`).
+run, so the module's cost is the sum of the entry computation's rows (:func:`module_totals`). Each row also says
+how often its instruction runs per run of the module (``executions``: while bodies trip-count times, NaN when
+unknown) and which control-flow instruction runs its computation (``parent``), and the peak class it computes at
+(``compute_dtype``: for dots and convolutions from the operands, see :mod:`tracekit.model.precision`).
 :func:`computation_kinds` says which role each computation has.
 
 Conventions follow XLA's ``compiled.cost_analysis()`` on CPU (measured, see ``tests/test_cost_oracle.py``) so the
 numbers can be compared: elementwise ops 1 flop per element (compare, select, clamp, convert too); exp, log,
 log1p, expm1, tanh, logistic, sqrt, rsqrt, cbrt, power, sin, cos, tan, atan2, erf 1 transcendental and no flop;
-dot 2*batch*M*N*K; convolution counts only window taps that land on real input (padding and dilation holes
-excluded); reduce (in - out) reducer applications; reduce-window (window - 1) per output; sort n*ceil(log2 n) with
+dot 2*batch*M*N*K; fft 8 * input elements * prod_d floor(log2 fft_length[d]) (XLA multiplies the per-dimension
+logs); gather reads and writes its output (plus the indices), scatter reads its updates twice and the indices
+once and writes the updates, a fused gather reads its whole operand (as XLA counts them); convolution counts only
+window taps that land on real input (padding and dilation holes excluded); reduce (in - out) reducer applications; reduce-window (window - 1) per output; sort n*ceil(log2 n) with
 n = all elements; all-reduce one reducer per element, reduce-scatter none; fusions cost the sum of their fused
 instructions' flops and read their parameters (only the sliced part for a parameter consumed only by slices)
 and write their outputs (only the update for an in-place dynamic-update-slice root).
@@ -22,14 +27,11 @@ Where we differ from XLA on purpose:
   * while: body x trip count and condition x (trip count + 1) when ``known_trip_count`` is in the backend_config;
     XLA counts body and condition once. Unknown trip count -> NaN, reason 'unknown trip count'.
   * complex dot/convolution x4 (XLA counts a complex multiply-add as 2 flops like a real one).
-  * a fused parameter read only by gathers counts the gathered bytes (XLA: the whole operand, although it counts
-    the gathered bytes for an unfused gather); a parameter read both by a slice and in full counts once in full
-    (XLA: full + slice).
+  * a parameter read both by a slice and in full counts once in full (XLA: full + slice).
   * tuple costs 0 (XLA on CPU: 8 bytes of pointer per element); ``-done`` halves of async pairs cost 0 (XLA: in+out
     again); custom calls are priced by :mod:`tracekit.model.custom_calls` (GEMMs, convolutions, attention, TopK,
     sort: ``cost_model`` names the model) and the others keep their I/O bytes with NaN flops (XLA: -1 for both).
   * conditional: per-metric max over branches (as XLA); the row's note says so.
-  * multi-dimensional fft: 8 * elements * log2(prod fft_length) (XLA multiplies the per-dimension logs).
 Collectives: ``net_bytes`` are the bytes each device sends on a ring, V = full array: all-gather (V = output),
 reduce-scatter (V = input) and all-to-all V(N-1)/N, all-reduce 2V(N-1)/N, collective-permute V; N from
 replica_groups / collective_device_list (iota: num_devices_per_group), empty -> ``num_devices``.
@@ -42,12 +44,13 @@ import pandas as pd
 
 from tracekit.model import custom_calls
 from tracekit.model.cost_ops import COLLECTIVE_OF, NAN, Cost, op_cost
+from tracekit.model.precision import result_compute_dtype
 from tracekit.ingest.hloshape import first_dtype, nbytes
 from tracekit.proto import hlo_pb2
 
-COLUMNS = ["module", "computation", "name", "opcode", "dtype", "flops", "transcendentals", "bytes_read",
-           "bytes_written", "bytes_accessed", "net_bytes", "group_size", "collective", "cost_known",
-           "unknown_reason", "note", "cost_model", "compute_dtype"]
+COLUMNS = ["module", "computation", "name", "opcode", "dtype", "compute_dtype", "flops", "transcendentals",
+           "bytes_read", "bytes_written", "bytes_accessed", "net_bytes", "group_size", "collective", "cost_known",
+           "unknown_reason", "note", "cost_model", "executions", "parent"]
 _METRICS = ("flops", "transcendentals", "bytes_read", "bytes_written", "net_bytes")
 _CONTROL = ("while", "conditional", "call", "async-start")
 
@@ -55,9 +58,17 @@ _CONTROL = ("while", "conditional", "call", "async-start")
 def _accumulate(acc: Cost, c: Cost, scale: float = 1.0, where: str = "") -> None:
     for m in _METRICS:
         setattr(acc, m, getattr(acc, m) + scale * getattr(c, m))
+    _take_dtype(acc, c, scale)
     if not c.known:
         acc.known = False
         acc.reason = acc.reason or (f"{where}: {c.reason}" if where else c.reason)
+
+
+def _take_dtype(acc: Cost, c: Cost, scale: float = 1.0) -> None:
+    """The compute dtype of a sum of costs is that of its largest matmul."""
+    f = scale * (c.dtype_flops or c.flops)
+    if c.compute_dtype and (not acc.compute_dtype or f > acc.dtype_flops):
+        acc.compute_dtype, acc.dtype_flops = c.compute_dtype, f
 
 
 def trip_count(inst) -> int | None:
@@ -102,6 +113,29 @@ class _Model:
                 if inst.opcode in _CONTROL:
                     todo.extend(inst.called_computation_ids)
         return [c.id for c in self.module.computations if c.id in seen]
+
+    def executions(self) -> dict[int, tuple[float, str]]:
+        """Computation id -> (executions per run of the module, name of the control-flow instruction that runs it;
+        '' for the entry). A while body runs trip-count times per run of its while, its condition once more,
+        a conditional's branch at most once (counted as once), a call target once; unknown trip count: NaN."""
+        out: dict[int, tuple[float, str]] = {}
+        todo = [(self.entry.id, 1.0, "")] if self.entry is not None else []
+        while todo:
+            cid, n, parent = todo.pop()
+            if cid in out or cid not in self.comps:
+                continue
+            out[cid] = (n, parent)
+            for inst in self.comps[cid].instructions:
+                if inst.opcode not in _CONTROL:
+                    continue
+                called = list(inst.called_computation_ids)
+                if inst.opcode == "while" and len(called) >= 2:
+                    t = trip_count(inst)
+                    k = float("nan") if t is None else float(t)
+                    todo += [(called[0], n * k, inst.name), (called[1], n * (k + 1), inst.name)]
+                else:
+                    todo += [(k, n, inst.name) for k in called]
+        return out
 
     # -- costs ------------------------------------------------------------------------------------------
     def applied(self, cid: int) -> tuple[float, float]:
@@ -199,6 +233,7 @@ class _Model:
                     ic = self.inst_cost(fid, fi)
                     for m in ("flops", "transcendentals"):
                         setattr(c, m, getattr(c, m) + getattr(ic, m))
+                    _take_dtype(c, ic)
                     if not ic.known and ic.reason:
                         c.known, c.reason = False, c.reason or f"{comp.name}: {ic.reason}"
                     for k, oid in enumerate(fi.operand_ids):
@@ -212,7 +247,8 @@ class _Model:
         fid = inst.called_computation_ids[0]
         comp = self.comps[fid]
         inner, users = self._fused(fid)
-        c = Cost(flops=inner.flops, transcendentals=inner.transcendentals, known=inner.known, reason=inner.reason)
+        c = Cost(flops=inner.flops, transcendentals=inner.transcendentals, known=inner.known, reason=inner.reason,
+                 compute_dtype=inner.compute_dtype, dtype_flops=inner.dtype_flops)
         operands = self.operands(cid, inst)
         for fi in comp.instructions:
             if fi.opcode == "parameter" and fi.parameter_number < len(operands):
@@ -227,11 +263,12 @@ class _Model:
 
 
 def _param_read(users: list, whole: int) -> float:
-    """Bytes a fusion reads of one parameter: what its slices / dynamic-slices / gathers select when those are
-    its only readers, nothing for the in-place operand of a dynamic-update-slice, else the whole operand."""
+    """Bytes a fusion reads of one parameter: what its slices / dynamic-slices select when those are its only
+    readers, nothing for the in-place operand of a dynamic-update-slice, else the whole operand (a gathered
+    operand too, as XLA counts it)."""
     part, full = 0, False
     for u, k in users:
-        if k == 0 and u.opcode in ("slice", "dynamic-slice", "gather"):
+        if k == 0 and u.opcode in ("slice", "dynamic-slice"):
             part += nbytes(u.shape)
         elif not (k == 0 and u.opcode == "dynamic-update-slice"):
             full = True
@@ -241,18 +278,22 @@ def _param_read(users: list, whole: int) -> float:
 def _frame(module, num_devices) -> tuple[pd.DataFrame, str | None]:
     module = module.hlo_module if isinstance(module, hlo_pb2.HloProto) else module
     model = _Model(module, num_devices)
+    runs = model.executions()
     recs = []
     for cid in model.executable():
         cname = model.comps[cid].name
+        n, parent = runs.get(cid, (float("nan"), ""))
         for inst, c in model.rows(cid):
-            dtype = first_dtype(inst.shape)
-            recs.append((module.name, cname, inst.name, inst.opcode, dtype, float(c.flops),
-                         float(c.transcendentals), float(c.bytes_read), float(c.bytes_written),
+            dt = first_dtype(inst.shape)
+            cdt = c.compute_dtype if inst.opcode not in _CONTROL else ""
+            recs.append((module.name, cname, inst.name, inst.opcode, dt, cdt or result_compute_dtype(dt),
+                         float(c.flops), float(c.transcendentals), float(c.bytes_read), float(c.bytes_written),
                          float(c.bytes_read + c.bytes_written), float(c.net_bytes), int(c.group_size),
-                         c.collective, bool(c.known), c.reason, c.note, c.model, c.compute_dtype or dtype))
+                         c.collective, bool(c.known), c.reason, c.note, c.model, n, parent))
     df = pd.DataFrame.from_records(recs, columns=COLUMNS)
     df = df.astype({"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
-                    "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool})
+                    "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool,
+                    "executions": float})
     return df, (model.entry.name if model.entry is not None else None)
 
 

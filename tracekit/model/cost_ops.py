@@ -14,6 +14,7 @@ from math import prod
 import numpy as np
 
 from tracekit.ingest.hloshape import elements, leaves, nbytes
+from tracekit.model.precision import dot_compute_dtype
 from tracekit.proto import hlo_pb2
 
 NAN = float("nan")
@@ -54,8 +55,10 @@ class Cost:
     note: str = ""
     #: the custom-call cost model that priced the op (``cost_source`` becomes ``model:<name>``), else empty
     model: str = ""
-    #: element type whose peak the FLOPs run at (the operand type of a GEMM/conv/attention), else empty
+    #: the peak class the op computes at (the operand type of a dot/conv/GEMM/attention, see
+    #: tracekit.model.precision), else empty
     compute_dtype: str = ""
+    dtype_flops: float = 0.0  #: flops of the op that decided ``compute_dtype`` (the largest matmul inside)
 
     def unknown(self, reason: str, *metrics: str) -> "Cost":
         """Mark ``metrics`` (all five when none are named) NaN, with ``reason``."""
@@ -171,13 +174,32 @@ def collective_cost(inst, oshapes, env) -> Cost:
     c.group_size = int(n)
     v = {"all-reduce": read, "all-gather": written, "reduce-scatter": read, "all-to-all": read,
          "collective-permute": read}.get(kind)
-    if kind == "ragged-all-to-all":
-        return c.unknown("ragged-all-to-all: bytes sent depend on runtime sizes", "net_bytes")
+    if kind == "ragged-all-to-all":  # the sizes operand, when a constant, says what is sent
+        sizes = _ragged_sizes(inst, oshapes, env)
+        if sizes is None:
+            return c.unknown("ragged-all-to-all: bytes sent depend on runtime sizes", "net_bytes")
+        c.net_bytes = sizes * (n - 1) / n if n > 0 else 0.0
+        return c
     if kind == "collective-permute":
         c.net_bytes = v if inst.source_target_pairs else 0.0
     else:
         c.net_bytes = (2.0 if kind == "all-reduce" else 1.0) * v * (n - 1) / n if n > 0 else 0.0
     return c
+
+
+def _ragged_sizes(inst, oshapes, env) -> float | None:
+    """Bytes a ragged-all-to-all sends (rows named by its constant ``send_sizes`` operand x bytes per row of the
+    input), None when the sizes are runtime values."""
+    glob = getattr(env, "glob", {})
+    if len(inst.operand_ids) < 6 or len(oshapes) < 6 or not oshapes[0].dimensions or oshapes[0].dimensions[0] <= 0:
+        return None
+    sz = glob.get(inst.operand_ids[3])
+    if sz is None or sz.opcode != "constant" or not sz.HasField("literal"):
+        return None
+    vals = next((list(getattr(sz.literal, f)) for f in ("s32s", "s64s", "u32s", "u64s") if getattr(sz.literal, f)), [])
+    if not vals:
+        return None
+    return float(sum(max(int(v), 0) for v in vals) * nbytes(oshapes[0]) / oshapes[0].dimensions[0])
 
 
 def op_cost(inst, oshapes, env) -> Cost:
@@ -216,16 +238,16 @@ def op_cost(inst, oshapes, env) -> Cost:
         dd = inst.dot_dimension_numbers
         fl = dot_flops(oshapes[0], oshapes[1], dd.lhs_contracting_dimensions, dd.lhs_batch_dimensions,
                        dd.rhs_contracting_dimensions, dd.rhs_batch_dimensions, is_complex(inst.shape))
-        return io_cost(inst, oshapes, flops=fl)
+        return io_cost(inst, oshapes, flops=fl, compute_dtype=_operands_compute_dtype(inst, oshapes))
     if op == "ragged-dot":
         rd = inst.ragged_dot_dimension_numbers
         dd = rd.dot_dimension_numbers
         fl = ragged_dot_flops(oshapes[0], oshapes[1], dd.rhs_contracting_dimensions, dd.rhs_batch_dimensions,
                               rd.rhs_group_dimensions, is_complex(inst.shape))
-        return io_cost(inst, oshapes, flops=fl)
+        return io_cost(inst, oshapes, flops=fl, compute_dtype=_operands_compute_dtype(inst, oshapes))
     if op == "convolution":
         fl = conv_flops(oshapes[0], oshapes[1], inst.shape, inst.window, inst.convolution_dimension_numbers)
-        return io_cost(inst, oshapes, flops=fl)
+        return io_cost(inst, oshapes, flops=fl, compute_dtype=_operands_compute_dtype(inst, oshapes))
     if op == "reduce":                     # (input elements - output elements) reducer applications
         f, t = env.applied(inst.called_computation_ids[0])
         n = float(elements(oshapes[0])) - first_el
@@ -248,9 +270,9 @@ def op_cost(inst, oshapes, env) -> Cost:
                        note="sort: n*ceil(log2 n) comparisons, n = all elements; comparator cost not counted")
     if op in ("rng", "rng-bit-generator"):
         return io_cost(inst, oshapes, transcendentals=out_el)
-    if op == "fft":                        # 8 * input elements * log2(prod fft_length)
-        n = prod(inst.fft_length)
-        return io_cost(inst, oshapes, flops=8.0 * elements(oshapes[0]) * math.log2(n) if n > 1 else 0.0)
+    if op == "fft":                        # XLA: 8 * input elements * prod over fft_length of floor(log2 length)
+        logs = prod(max(int(n), 1).bit_length() - 1 for n in inst.fft_length) if inst.fft_length else 0
+        return io_cost(inst, oshapes, flops=8.0 * elements(oshapes[0]) * logs)
     if op == "triangular-solve":           # XLA's count: 2 * batch * m^2 * n
         a, b = oshapes[0], oshapes[1]
         m = a.dimensions[-1]
@@ -271,6 +293,11 @@ def op_cost(inst, oshapes, env) -> Cost:
         return io_cost(inst, oshapes).unknown(f"opaque custom call {inst.custom_call_target}", "flops",
                                               "transcendentals")
     return Cost().unknown(f"no cost rule for opcode {op}")
+
+
+def _operands_compute_dtype(inst, oshapes) -> str:
+    pc = inst.precision_config if inst.HasField("precision_config") else None
+    return dot_compute_dtype([s.element_type for s in oshapes[:2]], pc)
 
 
 def _layout_bitcast(inst, operand) -> bool:

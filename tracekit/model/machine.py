@@ -73,3 +73,56 @@ def read(trace_path) -> dict | None:
 def summary(record: dict) -> str:
     """'AMD EPYC 7B13 (2 cores)' for messages."""
     return f"{record.get('processor') or 'unknown CPU'} ({record.get('cpu_count') or '?'} cores)"
+
+
+def cpu_chip_for(trace_path):
+    """(Chip, note) for a CPU trace at ``trace_path``: from the record beside it (its calibration, else an
+    estimate from its core count), else None and a note saying the record is missing."""
+    from tracekit.model.calibrate import chip_from_record
+    from tracekit.model.chips import estimate_cpu
+
+    rec = read(trace_path) if trace_path else None
+    if rec is None:
+        return None, "no record of the recording machine"
+    where = path_for(trace_path).name
+    cal = rec.get("calibration")
+    if isinstance(cal, dict):
+        try:
+            chip = chip_from_record(cal, where)
+            return chip, f"recording machine: {summary(rec)}, calibrated there"
+        except (ValueError, KeyError, TypeError):
+            pass
+    chip = estimate_cpu(rec.get("cpu_count"), where=f"{rec.get('processor') or 'recording machine'}")
+    return chip, f"recording machine: {summary(rec)}, not calibrated (estimate from its core count)"
+
+
+def record_run(run_dir, calibrate_s: float | None = None) -> list:
+    """Write the record of this machine beside every trace in ``run_dir`` that has none (a capture made here);
+    returns the files written. ``calibrate_s``: seconds of calibration (default ``$TRACEKIT_MACHINE_CALIBRATE_S``,
+    else 3; 0 records the CPU without calibrating). Never raises: a record that cannot be written is skipped."""
+    if calibrate_s is None:
+        try:
+            calibrate_s = float(os.environ.get("TRACEKIT_MACHINE_CALIBRATE_S", "3"))
+        except ValueError:
+            calibrate_s = 3.0
+    written = []
+    rec = None
+    try:
+        traces = [p for p in Path(run_dir).iterdir() if p.name.endswith(_TRACE_SUFFIXES)]
+    except OSError:
+        return written
+    for t in sorted(traces):
+        if path_for(t).exists():
+            continue
+        try:
+            rec = rec or describe(calibrate_s)
+            written.append(write(t, rec))
+        except Exception:  # noqa: BLE001 - the record helps the analysis; it must never break a capture
+            continue
+    return written
+
+
+def is_cpu_trace(tr) -> bool:
+    """True when every device of the loaded trace is a CPU (XLA:CPU's virtual devices)."""
+    kinds = {str(k).lower() for k in tr.devices["device_kind"]} if len(tr.devices) else set()
+    return bool(kinds) and all(k.startswith("cpu") for k in kinds)

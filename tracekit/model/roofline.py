@@ -6,9 +6,10 @@ Formulas (see ../shared/DOMAIN.md):
     compute_ps  = flops / peak_flops(compute_dtype)            (dtype-aware: an f32 dot against the f32 peak; a
                   custom call priced by a model runs at its operand type's peak: bf16 x bf16 -> f32 at bf16)
     memory_ps   = bytes_accessed / hbm_bw
-    network_ps  = net_bytes / W   where net_bytes is what one device sends on a ring (cost model) and
-                  W = egress bandwidth (GPU: NVLink/IF per GPU), TPU: one link's bandwidth both ways when the ring
-                  has its wraparound, one way otherwise; all-to-all uses V/(4W); a latency floor of 1 µs x N/2 hops.
+    network_ps  = the collective's predicted time on the machine's links (:mod:`tracekit.model.collective_cost`:
+                  torus axes / DCN / NVLink / Infinity Fabric / NIC levels, latency floors), for the device's own
+                  replica group in the topology (:mod:`tracekit.model.topology`; ``--topology`` overrides);
+                  ``net_level`` names the level that bounds it.
     roofline_ps = max(compute_ps, memory_ps, network_ps)     bound_by = argmax (ties: compute, then memory)
     efficiency  = roofline_ps / duration_ps                  headroom_ps = max(duration_ps - roofline_ps, 0)
 An op with no known cost, or no work at all (a ``-done`` marker), is ``bound_by = unknown`` with the reason.
@@ -17,27 +18,24 @@ contention between overlapping ops, and the host-link (PCIe) bandwidth of host-o
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.model import chips
+from tracekit.schema import Bound, CostSource, labels
+from tracekit.model import calibrate, chips, execution, peaks, precision
 from tracekit.ingest import hlo
 from tracekit.columns import distinct_rows, unique_rows, with_columns
 from tracekit.ingest.trace import Trace
 
-HOP_LATENCY_PS = 1_000_000  # ~1 µs per ICI hop (DOMAIN.md)
-_COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "collective", "cost_known",
-              "unknown_reason", "cost_model", "compute_dtype"]
-#: cost_source categories; custom-call models follow as 'model:<name>'
-SOURCES = ["hlo", "trace", "unknown"]
+_COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
+              "cost_known", "unknown_reason", "cost_model", "executions", "parent"]
 
 
 def costs(tr: Trace) -> pd.DataFrame:
-    """Per-instruction costs of every module in the trace, keyed by (program_id, op). Cached on the Trace."""
-    cached = getattr(tr, "_costs", None)
-    if cached is not None:
-        return cached
+    """Per-instruction costs of every module in the trace, keyed by (program_id, op) (worked out once per join)."""
     from tracekit.model import cost
     ndev = max(1, len(tr.devices[["host", "device"]].drop_duplicates())) if len(tr.devices) else None
     parts = []
@@ -49,22 +47,72 @@ def costs(tr: Trace) -> pd.DataFrame:
     out = (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["program_id", "name"] + _COST_COLS))
     out = out.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
     out["op"] = out["op"].astype(str)
-    tr._costs = out
+    return out
+
+
+def base_chips(tr: Trace, chip: str | None = None) -> dict:
+    """(host, device) -> Chip as detected (table, trace stats, calibration or estimate), before any raise. A CPU
+    device takes the recording machine's record beside its trace (:mod:`tracekit.model.machine`) when there is
+    one; without it, this machine's calibration or estimate, and the chip's ``notes`` say the record is missing."""
+    from tracekit.model import machine
+
+    paths = dict(zip(getattr(tr, "hosts", []) or [], getattr(tr, "paths", []) or []))
+    out, cpu = {}, {}
+    for r in tr.devices.itertuples(index=False):
+        if not chip and str(r.device_kind).lower().startswith("cpu"):
+            if r.host not in cpu:
+                found, note = machine.cpu_chip_for(paths.get(r.host))
+                base = found if found is not None else chips.detect(r.device_kind, {}, None, cpu=calibrate.cpu_chip)
+                cpu[r.host] = replace(base, notes=note)
+            out[(r.host, r.device)] = cpu[r.host]
+            continue
+        out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip,
+                                               cpu=calibrate.cpu_chip)
     return out
 
 
 def device_chips(tr: Trace, chip: str | None = None) -> dict:
-    """(host, device) -> Chip for every device in the trace."""
-    out = {}
-    for r in tr.devices.itertuples(index=False):
-        out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip)
-    return out
+    """(host, device) -> the Chip the roofline uses: :func:`base_chips`, with the peaks of chips that are not an
+    exact table part (CPUs, unknown chips) raised to the best rate the trace demonstrates (see
+    :mod:`tracekit.model.peaks`). Cached on the Trace per ``chip``."""
+    cache = tr.__dict__.setdefault("_device_chips", {})
+    if chip not in cache:
+        base = base_chips(tr, chip)
+        if any(not c.exact for c in base.values()) and len(tr.ops):
+            cache[chip] = peaks.raise_estimates(base, _join(tr, base))
+        else:
+            cache[chip] = base
+    return cache[chip]
 
 
-def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
+@dataclass(frozen=True)
+class ChipUse:
+    """One chip of an analysis and the devices that ran on it (``host/device`` when there are several hosts)."""
+
+    chip: chips.Chip
+    devices: tuple
+
+
+def chips_used(tr: Trace, chip: str | None = None) -> list[ChipUse]:
+    """The chips of the devices that ran ops, in the order their devices appear; a chip's numbers are those of
+    its first device (a device plane with no ops, such as an idle GPU, is not part of the analysis)."""
+    active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
+    first: dict[str, chips.Chip] = {}
+    devices: dict[str, list] = {}
+    for (host, dev), c in device_chips(tr, chip).items():
+        if active and (host, dev) not in active:
+            continue
+        first.setdefault(c.name, c)
+        devices.setdefault(c.name, []).append(dev if len(tr.hosts) == 1 else f"{host}/{dev}")
+    return [ChipUse(first[name], tuple(devs)) for name, devs in devices.items()]
+
+
+def _per_kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.ndarray | None:
     """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
     one-event ops; for GPU ops made of several kernels, the kernels of one execution (consecutive rows of the
-    same op on a device) split it by duration."""
+    same op on a device) split it by duration. A run of k consecutive events of an op that executes e times per
+    run of its module (a loop body: e = trip count, from ``executions``) holds min(k, e) executions: a loop
+    body's single kernel per iteration is not taken for one op's several kernels."""
     gpu = (ops["source"] == "gpu_kernel").to_numpy()
     if not gpu.any():
         return None
@@ -79,30 +127,42 @@ def _per_kernel_split(ops: pd.DataFrame) -> np.ndarray | None:
     run = np.cumsum(new) - 1
     dur = g["duration_ps"].to_numpy()[order].astype(float)
     tot = np.bincount(run, weights=dur)
-    frac = np.divide(dur, tot[run], out=np.ones_like(dur), where=tot[run] > 0)
+    count = np.bincount(run)
+    frac = np.divide(dur, tot[run], out=1.0 / count[run], where=tot[run] > 0)
+    if executions is not None:
+        e = executions[gpu][order]
+        e = np.where(np.isfinite(e) & (e >= 1), e, 1.0)
+        frac = np.where(count[run] > e, e * frac, 1.0)
     s = np.empty(len(g))
     s[order] = frac
     share[gpu] = s
     return share
 
 
-BOUNDS = ["compute", "memory", "network", "host_link", "unknown"]
 _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 
 
-def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
+def join(tr: Trace, chip: str | None = None, topology: str | None = None,
+         cost_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added. Costs, peaks and reasons are worked
     out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
-    per execution (trace-reported costs, the split of an op over its GPU kernels, the measured time) is per row.
-    When no identity's rows differ in those (the common case), the whole prediction is made per identity."""
+    per execution (trace-reported costs, the split of an op over its GPU kernels or over the events of one
+    execution, the measured time) is per row. When no identity's rows differ in those (the common case), the
+    whole prediction is made per identity. Peaks are :func:`device_chips`'. ``cost_table``: :func:`costs` of the
+    trace, when the caller has worked it out already."""
+    return _join(tr, device_chips(tr, chip), topology, cost_table)
+
+
+def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.DataFrame | None = None) -> pd.DataFrame:
     n = len(tr.ops)
     if not n:
         return schema.conform(tr.ops.copy(), {**schema.OPS, **schema.ROOFLINE})
     ops = tr.ops
     inv, first, rows = distinct_rows(ops, _IDENT)
-    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), chip)
+    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    share = _per_kernel_split(ops)
+    execs = u["executions"][inv]
+    share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
@@ -110,9 +170,11 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     else:
         p = _predict(lambda k: u[k][inv], tf, tb, share, n, u)
     del tf, tb, share
+    _judge_done_over_windows(ops, p, u, inv)
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
-    dur = ops["duration_ps"].to_numpy().astype(float)
+    dur = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy().astype(float)
+    dur = np.where(dur >= 0, dur, ops["duration_ps"].to_numpy().astype(float))  # -1: a frame without self times
     new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0)
     new["intensity_flops_per_byte"] = p.pop("intensity_flops_per_byte")
     head = np.subtract(dur, roof, out=dur)  # NaN where the roofline is unknown
@@ -121,13 +183,16 @@ def join(tr: Trace, chip: str | None = None) -> pd.DataFrame:
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
-    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=SOURCES + u["models"])
+    new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=labels(CostSource) + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
         p["compute"], p["memory"], p["network"], roof
-    new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=BOUNDS)
+    new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])
     new["collective"] = pd.Categorical.from_codes(p["coll_codes"], categories=u["colls"])
+    new["net_level"] = pd.Categorical.from_codes(p["level_codes"], categories=u["levels"])
+    new["net_fast_ps"], new["loop_trip_count"] = p["net_fast"], p["trips"]
+    new["coll_pattern"] = pd.Categorical.from_codes(p["pattern_codes"], categories=u["patterns"])
     new["is_host_transfer"] = p["host_x"]
     for col in ("dot_m", "dot_n", "dot_k"):
         new[col] = p[col]
@@ -144,7 +209,7 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
-    flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], 1, 0
+    flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], CostSource.TRACE, 0
     net[has_t & np.isnan(net)] = 0.0
     del has_t
     if share is not None:
@@ -155,16 +220,12 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = flops / b("peak_f") * 1e12
         memory = nbytes / b("bw") * 1e12
-        netw = b("netw")
-        network = np.where(net > 0, net / netw * 1e12, np.where(np.isnan(net), np.nan, 0.0))
-        a2a = b("a2a")
-        if a2a.any():  # all-to-all on a bidirectional ring: V/(4W) with V the full array (net_bytes = V(N-1)/N)
-            gs = np.maximum(gsize, 2)
-            network = np.where(a2a, net * gs / (gs - 1) / 4 / netw * 1e12, network)
-        del netw, a2a
-        tpu_coll = (net > 0) & b("fam_tpu")
-        if tpu_coll.any():  # ~1 µs per hop floor on TPU ICI
-            network = np.where(tpu_coll, np.maximum(network, HOP_LATENCY_PS * np.maximum(gsize, 1) / 2), network)
+        coll = b("coll_ps")  # the collective model's predicted time (NaN: not a collective, or not priced)
+        if share is not None:
+            coll *= share
+        network = np.where(np.isfinite(coll), coll, np.where(net > 0, np.nan, np.where(np.isnan(net), np.nan, 0.0)))
+        net_fast = b("net_fast") * (share if share is not None else 1.0)
+        del coll
         host_x = b("host_x")
         if host_x.any():
             xfer = b("xfer") * (share if share is not None else 1.0)
@@ -177,8 +238,8 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
     # bound-by: the largest term (ties: compute, then memory, then network, then host link)
     roof = np.nan_to_num(compute, nan=-1.0)
-    best = np.zeros(n, np.int8)
-    for code, term in ((1, memory), (2, network), (3, hostlink)):
+    best = np.full(n, Bound.COMPUTE, np.int8)
+    for code, term in ((Bound.MEMORY, memory), (Bound.NETWORK, network), (Bound.HOST_LINK, hostlink)):
         if term is None:
             continue
         t = np.nan_to_num(term, nan=-1.0)
@@ -187,7 +248,7 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         np.maximum(roof, t, out=roof)
         del t, better
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
-    best[unknown] = 4
+    best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
     reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
     if hostlink is not None:
@@ -196,25 +257,28 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,
             "host_x": host_x, "intensity_flops_per_byte": intensity, "dtype_codes": b("dtype_codes"),
             "cdtype_codes": b("cdtype_codes"),
-            "coll_codes": b("coll_codes"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
+            "coll_codes": b("coll_codes"), "level_codes": b("level_codes"), "net_fast": net_fast,
+            "pattern_codes": b("pattern_codes"), "trips": b("trips"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
 
 
-def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
+def _combine(a, b):
+    return b if a is None else (a if b is None else a * b)
+
+
+def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None = None,
+                  cost_table: pd.DataFrame | None = None) -> dict:
     """Everything that depends only on which op ran where: cost per execution, reasons, peaks."""
     n = len(u)
-    c = costs(tr) if tr.has_hlo else pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
+    c = (cost_table if cost_table is not None else costs(tr)) if tr.has_hlo else \
+        pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
     opname = u["op"].fillna("").astype(str).to_numpy(dtype=object)
     opc = u["opcode"].fillna("").astype(str).to_numpy(dtype=object)
     is_async = u["is_async"].astype(bool).to_numpy()
-    # a -done op is costed as the async op it completes (its duration is the exposed wait for it); the tiny
-    # -start marker on the op line carries nothing (the window row carries the -start's cost)
+    # the async window (-start..-done) carries the transfer's cost; neither the -done event (the exposed wait,
+    # judged over its window afterwards) nor the tiny -start marker on the op line carries any of its own
     done = np.array([o.endswith("-done") for o in opc], bool) & ~is_async
     start_marker = np.array([o.endswith("-start") for o in opc], bool) & ~is_async
-    key_op = opname.copy()
-    if done.any() and tr.has_hlo:
-        d2s = hlo.done_to_start(tr.hlo)
-        key_op[done] = [d2s.get((int(p), o), o) for p, o in zip(u["program_id"].to_numpy()[done], opname[done])]
-    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": key_op.astype(str)})
+    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": opname.astype(str)})
     j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else \
         key.reindex(columns=list(key) + _COST_COLS).astype({k: object for k in _COST_COLS})  # fillna-able
     hx = _hlo_extras(tr, key)
@@ -224,52 +288,100 @@ def _per_identity(tr: Trace, u: pd.DataFrame, chip: str | None) -> dict:
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
     model = j["cost_model"].fillna("").astype(str).to_numpy(dtype=object)
     models = sorted(set(model[known]) - {""})
-    src = np.where(known, 0, 2)
+    src = np.where(known, CostSource.HLO, CostSource.UNKNOWN)
     for i, name in enumerate(models):  # a custom call priced by a cost model: cost_source 'model:<name>'
-        src[known & (model == name)] = len(SOURCES) + i
+        src[known & (model == name)] = len(CostSource) + i
     reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
     miss = ~known & (reason == "")
     reason[miss] = np.where(u["in_hlo"].astype(bool).to_numpy()[miss], "no cost for this instruction",
                             "op not found in the trace's HLO")
     flops[start_marker], nbytes[start_marker], net[start_marker] = 0.0, 0.0, 0.0
-    src[start_marker] = 0
+    src[start_marker] = CostSource.HLO
     reason[start_marker] = "async -start marker: the cost is on its window"
+    flops[done], nbytes[done], net[done] = 0.0, 0.0, 0.0
+    src[done] = 0
+    reason[done] = "async -done without its window in the trace: no cost of its own"
+    # control flow whose body ops are traced on the same device carries none of their cost (they carry it)
+    expanded = _expanded_control_flow(u, opc, j)
+    flops[expanded], nbytes[expanded], net[expanded] = 0.0, 0.0, 0.0
+    src[expanded] = 0
+    reason[expanded] = "control flow: the ops it runs are traced and costed on their own"
+    executions = pd.to_numeric(j["executions"], errors="coerce").to_numpy(float) if "executions" in j else \
+        np.full(n, np.nan)
     host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
         ~start_marker
     gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
     coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
     dtype = j["dtype"].fillna("").astype(str).to_numpy(dtype=object)
-    cdtype = j["compute_dtype"].fillna("").astype(str).to_numpy(dtype=object)
-    cdtype = np.where(cdtype == "", dtype, cdtype)  # the operand type decides the peak where the model knows it
-    dchips = device_chips(tr, chip)
-    peak_f, bw, netw, hostw = (np.full(n, np.nan) for _ in range(4))
-    fam_tpu = np.zeros(n, bool)
+    cdtype = j["compute_dtype"].fillna("").astype(str).to_numpy(dtype=object) if "compute_dtype" in j else dtype
+    cdtype = np.where(cdtype == "", [precision.result_compute_dtype(x) for x in dtype], cdtype) if n else cdtype
+    peak_f, bw, hostw = (np.full(n, np.nan) for _ in range(3))
     hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
     for (h, d), ch in dchips.items():
         m = (hosts == h) & (devs == d)
         if not m.any():
             continue
-        fam_tpu[m] = ch.family == "tpu"
         bw[m] = ch.hbm_bw_bytes_per_s
         hostw[m] = ch.host_link_bw_bytes_per_s
         for dt in set(cdtype[m]):
-            peak_f[m & (cdtype == dt)] = chips.peak_flops(ch, dt or "bf16")[0]
-        netw[m] = _network_bw(ch, gsize[m], coll[m])
+            peak_f[m & (cdtype == dt)] = precision.peak(ch, dt)[0]
+    cm = _collectives(tr, dchips, topology, u, opname, coll)
+    for k in ("coll_ps", "net_fast"):  # markers and expanded control flow carry no network time of their own
+        cm[k][done | start_marker | expanded] = np.nan
     reasons = [""] + sorted(set(reason) - {""})
     rcode = {r: i for i, r in enumerate(reasons)}
     dtypes = sorted(set(dtype))
     cdtypes = sorted(set(cdtype))
     colls = sorted(set(coll))
+    xfer = hx["transfer_bytes"].to_numpy(float).copy()
+    xfer[done] = 0.0  # a -done moves nothing of its own: the transfer is its window's
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
-            "host_x": host_x, "xfer": hx["transfer_bytes"].to_numpy(float), "gsize": gsize,
-            "a2a": np.array([str(x).startswith(("all-to-all", "ragged-all-to-all")) for x in coll], bool),
-            "peak_f": peak_f, "bw": bw, "netw": netw, "hostw": hostw, "fam_tpu": fam_tpu,
+            "host_x": host_x, "xfer": xfer, "gsize": gsize,
+            "peak_f": peak_f, "bw": bw, "hostw": hostw, **cm,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
             "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
+            "executions": executions, "done": done, "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
             "models": [f"model:{m}" for m in models],
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
             **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
+
+
+def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) -> np.ndarray:
+    """Identities of while/conditional/call ops whose body ops appear in the trace on the same device."""
+    cf = np.isin(opc.astype(str), execution.CONTROL_FLOW)
+    if not cf.any() or "parent" not in j:
+        return np.zeros(len(u), bool)
+    par = j["parent"].fillna("").astype(str).to_numpy()
+    pid = u["program_id"].astype(np.uint64).to_numpy()
+    parents = {(int(p), str(o)): a for p, o, a in zip(pid, u["op"].fillna("").astype(str), par) if a}
+    traced = execution.traced_ancestors(u[~cf], parents) if parents else set()
+    return cf & np.array([(str(h), str(d), int(p), str(o)) in traced for h, d, p, o in
+                          zip(u["host"], u["device"], pid, u["op"].fillna(""))], bool)
+
+
+def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
+    """Each ``-done`` row paired with its async window takes the window's verdict scaled to the wait a transfer
+    at the roofline would have left exposed (:func:`tracekit.model.execution.done_roofline`); in place."""
+    done = u["done"][inv]
+    if not done.any():
+        return
+    d_idx, w_idx = execution.pair_done_windows(ops, done, u["d2s"])
+    if not len(d_idx):
+        return
+    for k in ("compute", "memory", "network", "roofline_ps", "best", "src", "host_x", "reason", "net",
+              "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
+        if isinstance(p[k], np.ndarray) and not p[k].flags.writeable:
+            p[k] = p[k].copy()
+    wroof = p["roofline_ps"][w_idx]
+    roof = execution.done_roofline(ops, d_idx, w_idx, wroof)
+    scale = np.divide(roof, wroof, out=np.zeros(len(roof)), where=wroof > 0)
+    for k in ("compute", "memory", "network"):
+        p[k][d_idx] = p[k][w_idx] * scale
+    p["roofline_ps"][d_idx] = np.where(np.isnan(wroof), np.nan, roof)
+    for k in ("best", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
+        p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
+    p["net"][d_idx] = 0.0
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
@@ -285,15 +397,26 @@ def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
         {"host_memory": bool, "transfer_bytes": np.int64, "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
 
 
-def _network_bw(ch: chips.Chip, gsize: np.ndarray, coll: np.ndarray) -> np.ndarray:
-    """Effective per-device bandwidth for each collective (NaN where the chip gives none)."""
-    out = np.full(len(gsize), np.nan)
-    if ch.family == "tpu":
-        link = ch.link_bw_bytes_per_s
-        wrap = np.array([ch.has_wraparound(int(g)) for g in gsize], bool)
-        out[:] = np.where(wrap, 2 * link, link)
-        perm = coll == "collective-permute"
-        out[perm] = link
-    else:
-        out[:] = ch.egress_bw_bytes_per_s
+def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame, key_op: np.ndarray,
+                 coll: np.ndarray) -> dict:
+    """Per identity: the collective model's predicted time (``coll_ps``), bounding level, time if the group sat
+    inside one slice/node, HLO pattern and enclosing loop's trip count."""
+    from tracekit.model import collective_model
+    n = len(u)
+    out = {"coll_ps": np.full(n, np.nan), "net_fast": np.full(n, np.nan), "trips": np.full(n, -1, np.int64)}
+    level, pattern = [""] * n, [""] * n
+    model = collective_model.build(tr, dchips, topology) if tr.has_hlo else None
+    if model is not None and model.ops:
+        pids = u["program_id"].to_numpy()
+        hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
+        for i in range(n):
+            op = model.op(int(pids[i]), str(key_op[i]))
+            if op is None:
+                continue
+            pred = model.predict(op.program_id, op.name, hosts[i], devs[i])
+            out["coll_ps"][i], out["net_fast"][i], level[i] = pred.time_ps, pred.fast_ps, pred.bound
+            pattern[i], out["trips"][i] = op.pattern, op.trip_count
+    levels, patterns = sorted(set(level)), sorted(set(pattern))
+    out.update(levels=levels, level_codes=np.array([levels.index(x) for x in level], np.int32),
+               patterns=patterns, pattern_codes=np.array([patterns.index(x) for x in pattern], np.int32))
     return out

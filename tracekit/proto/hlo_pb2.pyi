@@ -89,13 +89,14 @@ class HloProto(_message.Message):
     def __init__(self, hlo_module: _Optional[_Union[HloModuleProto, _Mapping]] = ..., buffer_assignment: _Optional[_Union[BufferAssignmentProto, _Mapping]] = ...) -> None: ...
 
 class HloModuleProto(_message.Message):
-    __slots__ = ("name", "entry_computation_name", "computations", "id", "entry_computation_id", "input_output_alias", "stack_frame_index")
+    __slots__ = ("name", "entry_computation_name", "computations", "id", "entry_computation_id", "input_output_alias", "device_assignment", "stack_frame_index")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_NAME_FIELD_NUMBER: _ClassVar[int]
     COMPUTATIONS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_OUTPUT_ALIAS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     STACK_FRAME_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     entry_computation_name: str
@@ -103,8 +104,9 @@ class HloModuleProto(_message.Message):
     id: int
     entry_computation_id: int
     input_output_alias: HloInputOutputAliasProto
+    device_assignment: DeviceAssignmentProto
     stack_frame_index: StackFrameIndexProto
-    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., input_output_alias: _Optional[_Union[HloInputOutputAliasProto, _Mapping]] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., input_output_alias: _Optional[_Union[HloInputOutputAliasProto, _Mapping]] = ..., device_assignment: _Optional[_Union[DeviceAssignmentProto, _Mapping]] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
 
 class HloInputOutputAliasProto(_message.Message):
     __slots__ = ("entries",)
@@ -221,6 +223,21 @@ class BufferAssignmentProto(_message.Message):
     heap_simulator_traces: _containers.RepeatedCompositeFieldContainer[HeapSimulatorTrace]
     def __init__(self, logical_buffers: _Optional[_Iterable[_Union[LogicalBufferProto, _Mapping]]] = ..., buffer_aliases: _Optional[_Iterable[_Union[BufferAssignmentProto.BufferAlias, _Mapping]]] = ..., buffer_allocations: _Optional[_Iterable[_Union[BufferAllocationProto, _Mapping]]] = ..., heap_simulator_traces: _Optional[_Iterable[_Union[HeapSimulatorTrace, _Mapping]]] = ...) -> None: ...
 
+class DeviceAssignmentProto(_message.Message):
+    __slots__ = ("replica_count", "computation_count", "computation_devices")
+    class ComputationDevice(_message.Message):
+        __slots__ = ("replica_device_ids",)
+        REPLICA_DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+        replica_device_ids: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, replica_device_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    REPLICA_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTATION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTATION_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    replica_count: int
+    computation_count: int
+    computation_devices: _containers.RepeatedCompositeFieldContainer[DeviceAssignmentProto.ComputationDevice]
+    def __init__(self, replica_count: _Optional[int] = ..., computation_count: _Optional[int] = ..., computation_devices: _Optional[_Iterable[_Union[DeviceAssignmentProto.ComputationDevice, _Mapping]]] = ...) -> None: ...
+
 class HloComputationProto(_message.Message):
     __slots__ = ("name", "instructions", "id", "root_id", "is_fusion_computation", "execution_thread")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -268,7 +285,7 @@ class StackFrameIndexProto(_message.Message):
     def __init__(self, file_names: _Optional[_Iterable[str]] = ..., function_names: _Optional[_Iterable[str]] = ..., file_locations: _Optional[_Iterable[_Union[StackFrameIndexProto.FileLocation, _Mapping]]] = ..., stack_frames: _Optional[_Iterable[_Union[StackFrameIndexProto.StackFrame, _Mapping]]] = ...) -> None: ...
 
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "shape", "metadata", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "window", "convolution_dimension_numbers", "slice_dimensions", "dynamic_slice_sizes", "padding_config", "channel_id", "custom_call_target", "dot_dimension_numbers", "fft_type", "fft_length", "gather_dimension_numbers", "gather_slice_sizes", "id", "operand_ids", "called_computation_ids", "backend_config", "is_host_transfer", "scatter_dimension_numbers", "replica_groups", "feature_group_count", "precision_config", "source_target_pairs", "operand_shapes_with_layout", "batch_group_count", "comparison_direction", "frontend_attributes", "use_global_device_ids", "async_execution_thread", "k", "collective_device_list", "ragged_dot_dimension_numbers")
+    __slots__ = ("name", "opcode", "shape", "metadata", "literal", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "window", "convolution_dimension_numbers", "slice_dimensions", "dynamic_slice_sizes", "padding_config", "channel_id", "custom_call_target", "dot_dimension_numbers", "fft_type", "fft_length", "gather_dimension_numbers", "gather_slice_sizes", "id", "operand_ids", "called_computation_ids", "backend_config", "is_host_transfer", "scatter_dimension_numbers", "replica_groups", "feature_group_count", "precision_config", "source_target_pairs", "operand_shapes_with_layout", "batch_group_count", "comparison_direction", "frontend_attributes", "use_global_device_ids", "async_execution_thread", "k", "collective_device_list", "ragged_dot_dimension_numbers")
     class SliceDimensions(_message.Message):
         __slots__ = ("start", "limit", "stride")
         START_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +299,7 @@ class HloInstructionProto(_message.Message):
     OPCODE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    LITERAL_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_NUMBER_FIELD_NUMBER: _ClassVar[int]
     FUSION_KIND_FIELD_NUMBER: _ClassVar[int]
     TUPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -321,6 +339,7 @@ class HloInstructionProto(_message.Message):
     opcode: str
     shape: ShapeProto
     metadata: OpMetadata
+    literal: LiteralProto
     parameter_number: int
     fusion_kind: str
     tuple_index: int
@@ -356,7 +375,21 @@ class HloInstructionProto(_message.Message):
     k: int
     collective_device_list: CollectiveDeviceListProto
     ragged_dot_dimension_numbers: RaggedDotDimensionNumbers
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., window: _Optional[_Union[Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[ConvolutionDimensionNumbers, _Mapping]] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., dynamic_slice_sizes: _Optional[_Iterable[int]] = ..., padding_config: _Optional[_Union[PaddingConfig, _Mapping]] = ..., channel_id: _Optional[int] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[DotDimensionNumbers, _Mapping]] = ..., fft_type: _Optional[int] = ..., fft_length: _Optional[_Iterable[int]] = ..., gather_dimension_numbers: _Optional[_Union[GatherDimensionNumbers, _Mapping]] = ..., gather_slice_sizes: _Optional[_Iterable[int]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ..., is_host_transfer: _Optional[bool] = ..., scatter_dimension_numbers: _Optional[_Union[ScatterDimensionNumbers, _Mapping]] = ..., replica_groups: _Optional[_Iterable[_Union[ReplicaGroup, _Mapping]]] = ..., feature_group_count: _Optional[int] = ..., precision_config: _Optional[_Union[PrecisionConfig, _Mapping]] = ..., source_target_pairs: _Optional[_Iterable[_Union[SourceTarget, _Mapping]]] = ..., operand_shapes_with_layout: _Optional[_Iterable[_Union[ShapeProto, _Mapping]]] = ..., batch_group_count: _Optional[int] = ..., comparison_direction: _Optional[str] = ..., frontend_attributes: _Optional[_Union[FrontendAttributes, _Mapping]] = ..., use_global_device_ids: _Optional[bool] = ..., async_execution_thread: _Optional[str] = ..., k: _Optional[int] = ..., collective_device_list: _Optional[_Union[CollectiveDeviceListProto, _Mapping]] = ..., ragged_dot_dimension_numbers: _Optional[_Union[RaggedDotDimensionNumbers, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., literal: _Optional[_Union[LiteralProto, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., window: _Optional[_Union[Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[ConvolutionDimensionNumbers, _Mapping]] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., dynamic_slice_sizes: _Optional[_Iterable[int]] = ..., padding_config: _Optional[_Union[PaddingConfig, _Mapping]] = ..., channel_id: _Optional[int] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[DotDimensionNumbers, _Mapping]] = ..., fft_type: _Optional[int] = ..., fft_length: _Optional[_Iterable[int]] = ..., gather_dimension_numbers: _Optional[_Union[GatherDimensionNumbers, _Mapping]] = ..., gather_slice_sizes: _Optional[_Iterable[int]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ..., is_host_transfer: _Optional[bool] = ..., scatter_dimension_numbers: _Optional[_Union[ScatterDimensionNumbers, _Mapping]] = ..., replica_groups: _Optional[_Iterable[_Union[ReplicaGroup, _Mapping]]] = ..., feature_group_count: _Optional[int] = ..., precision_config: _Optional[_Union[PrecisionConfig, _Mapping]] = ..., source_target_pairs: _Optional[_Iterable[_Union[SourceTarget, _Mapping]]] = ..., operand_shapes_with_layout: _Optional[_Iterable[_Union[ShapeProto, _Mapping]]] = ..., batch_group_count: _Optional[int] = ..., comparison_direction: _Optional[str] = ..., frontend_attributes: _Optional[_Union[FrontendAttributes, _Mapping]] = ..., use_global_device_ids: _Optional[bool] = ..., async_execution_thread: _Optional[str] = ..., k: _Optional[int] = ..., collective_device_list: _Optional[_Union[CollectiveDeviceListProto, _Mapping]] = ..., ragged_dot_dimension_numbers: _Optional[_Union[RaggedDotDimensionNumbers, _Mapping]] = ...) -> None: ...
+
+class LiteralProto(_message.Message):
+    __slots__ = ("shape", "s32s", "s64s", "u32s", "u64s")
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    S32S_FIELD_NUMBER: _ClassVar[int]
+    S64S_FIELD_NUMBER: _ClassVar[int]
+    U32S_FIELD_NUMBER: _ClassVar[int]
+    U64S_FIELD_NUMBER: _ClassVar[int]
+    shape: ShapeProto
+    s32s: _containers.RepeatedScalarFieldContainer[int]
+    s64s: _containers.RepeatedScalarFieldContainer[int]
+    u32s: _containers.RepeatedScalarFieldContainer[int]
+    u64s: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., s32s: _Optional[_Iterable[int]] = ..., s64s: _Optional[_Iterable[int]] = ..., u32s: _Optional[_Iterable[int]] = ..., u64s: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LayoutProto(_message.Message):
     __slots__ = ("minor_to_major", "element_size_in_bits", "memory_space")

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from tracekit.version import __version__
+from tracekit.columns import self_time
+from tracekit.model.peaks import peak_notes
 
 SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
@@ -20,7 +26,7 @@ ROOFLINE_POINTS = 200
 STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggregates all of them
 
 
-def _clean(v):
+def clean(v):
     """JSON-safe scalar: NaN/inf -> None, numpy -> Python, floats rounded to 6 significant digits (stable)."""
     if isinstance(v, (np.integer,)):
         return int(v)
@@ -34,9 +40,9 @@ def _clean(v):
             return int(f)
         return float(f"{f:.6g}")
     if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
+        return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
+        return [clean(x) for x in v]
     if v is None or isinstance(v, (int, str)):
         return v
     if v is pd.NA:
@@ -46,15 +52,18 @@ def _clean(v):
 
 def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+    return [{c: clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
 
 
 @dataclass
 class Report:
     """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it. In a notebook it
-    shows as the HTML report (``_repr_html_``); ``findings_frame()`` and ``ops_frame()`` give DataFrames."""
+    shows as the HTML report (``_repr_html_``); ``findings_frame()`` and ``ops_frame()`` give DataFrames.
+    ``rules``: the rules that ran (:class:`tracekit.analysis.rule_model.Rule`), for renderers that describe them
+    (SARIF); empty for a report read back from its JSON."""
 
     data: dict = field(default_factory=dict)
+    rules: tuple = ()
     #: every op aggregated (the ``op_stats`` frame) when the report was built here; not part of the JSON
     op_table: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
@@ -100,15 +109,64 @@ class Report:
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
-              "cost_source", "unknown_reason", "source_file", "source_line"]
+              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line"]
 
 
-def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats: pd.DataFrame, devices: pd.DataFrame,
-          steps: pd.DataFrame, step_stats: pd.DataFrame, collectives: pd.DataFrame, findings: list,
-          hlo: pd.DataFrame, params: dict, warnings: list[str], step_source: list[str], fail_on: str,
-          overview=None, memory=None, custom_calls: dict | None = None) -> Report:
+@dataclass(frozen=True)
+class Input:
+    """A trace file the analysis read, as the report names it."""
+
+    path: str
+    host: str
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the report is built from: the results of the stages before it, gathered by the pipeline."""
+
+    inputs: tuple  #: :class:`Input` per trace file
+    chips: tuple  #: :class:`tracekit.model.roofline.ChipUse` per chip
+    ops: pd.DataFrame  #: the ops frame with the roofline columns
+    frames: Mapping  #: the timeline stage's frames (:class:`tracekit.analysis.rule_checks.RuleFrames`)
+    step_stats: pd.DataFrame  #: per device step-time statistics
+    findings: tuple  #: :class:`tracekit.analysis.rule_model.Finding`, sorted by savings
+    hlo: pd.DataFrame  #: the trace's HLO instructions (source lines of the top ops)
+    params: dict  #: the thresholds used (timeline and every rule's resolved parameters)
+    warnings: tuple  #: what the loader found odd
+    step_source: tuple  #: where the steps came from
+    fail_on: str  #: the severity that fails the gate
+    rules: tuple = ()  #: the rules that ran (:class:`tracekit.analysis.rule_model.Rule`)
+    custom_calls: dict | None = None  #: custom calls by share of op time (:func:`tracekit.analysis.customcalls.summary`)
+    overview: object = None  #: the utilization headline (:func:`tracekit.analysis.overview.build`)
+    memory: object = None  #: the memory view (:func:`tracekit.analysis.memory.build`)
+    interconnect: dict | None = None  #: topology and collectives measured vs predicted (:func:`tracekit.pipeline.interconnect`)
+    model_warnings: tuple = ()  #: ops faster than their roofline (:func:`tracekit.model.peaks.model_warnings`)
+    headline: dict | None = None  #: the findings' union of claims and the roofline floor (:mod:`tracekit.analysis.claims`)
+
+
+def chip_entry(use) -> dict:
+    """A chip of the analysis as the envelope's ``chips[]`` holds it."""
+    c = use.chip
+    ridge = (c.ridge_flops_per_byte("bf16") if c.hbm_bw_bytes_per_s else None)
+    return clean({
+        "name": c.name, "family": c.family, "vendor": c.vendor, "estimated": c.estimated, "devices": list(use.devices),
+        "peak_flops_per_s": {k: v for k, v in sorted(c.peak_flops_per_s.items())},
+        "hbm_bw_bytes_per_s": c.hbm_bw_bytes_per_s, "link_bw_bytes_per_s": c.link_bw_bytes_per_s,
+        "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
+        "ridge_bf16_flops_per_byte": ridge, "sources": dict(sorted(c.sources.items())), "exact": c.exact,
+        "trace_reported": dict(sorted(c.trace_reported.items())), "raised": dict(sorted(c.raised.items())),
+        "peak_notes": peak_notes(c)})
+
+
+def build(a: Analysis) -> Report:
+    """The report of an analysis."""
+    ops, hlo, findings, fail_on = a.ops, a.hlo, a.findings, a.fail_on
+    op_stats, devices, steps, coll = a.frames["op_stats"], a.frames["devices"], a.frames["steps"], a.frames["collectives"]
+    step_stats, overview, memory = a.step_stats, a.overview, a.memory
+    interconnect, model_warnings, headline = a.interconnect, a.model_warnings, a.headline
+    chips = [chip_entry(u) for u in a.chips]
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
-    dur = ops["duration_ps"].to_numpy(np.int64) if len(ops) else np.zeros(0, np.int64)
+    dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     op_time = int(dur[sync_m].sum())
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
@@ -125,7 +183,6 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     if len(hlo) and len(top):
         src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
         top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
-    coll = collectives
     pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
         if "flops" in op_stats else op_stats.iloc[:0]
     points = [{"module": r["module"], "op": r["op"], "bound_by": r["bound_by"], "dtype": r["dtype"],
@@ -135,21 +192,25 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
     finding_dicts = []
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
-        finding_dicts.append(_clean(d))
-    total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
+        finding_dicts.append(clean(d))
+    # what the findings claim together is the union of their claims on device time, not their sum (two findings
+    # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
+    total_claimed = (headline or {}).get("claims_union_ps")
+    if total_claimed is None:
+        total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
     data = {
         "schema": SCHEMA,
-        "tool": {"name": "tracekit", "version": _version()},
-        "inputs": inputs,
+        "tool": {"name": "tracekit", "version": version()},
+        "inputs": [{"path": i.path, "host": i.host} for i in a.inputs],
         "chips": chips,
-        "overview": _clean(overview.to_dict()) if overview is not None else {},
+        "overview": clean(overview.to_dict()) if overview is not None else {},
         "memory": memory_section(memory) if memory is not None else {},
-        "summary": _clean({
+        "summary": clean({
             "hosts": int(ops["host"].nunique()) if len(ops) else 0,
             "devices": int(len(devices)),
             "steps": int(steps["step"].nunique()) if len(steps) else 0,
             "step_rows": int(len(steps)), "step_rows_in_report": int(min(len(steps), STEP_ROWS)),
-            "step_source": step_source,
+            "step_source": list(a.step_source),
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
             "op_executions": int(sync_m.sum()),
             "roofline_coverage": coverage,
@@ -159,6 +220,7 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
             "hlo_present": bool(len(hlo)),
             "findings": len(finding_dicts),
             "claimed_savings_ps": total_claimed,
+            "above_roofline_floor_ps": (headline or {}).get("above_roofline_floor_ps"),
         }),
         "devices": records(devices),
         "step_stats": records(step_stats),
@@ -166,14 +228,16 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
         "steps": records(_first_steps(steps, STEP_ROWS))
         if len(steps) else [],
         "top_ops": records(top, OP_COLUMNS),
-        "roofline": {"points": _clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
+        "roofline": {"points": clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
         "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
+        "interconnect": interconnect or {"topology": {}, "collectives": [], "collective_ops": 0},
         "findings": finding_dicts,
-        "custom_calls": _clean(custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
-                                                "targets": [], "models": {}}),
-        "params": _clean(params),
+        "custom_calls": clean(a.custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
+                                                 "targets": [], "models": {}}),
+        "params": clean(a.params),
         "gate": {"fail_on": fail_on, "failed": False},
-        "warnings": list(warnings),
+        "warnings": list(a.warnings),
+        "model_warnings": clean(list(model_warnings or [])),
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
                   "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
         "provenance": {
@@ -182,9 +246,12 @@ def build(*, inputs: list[dict], chips: list[dict], ops: pd.DataFrame, op_stats:
                            "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
                            "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
+            "collectives": "interconnect.collectives: predicted_ps from the topology-aware collective model (chip "
+                           "table links, interconnect.topology.source), measured from trace events; skew = wait for "
+                           "the last participant; algbw = size_bytes / transfer_ps, busbw per nccl-tests",
         },
     }
-    rep = Report(data, op_table=op_stats)
+    rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
     return rep
 
@@ -212,7 +279,7 @@ def memory_section(mv) -> dict:
     for (h, a), c in sorted(mv.timeline.items())[:MEMORY_ALLOCATORS]:
         timeline.append({"host": h, "allocator": a,
                          "points": [[int(t), float(b)] for t, b in zip(c["start_ps"], c["bytes_in_use"])]})
-    return _clean({
+    return clean({
         "capacity_bytes": mv.capacity_bytes, "capacity_source": mv.capacity_source,
         "programs": records(progs.sort_values(["memory_space", "footprint_bytes", "module"],
                                               ascending=[True, False, True])),
@@ -245,7 +312,7 @@ def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
         if m.any():
             i = int(np.flatnonzero(m)[np.argmax(t[m])])
             out.append({"reason": reason, "ops": int(m.sum()), "total_ps": int(t[m].sum()),
-                        "share": _clean(t[m].sum() / total) if total else None,
+                        "share": clean(t[m].sum() / total) if total else None,
                         "largest": str(op_stats["op"].iloc[i])})
     return out
 
@@ -275,6 +342,18 @@ def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return out.join(g[[c for c in cols if c in steps.columns]].sum()).reset_index()
 
 
-def _version() -> str:
-    from tracekit import __version__
+def version() -> str:
+    """tracekit's version, as every envelope states it."""
     return __version__
+
+
+def display_path(p: str) -> str:
+    """A path as a report shows it: relative to the working directory when it is inside it (stable across
+    machines), else as given; URLs as given."""
+    if "://" in p:
+        return p
+    try:
+        rel = os.path.relpath(p)
+        return rel if not rel.startswith("..") else p
+    except ValueError:
+        return p

@@ -5,11 +5,11 @@ from calls of a Python function.
   the trace client xprof ships (``xprof.convert._pywrap_profiler_plugin.trace``, the call behind
   ``python -m jax.collect_profile`` and xprof's "Capture profile" button). The client runs in a child process:
   its C++ logging stays out of the terminal and a wedged server cannot hang tracekit past the timeout.
-* :func:`run_script` runs ``python [FLAGS] script.py ARGS`` (or ``python -m module ARGS``) with a small stdlib-only
-  bootstrap (:data:`_RUNNER`) that starts ``jax.profiler`` tracing right after the script's first XLA compile (so
-  the script can still set ``XLA_FLAGS``/``JAX_PLATFORMS`` or call ``jax.distributed.initialize()`` first) and
-  stops it when the script ends, also on an exception or ``sys.exit``. If the script starts its own trace,
-  tracekit's stops first and gives way.
+* :func:`run_script` runs ``python [FLAGS] script.py ARGS`` (or ``python -m module ARGS``) under a small
+  stdlib-only bootstrap (:mod:`tracekit.run.script_runner`) that starts ``jax.profiler`` tracing right after the
+  script's first XLA compile (so the script can still set ``XLA_FLAGS``/``JAX_PLATFORMS`` or call
+  ``jax.distributed.initialize()`` first) and stops it when the script ends, also on an exception or
+  ``sys.exit``. If the script starts its own trace, tracekit's stops first and gives way.
 * :func:`capture` traces ``steps`` calls of a function after one warm-up call and returns the Report.
 
 Every failure is a :class:`~tracekit.errors.TraceError` with a one-line message.
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from tracekit.errors import TraceError
+from tracekit.run import script_runner
 
 TRACE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 STEP_NAME = "train"
@@ -61,6 +62,16 @@ def new_run(logdir, before: dict) -> Path | None:
     return Path(max(fresh)[1]).parent if fresh else None
 
 
+#: the folder holding this tracekit package: children started with ``-m tracekit.run...`` import it from there
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _with_tracekit_path(env: dict) -> dict:
+    """``env`` with :data:`ROOT` first on ``PYTHONPATH`` (a child interpreter then imports this same tracekit)."""
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def _logdir(logdir) -> str:
     d = str(logdir) if logdir else tempfile.mkdtemp(prefix="tracekit-")
     try:
@@ -74,21 +85,6 @@ def _logdir(logdir) -> str:
 # From a running job's profiler server
 # ----------------------------------------------------------------------------------------------------------
 
-_CLIENT = r"""
-import sys
-try:
-    from xprof.convert import _pywrap_profiler_plugin as client
-except ImportError as e:
-    print("TRACEKIT_ERROR:import:" + str(e)); sys.exit(3)
-addr, logdir, duration_ms, attempts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-opts = {"host_tracer_level": 2, "device_tracer_level": 1, "python_tracer_level": 0}
-try:
-    client.trace(addr, logdir, "", True, duration_ms, attempts, opts)
-except Exception as e:
-    print("TRACEKIT_ERROR:trace:" + " ".join(str(e).split())); sys.exit(1)
-"""
-
-
 def remote(port: int, duration_ms: int = 2000, logdir=None, host: str = "localhost",
            attempts: int = DEFAULT_ATTEMPTS, timeout_s: float | None = None) -> Path:
     """Record ``duration_ms`` from the profiler server at ``host:port``; return the run folder written."""
@@ -101,7 +97,8 @@ def remote(port: int, duration_ms: int = 2000, logdir=None, host: str = "localho
     before = trace_files(d)
     limit = timeout_s if timeout_s is not None else attempts * (duration_ms / 1000 + 10) + 30
     try:
-        p = subprocess.run([sys.executable, "-c", _CLIENT, addr, d, str(int(duration_ms)), str(int(attempts))],
+        p = subprocess.run([sys.executable, "-m", "tracekit.run.trace_client", addr, d, str(int(duration_ms)),
+                            str(int(attempts))], env=_with_tracekit_path(dict(os.environ)),
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         raise TraceError(f"the profiler at {addr} did not finish the capture within {limit:.0f} s", addr,
@@ -136,92 +133,6 @@ def remote(port: int, duration_ms: int = 2000, logdir=None, host: str = "localho
 # ----------------------------------------------------------------------------------------------------------
 # A script run under the profiler
 # ----------------------------------------------------------------------------------------------------------
-
-# Runs in the script's own interpreter (which may not have tracekit installed): stdlib and jax only.
-_RUNNER = r"""
-import importlib.abc, os, runpy, sys
-_logdir, _argv = sys.argv[1], sys.argv[2:]
-_st = {"on": False, "done": False}
-def _warn(msg):
-    sys.stderr.write("tracekit: warning: " + msg + "\n"); sys.stderr.flush()
-def _stop():
-    if not _st["on"]:
-        return
-    _st["on"] = False
-    try:
-        _orig_stop()
-    except Exception as e:
-        _warn("could not stop the trace: %s: %s" % (type(e).__name__, e))
-def _start():
-    _st["done"] = True
-    try:
-        import jax
-        try:
-            opts = jax.profiler.ProfileOptions(); opts.python_tracer_level = 0
-            _orig_start(_logdir, profiler_options=opts)
-        except (AttributeError, TypeError):
-            _orig_start(_logdir)
-        _st["on"] = True
-    except Exception as e:
-        _warn("could not start the trace: %s: %s" % (type(e).__name__, e))
-def _on_duration(event, duration, **kw):
-    if not _st["done"] and event.endswith("backend_compile_duration"):
-        _start()
-def _user_start(*a, **k):
-    if _st["on"]:
-        _warn("the script starts its own profiler trace; tracekit's trace stops here")
-        _stop()
-    return _orig_start(*a, **k)
-def _jax_loaded():
-    global _orig_start, _orig_stop
-    import jax, jax.monitoring, jax.profiler
-    _orig_start, _orig_stop = jax.profiler.start_trace, jax.profiler.stop_trace
-    jax.profiler.start_trace = _user_start
-    try:
-        from jax._src import profiler as _p
-        _p.start_trace = _user_start
-    except Exception:
-        pass
-    jax.monitoring.register_event_duration_secs_listener(_on_duration)
-class _Finder(importlib.abc.MetaPathFinder):
-    busy = False
-    def find_spec(self, name, path=None, target=None):
-        if name != "jax" or self.busy:
-            return None
-        self.busy = True
-        try:
-            import importlib.util
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        sys.meta_path.remove(self)
-        orig = spec.loader.exec_module
-        def exec_module(module):
-            orig(module)
-            try:
-                _jax_loaded()
-            except Exception as e:
-                _warn("cannot hook jax (%s: %s); no trace" % (type(e).__name__, e))
-        spec.loader.exec_module = exec_module
-        return spec
-if "jax" in sys.modules:  # imported already (by a sitecustomize, say)
-    _jax_loaded()
-else:
-    sys.meta_path.insert(0, _Finder())
-try:
-    if _argv[0] == "-m":
-        sys.argv = [_argv[1]] + _argv[2:]
-        runpy.run_module(_argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(_argv)
-        sys.path[0] = os.path.dirname(os.path.abspath(_argv[0]))
-        runpy.run_path(_argv[0], run_name="__main__")
-finally:
-    _stop()
-"""
-
 
 def _python_command(command: list[str]) -> tuple[list[str], list[str]]:
     """Split ``python [FLAGS] (script.py | -m module) ARGS`` into (interpreter + flags, script or -m part)."""
@@ -261,8 +172,13 @@ def run_script(command: list[str], logdir=None) -> tuple[int, Path | None, str]:
         raise TraceError("no such script", target[0])
     d = _logdir(logdir)
     before = trace_files(d)
+    # the bootstrap is tracekit.run.script_runner, run in the script's interpreter (which may not have tracekit
+    # installed: tracekit goes on PYTHONPATH for the start, and the runner takes it off again)
+    env = _with_tracekit_path({**os.environ, script_runner.PATH_ENV: ROOT})
+    if "PYTHONPATH" in os.environ:
+        env[script_runner.OLD_PYTHONPATH_ENV] = os.environ["PYTHONPATH"]
     try:
-        proc = subprocess.Popen(interp + ["-c", _RUNNER, os.path.abspath(d)] + target)
+        proc = subprocess.Popen(interp + ["-m", "tracekit.run.script_runner", os.path.abspath(d)] + target, env=env)
     except OSError as e:
         raise TraceError(f"cannot start the command ({e.strerror})", interp[0]) from None
     while True:
@@ -312,6 +228,9 @@ def capture(fn, *args, logdir=None, steps: int = 1, **kwargs):
         run = new_run(d, before)
         if run is None:
             raise TraceError("the profiler wrote no trace", d)
+        if jax.default_backend() == "cpu":  # the CPU that ran it and its calibration, beside the trace
+            from tracekit.model import machine
+            machine.record_run(run)
         return pipeline.analyze(str(run))
     finally:
         if tmp:

@@ -48,7 +48,6 @@ EXTENSIONS = {"json": ".json", "html": ".html", "markdown": ".md", "md": ".md", 
 REPORT_STEM = "tracekit-report"
 DEFAULT_LOGDIR = "tracekit-logs"
 STEP_NAME = "train"
-_ANALYSIS_CODE = "from tracekit.run.hook import _analysis_main; _analysis_main()"
 
 
 def profile(logdir=None, *, outputs=("json", "html"), fail_on: str | None = None, timeout_s: float = 120,
@@ -330,7 +329,7 @@ def _child_env(threads: int = 1) -> dict:
 
 
 def _analysis_command(run: Path, spec: dict) -> list[str]:
-    return [sys.executable, "-c", _ANALYSIS_CODE, str(run), json.dumps(spec)]
+    return [sys.executable, "-m", "tracekit.run.hook", str(run), json.dumps(spec)]  # runs _analysis_main
 
 
 def _summary_lines(rep, written: list[str]) -> list[str]:
@@ -338,7 +337,9 @@ def _summary_lines(rep, written: list[str]) -> list[str]:
     s = rep.data["summary"]
     fs = sorted(rep.findings, key=lambda f: -(f.get("savings_ps") or 0))
     head = (f"{len(fs)} finding(s) in {s['steps']} step(s), {fmt_time(s['profiled_ps'])} profiled; "
-            f"~{fmt_time(s.get('claimed_savings_ps') or 0)} could be won back")
+            f"findings claim ~{fmt_time(s.get('claimed_savings_ps') or 0)} together"
+            + (f", {fmt_time(s['above_roofline_floor_ps'])} above the roofline floor"
+               if s.get("above_roofline_floor_ps") is not None else ""))
     lines = [head + (f"; report: {', '.join(written)}" if written else "")]
     for n, f in enumerate(fs[:3], 1):
         msg = " ".join(str(f.get("message", "")).split())
@@ -361,7 +362,12 @@ def _analysis_main() -> None:
     from tracekit.report import render
     from tracekit import fileio
     fail_on = spec.get("fail_on") or "never"
-    rep = pipeline.analyze(run, fail_on=fail_on)
+    from tracekit.ingest.trace import load
+    from tracekit.model import machine
+    tr = load(run)
+    if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
+        machine.record_run(run)
+    rep = pipeline.analyze(tr, fail_on=fail_on)
     items, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])
@@ -378,3 +384,7 @@ def _analysis_main() -> None:
                       "findings": [{k: f.get(k) for k in ("rule_id", "name", "severity", "savings_ps", "share")}
                                    for f in rep.findings],
                       "summary_lines": _summary_lines(rep, written)}))
+
+
+if __name__ == "__main__":  # the analysis child (:func:`_analysis_command`)
+    _analysis_main()

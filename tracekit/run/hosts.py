@@ -23,12 +23,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from tracekit.ingest import paths as _load
+from tracekit.ingest.trace import HostFrames
 from tracekit.errors import TraceError
 
 STRAGGLER_Z = 3.5
@@ -43,67 +44,80 @@ class _Module:
     buffers: bytes | None = None  #: the buffer assignment, serialized (None when the trace has none)
 
 
+@dataclass
+class HostPart:
+    """What a worker sends back for one host: its frames (the ops roofline-joined when ``ops_columns`` is set: it
+    names the columns of the plain ops frame; the HLO modules as :class:`_Module` on the wire), the loader's
+    warnings, and the device names the host saw (``devices_seen``, to check that the per-host joins agree)."""
+    frames: HostFrames
+    warnings: list
+    ops_columns: list | None = None
+    devices_seen: list | None = None
+
+
 def load_part(path: str, host: str, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
-              max_events: int | None = None, roofline: bool = True, chip: str | None = None) -> dict:
+              max_events: int | None = None, roofline: bool = True, chip: str | None = None,
+              topology: str | None = None, host_order: list | None = None) -> HostPart:
     """One host's frames (what :func:`tracekit.ingest.trace.load` builds per host), with ``ops`` roofline-joined
-    (``roofline``; ``ops_columns`` then names the columns of the plain ops frame), ready to pickle. Runs in a
-    worker."""
+    (``roofline``), ready to pickle. Runs in a worker."""
     from tracekit import pipeline
     from tracekit.ingest import trace
     warnings: list[str] = []
-    part = trace.load_host(_load.HostFile(host, path), warnings, max_bytes=max_bytes, max_events=max_events)
+    frames = trace.load_host(_load.HostFile(host, path), warnings, max_bytes=max_bytes, max_events=max_events)
+    part = HostPart(frames, warnings)
     if roofline:
-        one = trace._combine([part], [])  # this host alone, as the cluster-wide path sees it
-        part["ops_columns"] = list(one.ops.columns)
-        part["ops"] = pipeline.with_roofline(one, chip)
-        part["devices_seen"] = sorted(set(one.devices["device"].astype(str)))
+        one = trace.combine([frames], [])  # this host alone, as the cluster-wide path sees it
+        if host_order:
+            one.hosts = list(host_order)  # GPU device ids count the hosts before this one
+        part.ops_columns = list(one.ops.columns)
+        part.devices_seen = sorted(set(one.devices["device"].astype(str)))
+        frames = replace(frames, ops=pipeline.with_roofline(one, chip, topology))
         del one
-    part["hlo_modules"] = [_Module(m.name, m.program_id, m.proto.SerializeToString(),
-                                   m.buffers.SerializeToString() if m.buffers is not None else None)
-                           for m in part["hlo_modules"]]
-    part["warnings"] = warnings
+    part.frames = replace(frames, hlo_modules=[
+        _Module(m.name, m.program_id, m.proto.SerializeToString(),
+                m.buffers.SerializeToString() if m.buffers is not None else None) for m in frames.hlo_modules])
     return part
 
 
-def _revive(parts: list[dict]) -> None:
+def _revive(parts: list[HostPart]) -> None:
     """Decode the HLO modules back into protos, once per (name, program id, bytes); duplicates share the object."""
     from tracekit.ingest import hlo
     from tracekit.proto import hlo_pb2
     seen: dict = {}
     for p in parts:
         mods = []
-        for m in p["hlo_modules"]:
+        for m in p.frames.hlo_modules:
             key = (m.name, m.program_id, m.blob, m.buffers)
             if key not in seen:
                 seen[key] = hlo.Module(m.name, m.program_id, hlo_pb2.HloModuleProto.FromString(m.blob),
                                        None if m.buffers is None else hlo_pb2.BufferAssignmentProto.FromString(m.buffers))
             mods.append(seen[key])
-        p["hlo_modules"] = mods
+        p.frames = replace(p.frames, hlo_modules=mods)
 
 
-def _roofline_per_host_ok(parts: list[dict]) -> bool:
+def _roofline_per_host_ok(parts: list[HostPart]) -> bool:
     """(After :func:`_revive`.) True when each host's own roofline join equals the cluster-wide one. Beyond each
     row, the join reads the number of distinct device names (collectives with empty replica groups), the HLO
     modules (costs by program id and op, first module wins) and, for GPU ops made of several kernels,
     consecutive kernels per device name; those must agree across hosts."""
-    if not all("ops_columns" in p for p in parts):
+    if not all(p.ops_columns is not None for p in parts):
         return False
     first = parts[0]
-    devs = set().union(*(p["devices_seen"] for p in parts))
-    if any(len(p["devices_seen"]) != len(devs) for p in parts):
+    devs = set().union(*(p.devices_seen for p in parts))
+    if any(len(p.devices_seen) != len(devs) for p in parts):
         return False
-    mods = [sorted(map(id, p["hlo_modules"])) for p in parts]  # _revive made identical modules one object
-    if any(m != mods[0] for m in mods[1:]) or any(len(p["hlo"]) != len(first["hlo"]) for p in parts):
+    mods = [sorted(map(id, p.frames.hlo_modules)) for p in parts]  # _revive made identical modules one object
+    if any(m != mods[0] for m in mods[1:]) or any(len(p.frames.hlo) != len(first.frames.hlo) for p in parts):
         return False
-    gpu = [bool(len(p["ops"])) and (p["ops"]["source"].astype(str) == "gpu_kernel").any() for p in parts]
+    gpu = [bool(len(p.frames.ops)) and (p.frames.ops["source"].astype(str) == "gpu_kernel").any() for p in parts]
     if sum(gpu) > 1:
         return False
     # categorical columns the join adds must carry the same categories on every host: then their union (how
     # hosts are combined) is in the order the cluster-wide join would give, whatever order that is
-    for c in first["ops"].columns:
-        if c not in first["ops_columns"] and isinstance(first["ops"][c].dtype, pd.CategoricalDtype):
-            cats = first["ops"][c].cat.categories
-            if any(not p["ops"][c].cat.categories.equals(cats) for p in parts[1:]):
+    for c in first.frames.ops.columns:
+        if c not in first.ops_columns and isinstance(first.frames.ops[c].dtype, pd.CategoricalDtype):
+            cats = first.frames.ops[c].cat.categories
+            if any(not p.frames.ops[c].cat.categories.equals(cats) for p in parts[1:]):
                 return False
     return True
 
@@ -114,13 +128,14 @@ def _jobs(jobs: int | None) -> int:
 
 def load_parts(files: list, *, jobs: int | None = None, dask: str | object | None = None,
                max_bytes: int | None = _load.DEFAULT_MAX_BYTES, max_events: int | None = None,
-               roofline: bool = True, chip: str | None = None) -> list[dict]:
+               roofline: bool = True, chip: str | None = None, topology: str | None = None) -> list[HostPart]:
     """Per-host parts of ``files`` (:class:`tracekit.ingest.paths.HostFile`), in order (see :func:`load_part`), made by a
     process pool of ``jobs`` workers (0/None: one per core) or by the Dask cluster ``dask`` (an address or a
     ``Client``)."""
     n = len(files)
+    order = [f.host for f in files]
     args = ([os.fspath(f.path) for f in files], [f.host for f in files], [max_bytes] * n, [max_events] * n,
-            [roofline] * n, [chip] * n)
+            [roofline] * n, [chip] * n, [topology] * n, [order] * n)
     if dask is not None:
         client, own = _client(dask)
         try:
@@ -156,7 +171,7 @@ def _part_to_file(folder: str, i: int, *args) -> str:
     return path
 
 
-def _read_part(path: str) -> dict:
+def _read_part(path: str) -> HostPart:
     import pickle
     with open(path, "rb") as f:
         part = pickle.load(f)
@@ -168,7 +183,6 @@ def _mp_context():
     """fork where it is safe (Linux, no other threads, no JAX runtime: workers start with tracekit already
     imported), forkserver otherwise on Linux, else the platform default."""
     import multiprocessing as mp
-    import threading
     if sys.platform.startswith("linux"):
         safe = threading.active_count() == 1 and "jax" not in sys.modules
         return mp.get_context("fork" if safe else "forkserver")
@@ -190,23 +204,24 @@ def _client(dask):
                          "give the scheduler address, e.g. tcp://HOST:8786") from None
 
 
-def _combine(parts: list[dict], files: list):
+def _combine(parts: list[HostPart], files: list):
     """(Trace, roofline-joined ops or None) from the parts, as :func:`tracekit.ingest.trace.load` combines hosts."""
     from tracekit import schema
     from tracekit.ingest import trace
     per_host = _roofline_per_host_ok(parts)
     plain: set = set()
+    frames = []
     for p in parts:
-        cols = p.pop("ops_columns", None)
-        p.pop("devices_seen", None)
-        if cols is not None:
-            plain.update(cols)
+        f = p.frames
+        if p.ops_columns is not None:
+            plain.update(p.ops_columns)
             if not per_host:
-                p["ops"] = p["ops"][cols]
-    warnings = [w for p in parts for w in p.pop("warnings")]
-    tr = trace._combine(parts, warnings)
-    for p in parts:
-        p.pop("ops")  # the combined frame holds them now
+                f = replace(f, ops=f.ops[p.ops_columns])
+        frames.append(f)
+    warnings = [w for p in parts for w in p.warnings]
+    parts.clear()  # the combined frames hold the hosts' frames now
+    tr = trace.combine(frames, warnings)
+    del frames
     tr.paths = [str(f.path) for f in files]
     ops = None
     if per_host:
@@ -227,23 +242,25 @@ def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
 
 
 def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = None, max_bytes=None, max_events=None,
-            chip: str | None = None, **kw):
+            chip: str | None = None, topology: str | None = None, **kw):
     """:func:`tracekit.pipeline.analyze` of a run folder (or logdir) with its hosts loaded and roofline-joined in
     parallel by ``jobs`` processes or the Dask cluster ``dask``; the other keywords are ``pipeline.analyze``'s.
     Same Report, byte for byte. A single file, or ``jobs == 1`` without ``dask``, takes the single-process path."""
     from tracekit import pipeline
     from tracekit.ingest.trace import Trace
     if isinstance(source, Trace) or (dask is None and _jobs(jobs) == 1):
-        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip, **kw)
+        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip,
+                                topology=topology, **kw)
     files = _load.resolve(source, run)
     if len(files) == 1:
-        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip, **kw)
+        return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip,
+                                topology=topology, **kw)
     mb = max_bytes if max_bytes is not None else _load.DEFAULT_MAX_BYTES
-    tr, ops = _combine(load_parts(files, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events, chip=chip),
-                       files)
+    tr, ops = _combine(load_parts(files, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events, chip=chip,
+                                  topology=topology), files)
     if ops is None:
-        return pipeline.analyze(tr, chip=chip, **kw)
-    return pipeline.analyze(tr, chip=chip, ops=ops, **kw)  # the per-host roofline joins, combined
+        return pipeline.analyze(tr, chip=chip, topology=topology, **kw)
+    return pipeline.analyze(tr, chip=chip, topology=topology, ops=ops, **kw)  # the per-host joins, combined
 
 
 def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:

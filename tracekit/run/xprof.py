@@ -130,14 +130,16 @@ def _run(tool: str, path: str | os.PathLike, *extra: str) -> dict:
     trace = Path(path).resolve()
     if not trace.is_file():
         raise RuntimeError(f"xprof bridge: trace file not found: {trace}")
-    root = str(Path(__file__).resolve().parents[2])
-    code = f"import sys; sys.path.insert(0, {root!r}); from tracekit.run.xprof import _worker_main; _worker_main()"
+    root = str(Path(__file__).resolve().parents[2])  # so the child (maybe another interpreter) imports this tracekit
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="tracekit_xprof_") as tmp:
         run_dir, out_path = os.path.join(tmp, "run"), os.path.join(tmp, "out.json")
         os.mkdir(run_dir)
         try:
-            proc = subprocess.run([PYTHON, "-c", code, tool, str(trace), run_dir, out_path, *extra], cwd=tmp,
-                                  env={**os.environ, **_QUIET_ENV, "TMPDIR": tmp}, capture_output=True, text=True,
+            proc = subprocess.run([PYTHON, "-m", "tracekit.run.xprof", tool, str(trace), run_dir, out_path, *extra],
+                                  cwd=tmp,
+                                  env={**os.environ, **_QUIET_ENV, "TMPDIR": tmp, "PYTHONPATH": path},
+                                  capture_output=True, text=True,
                                   timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"xprof {tool} on {trace} ran past {TIMEOUT_S} s") from None
@@ -409,3 +411,7 @@ def measure(cmd_args: list[str], *, check: bool = True, isolate: bool = True) ->
 
 __all__ = ["available", "hlo_stats", "async_overlap", "roofline", "device_information", "measure",
            "HLO_STATS_COLUMNS", "ASYNC_COLUMNS", "ROOFLINE_COLUMNS"]
+
+
+if __name__ == "__main__":  # the child side, in the xprof-capable interpreter (see :func:`_run`)
+    _worker_main()

@@ -19,9 +19,10 @@ import html
 import json
 import math
 
+from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.render import timeline_html as tlh
-from tracekit.units import fmt_num, fmt_pct, fmt_time
+from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".html", ".htm")
 COLORS = {"compute": "#3b6fd4", "memory": "#d9480f", "network": "#2b8a3e", "host_link": "#8e44ad",
@@ -193,7 +194,7 @@ def _cell(v, kind: str) -> str:
         return '<td class="na" data-v="">—</td>'
     if kind == "text":
         return f'<td data-v="{e(v)}">{e(v)}</td>'
-    text = {"time": fmt_time, "pct": fmt_pct, "num": fmt_num, "bytes": lambda b: fmt_num(b, "B"),
+    text = {"time": fmt_time, "pct": fmt_pct, "eff": fmt_eff, "num": fmt_num, "bytes": lambda b: fmt_num(b, "B"),
             "int": lambda n: f"{int(n):,}", "float": lambda f: f"{float(f):.3g}"}[kind](v)
     return f'<td class="n" data-v="{e(v)}">{e(text)}</td>'
 
@@ -202,7 +203,7 @@ OP_COLUMNS = (("op", "op", "text"), ("module", "module", "text"), ("category", "
               ("n", "occurrences", "int"), ("total", "total_ps", "time"), ("mean", "mean_ps", "time"),
               ("busy share", "busy_share", "pct"), ("FLOPs", "flops", "num"), ("bytes", "bytes_accessed", "bytes"),
               ("FLOP/byte", "intensity_flops_per_byte", "num"), ("bound by", "bound_by", "text"),
-              ("efficiency", "efficiency", "pct"), ("headroom", "headroom_ps", "time"),
+              ("efficiency", "efficiency", "eff"), ("headroom", "headroom_ps", "time"),
               ("cost from", "cost_source", "text"), ("source", "source", "text"))
 
 
@@ -254,14 +255,18 @@ def summary_html(d: dict) -> str:
                           if k in ("bf16", "f32"))
         items.append(("chip", f"{c['name']} × {len(c.get('devices') or [])}",
                       f"{peaks}; {fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')}"
-                      + (" (ESTIMATED peaks)" if c.get("estimated") else "")))
+                      + (" (ESTIMATED peaks)" if c.get("estimated") else "")
+                      + "".join(f"; peak {note}" for note in c.get("peak_notes") or [])))
     items += [("profiled", fmt_time(prof), f"device time on {s['devices']} device(s)"),
               ("busy", fmt_time(s["busy_ps"]), fmt_pct(s["busy_ps"] / prof if prof else None)),
               ("idle", fmt_time(s["idle_ps"]), fmt_pct(s["idle_ps"] / prof if prof else None)),
               ("roofline coverage", fmt_pct(s.get("roofline_coverage")),
                "of op time" if s.get("hlo_present") else "no HLO in this trace"),
               ("steps", str(s.get("steps", 0)), ", ".join(s.get("step_source") or []) or "none found"),
-              ("findings", str(s.get("findings", 0)), f"claim {fmt_time(s.get('claimed_savings_ps'))}")]
+              ("findings", str(s.get("findings", 0)),
+               f"claim {fmt_time(s.get('claimed_savings_ps'))} together (union, not sum)"),
+              ("above roofline floor", fmt_time(s.get("above_roofline_floor_ps")),
+               "the most any fix could win")]
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{e(k)}</div><div class="v">{e(v)}</div><div class="sub">{e(sub)}</div>'
         f"</div>" for k, v, sub in items) + "</div>"
@@ -368,7 +373,8 @@ def body(d: dict, *, top: int = 25) -> str:
         f"{custom_calls_html(d.get('custom_calls') or {})}"
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
-        f"click a header to sort.</p></section>\n")
+        f"click a header to sort.</p></section>\n"
+        f"{coll_section.html_section(d)}")
 
 
 def render(report, *, top: int = 25, **_) -> str:

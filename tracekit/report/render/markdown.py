@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import html
 
-from tracekit.units import fmt_num, fmt_pct, fmt_time
+from tracekit.report.render import collectives as coll_section
+from tracekit.units import ABOVE_MARK, ABOVE_ROOFLINE, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".md", ".markdown")
 MAX_CELL = 70
@@ -77,6 +78,7 @@ def headline(d: dict) -> list[str]:
         lines.append(f"- **Chip:** {esc(c['name'], None)} × {len(c.get('devices') or [])}; {peaks}; memory "
                      f"{fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')} (peaks from {esc(src.split(':')[0], None)})"
                      f"{est}")
+        lines += [f"  - peak {esc(note, None)}" for note in c.get("peak_notes") or []]
     prof = s.get("profiled_ps") or 0
     lines.append(f"- **Profiled:** {fmt_time(prof)} of device time on {s['devices']} device(s); **busy** "
                  f"{fmt_time(s['busy_ps'])} ({fmt_pct(s['busy_ps'] / prof if prof else None)}), **idle** "
@@ -91,7 +93,11 @@ def headline(d: dict) -> list[str]:
                  + ("" if s.get("hlo_present") else " — no HLO in this trace: ops are kernels, with no roofline"))
     if s.get("findings"):
         lines.append(f"- **Findings:** {s['findings']}, together claiming {fmt_time(s.get('claimed_savings_ps'))} "
-                     f"({fmt_pct(s['claimed_savings_ps'] / prof if prof else None)} of profiled time)")
+                     f"({fmt_pct(s['claimed_savings_ps'] / prof if prof else None)} of profiled time; the union of "
+                     "their overlapping estimates, not their sum)")
+    if s.get("above_roofline_floor_ps") is not None:
+        lines.append(f"- **Above the roofline floor:** {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus "
+                     "every op at its roofline: the most any fix could win)")
     return lines
 
 
@@ -147,7 +153,7 @@ TOP_OP_COLUMNS = (  # header, key, kind (time | si | pct | text | int | float)
     ("n", "occurrences", "int"), ("total", "total_ps", "time"), ("mean", "mean_ps", "time"),
     ("busy share", "busy_share", "pct"), ("FLOPs", "flops", "si:FLOP"), ("bytes", "bytes_accessed", "si:B"),
     ("intensity (FLOP/B)", "intensity_flops_per_byte", "float"), ("bound by", "bound_by", "text"),
-    ("efficiency", "efficiency", "pct"), ("headroom", "headroom_ps", "time"), ("cost from", "cost_source", "text"),
+    ("efficiency", "efficiency", "eff"), ("headroom", "headroom_ps", "time"), ("cost from", "cost_source", "text"),
     ("source", "source_file", "source"))
 
 
@@ -163,7 +169,7 @@ def top_ops_table(ops: list[dict]) -> list[str]:
         elif kind.startswith("si:"):
             prefix, div = column_unit(vals)
             head = f"{head} ({prefix}{kind[3:]})"
-        elif kind == "pct":
+        elif kind in ("pct", "eff"):
             div, head = 0.01, f"{head} (%)"
         else:
             div = 1.0
@@ -184,6 +190,8 @@ def top_ops_table(ops: list[dict]) -> list[str]:
                 cells.append("—" if v is None else f"{int(v):,}")
             elif kind == "float":
                 cells.append("—" if v is None else fmt_num(v))
+            elif kind == "eff":
+                cells.append(_scaled(v, div) + (esc(ABOVE_MARK) if v is not None and v > ABOVE_ROOFLINE else ""))
             else:
                 cells.append(_scaled(v, div))
         rows.append(cells)
@@ -213,8 +221,6 @@ def _basename(path: str) -> str:
 
 def render(report, *, top: int = 12, **_) -> str:
     d = report.data if hasattr(report, "data") else report
-    if d.get("schema", "").startswith("tracekit.diff/"):
-        return render_diff(d, top=top)
     inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
     from tracekit.report.render import sections
     out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table), *headline(d), ""]
@@ -230,6 +236,7 @@ def render(report, *, top: int = 12, **_) -> str:
         out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
                 OPS_NOTE, "", *top_ops_table(ops), ""]
     out += custom_calls_section(d.get("custom_calls") or {})
+    out += coll_section.markdown_lines(d, esc, table)
     for w in d.get("warnings") or []:
         out.append(f"> **warning:** {esc(w, None)}")
     g = d.get("gate") or {}
@@ -238,28 +245,3 @@ def render(report, *, top: int = 12, **_) -> str:
     out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · report schema {esc(d['schema'], None)} · "
             "times summed over devices</sub>"]
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-def render_diff(d: dict, *, top: int = 20) -> str:
-    """Markdown for the ``tracekit.diff/1`` envelope of ``tracekit diff``."""
-    from tracekit.analysis import diff as diff_mod
-    st = d["step_time"]
-    mark = "❌" if d["failed"] else "✅"
-    out = [f"## tracekit diff: {mark} {esc(diff_mod.verdict(d), None)}", ""]
-    out += [f"- {esc(line, None)}" for line in diff_mod.headline(d)]
-    if st["status"] != "unknown":
-        out += ["", *table(["", "steps", "mean step", "median step"],
-                           [[side, str(st[side]["steps"]), fmt_time(st[side]["mean_ps"]),
-                             fmt_time(st[side]["median_ps"])] for side in ("base", "new")], right={1, 2, 3})]
-    for status, title in diff_mod.TITLES.items():
-        rows = [r for r in d["ops"] if r["status"] == status]
-        if not rows:
-            continue
-        out += ["", f"### {title}: {len(rows)}", ""]
-        out += table(diff_mod.OP_HEADERS, [[esc(c) for c in diff_mod.op_cells(r)] for r in rows[:top]],
-                     right={3, 4, 5, 6, 7})
-        if len(rows) > top:
-            out.append(f"\n…and {len(rows) - top} more (see the JSON output).")
-    out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · diff schema {esc(d['schema'], None)} · impact = "
-            "change of the mean × executions in NEW</sub>"]
-    return "\n".join(out) + "\n"

@@ -35,12 +35,10 @@ def artifact_uri(path: str, root: str | None = None) -> str:
     return quote(str(PurePosixPath(p)), safe="/")
 
 
-def _rule_meta(rule_ids: list[str], findings: list[dict]) -> list[dict]:
-    try:
-        from tracekit.analysis.rules import load_rules
-        known = {r.id: r for r in load_rules()}
-    except Exception:  # noqa: BLE001 — the rule files are documentation here; a finding still renders without
-        known = {}
+def _rule_meta(rule_ids: list[str], findings: list[dict], rules) -> list[dict]:
+    """``tool.driver.rules``: each rule as the analysis ran it (``rules``, from the Report), else (a report read
+    back from its JSON) what its finding says."""
+    known = {r.id: r for r in rules}
     by_finding = {f["rule_id"]: f for f in findings}
     out = []
     for rid in rule_ids:
@@ -106,7 +104,7 @@ def build(report, root: str | None = None) -> dict:
     findings = d.get("findings") or []
     ran = list((d.get("params") or {}).get("rules") or {})
     rule_ids = sorted(set(ran) | {f["rule_id"] for f in findings})
-    rules = _rule_meta(rule_ids, findings)
+    rules = _rule_meta(rule_ids, findings, getattr(report, "rules", ()))
     index = {r["id"]: i for i, r in enumerate(rules)}
     inputs = d.get("inputs") or []
     trace_uri = artifact_uri(inputs[0]["path"], root) if inputs else "trace"
@@ -135,6 +133,9 @@ def build(report, root: str | None = None) -> dict:
            "artifacts": [{"location": {"uri": artifact_uri(i["path"], root)}, "roles": ["analysisTarget"]}
                          for i in inputs],
            "columnKind": "unicodeCodePoints",
+           # what makes the numbers less trustworthy (trace oddities, model warnings: ops above their roofline)
+           "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": [
+               {"level": "warning", "message": {"text": w}} for w in d.get("warnings") or []]}],
            "properties": {"report_schema": d.get("schema"),
                           **{k: s[k] for k in ("profiled_ps", "busy_ps", "idle_ps", "roofline_coverage",
                                                "claimed_savings_ps") if k in s}}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from tracekit.units import fmt_num, fmt_pct, fmt_time
+from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 
 BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
                  ("compute_other_ps", "compute, roofline unknown"), ("collective_exposed_ps", "exposed collectives"),
@@ -137,10 +137,8 @@ def buffer_rows(d: dict, n: int = BUFFER_ROWS) -> list[list[str]]:
 
 
 # ----------------------------------------------------------------------------------------------------- layouts
-def _plain_table(headers, rows) -> list[str]:
-    w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    return ["  " + "  ".join(v.ljust(w[i]) for i, v in enumerate(r)).rstrip() for r in [headers, ["-" * x for x in w],
-                                                                                       *rows]]
+def _indented(lines: list[str]) -> list[str]:
+    return ["  " + ln for ln in lines]
 
 
 def text(d: dict) -> list[str]:
@@ -161,9 +159,9 @@ def memory_text(d: dict, buffers: int = BUFFER_ROWS) -> list[str]:
     if not facts:
         return []
     out = ["Memory (XLA's buffer assignment)"] + [f"  {k}: {v}" for k, v in facts]
-    out += _plain_table(PROGRAM_HEADERS, program_rows(d))
+    out += _indented(table(PROGRAM_HEADERS, program_rows(d)))
     if buffers and (d.get("memory") or {}).get("buffers"):
-        out += ["  largest buffers:"] + _plain_table(BUFFER_HEADERS, buffer_rows(d, buffers))
+        out += ["  largest buffers:"] + _indented(table(BUFFER_HEADERS, buffer_rows(d, buffers)))
     return out
 
 

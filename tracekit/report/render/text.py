@@ -13,9 +13,10 @@ from __future__ import annotations
 import io
 import re
 
+from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
-from tracekit.units import fmt_num, fmt_pct, fmt_time
+from tracekit.units import ABOVE_MARK, fmt_eff, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
 #: width of a text report written to a file or a pipe
@@ -29,15 +30,6 @@ _UNIT = re.compile(r"(\d) (?=(?:[kMGTP]?(?:FLOP/s|FLOP|B/s|B)|ps|ns|µs|us|ms|s|
 _GLUE = "\ue000"
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _DEV = re.compile(r"^(.*?)(\d+)$")
-
-
-def _table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
-    """A plain aligned text table as lines (header, a rule of dashes, rows; columns in ``right`` right-aligned)."""
-    w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(vals):
-        return "  ".join(v.rjust(w[i]) if i in right else v.ljust(w[i]) for i, v in enumerate(vals)).rstrip()
-    return [line(headers), line(["-" * x for x in w])] + [line(r) for r in rows]
 
 
 def fold_devices(rows: list[list[str]], device_col: int = 0) -> list[list[str]]:
@@ -156,6 +148,8 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
         est = (" (ESTIMATED — run `tracekit calibrate`)", "bold yellow") if c["estimated"] else ""
         o.para("chip: ", _safe(c["name"]), est, f" × {len(c['devices'])} device(s); {peaks}; memory "
                f"{fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [peaks from {src.split(':')[0] or 'unknown'}]")
+        for note in c.get("peak_notes") or []:  # which number was used, what the trace said, what was raised
+            o.para("peak ", _safe(note), indent=2)
     busy = fmt_pct(s["busy_ps"] / s["profiled_ps"]) if s["profiled_ps"] else "—"
     o.para(f"profiled: {fmt_time(s['profiled_ps'])} device time over {s['devices']} device(s); busy "
            f"{fmt_time(s['busy_ps'])} ({busy}), idle {fmt_time(s['idle_ps'])}; {s['steps']} step(s) from "
@@ -170,6 +164,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _steps(o, d)
     _ops(o, d, s, top)
     _custom_calls(o, d.get("custom_calls") or {})
+    _collectives(o, d)
     _memory(o, d)
     _findings(o, d)
     for w in d.get("warnings") or []:
@@ -212,11 +207,26 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
     o.blank()
     rows = [[_safe(r["op"]), _safe(r["category"]), str(r["occurrences"]), fmt_time(r["total_ps"]),
              fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
-             _safe(r.get("bound_by") or "—"), fmt_pct(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
+             _safe(r.get("bound_by") or "—"), fmt_eff(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
              _safe(r.get("cost_source") or "")] for r in ops[:top]]
     o.table(f"Top ops by time (of {s['op_executions']:,} executions)",
             ["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"], rows,
             right={2, 3, 4, 5, 6, 8, 9}, shrink=(0, 1), drop=(10, 1, 6, 5, 9))
+    if any(ABOVE_MARK in r[8] for r in rows):
+        o.para(f"{ABOVE_MARK.strip()} above its roofline: the model is wrong for it (see the model warnings)")
+
+
+def _collectives(o: _Out, d: dict) -> None:
+    """Per collective op: measured vs predicted on the topology (:mod:`tracekit.report.render.collectives`)."""
+    ic = d.get("interconnect") or {}
+    cells = coll_section.rows(ic)
+    if not cells:
+        return
+    o.blank()
+    o.table(_safe(coll_section.title(ic, len(cells))), coll_section.HEADERS, [[_safe(c) for c in r] for r in cells],
+            right=coll_section.RIGHT, shrink=(0, 3), drop=(3, 1, 8))
+    for op, note in coll_section.notes(ic)[:5]:
+        o.para(f"{_safe(op)}: ", _safe(note), indent=2)
 
 
 def _custom_calls(o: _Out, cc: dict, top: int = 8) -> None:
@@ -274,12 +284,28 @@ def _findings(o: _Out, d: dict) -> None:
     f = d.get("findings") or []
     o.blank()
     o.para(f"Findings ({len(f)}), by time they would win back" if f else "Findings: none")
+    if f:
+        o.para(claims_line(d["summary"]))
     for i, x in enumerate(f, 1):
         share = f" ({fmt_pct(x['share'])} of profiled time)" if x.get("share") is not None else ""
         o.para(f"{i}. ", (f"[{x['severity']}]", SEVERITY_STYLE.get(x["severity"], "")),
                f" {x['rule_id']} ", _safe(x["name"]), f": ~{fmt_time(x['savings_ps'])}{share}", hang=3)
         o.para(_safe(x["message"]), indent=3, hang=0)
         o.para("fix: ", _safe(x["fix"]), indent=3, hang=5)
+
+
+def claims_line(s: dict) -> str:
+    """The headline's two labelled numbers: the union of the findings' claims and the time above the roofline
+    floor (the most any fix could win); never the sum of overlapping claims."""
+    prof = s.get("profiled_ps") or 0
+    claimed = s.get("claimed_savings_ps")
+    line = (f"together the findings claim {fmt_time(claimed)} "
+            f"({fmt_pct(claimed / prof if prof and claimed is not None else None)} of profiled time; the union of "
+            "their overlapping estimates, not their sum)")
+    if s.get("above_roofline_floor_ps") is not None:
+        line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus "
+                 "every op at its roofline: the most any fix could win)")
+    return line
 
 
 def _cut(v: str, w: int) -> str:

@@ -1,0 +1,126 @@
+"""What the findings claim together, and the most any fix could win.
+
+Findings' savings overlap: an exposed collective that also runs far below its roofline is claimed by both
+``unoverlapped-collective`` and ``low-roofline-efficiency``; adding them up promises the same seconds twice. Each
+finding's claim is laid on the device time its evidence covers (:func:`claim_intervals`) and the claims are
+unioned per device (:func:`union_ps`): the headline states that union, beside :func:`above_floor_ps`, the profiled
+time above the roofline floor (what is left when every op with a known roofline ran at it and nothing idled).
+
+Where a claim sits inside its evidence is a convention (from the start of each row, in proportion to the row's
+share of the finding's savings): the union is exact for claims on the same rows and an upper bound otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.columns import self_time
+
+
+def _rows(ev: pd.DataFrame, length: np.ndarray) -> dict:
+    """(host, device) -> (starts, ends) of each evidence row's claim: ``savings_ps`` from the row's start, at most
+    its ``length``."""
+    st = ev["start_ps"].to_numpy(np.int64)
+    sav = np.minimum(np.nan_to_num(ev["savings_ps"].to_numpy(np.float64)), length).astype(np.int64)
+    out: dict = {}
+    for (h, d), idx in ev.groupby([ev["host"].astype(str), ev["device"].astype(str)], sort=False).indices.items():
+        out[(h, d)] = (st[idx], st[idx] + np.maximum(sav[idx], 0))
+    return out
+
+
+def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
+    """Claims of aggregated evidence (one row per op or per device) spread over the sync op executions they stand
+    for: every execution claims the same fraction of its own time, from its start."""
+    if ops is None or not len(ev) or not set(keys) <= set(ops.columns):
+        return {}
+    sync = ops[~ops["is_async"].to_numpy(bool)]
+    if not len(sync):
+        return {}
+    k_ops = sync[keys].astype({k: str for k in keys if k != "program_id"})
+    k_ev = ev[keys + ["savings_ps"]].astype({k: str for k in keys if k != "program_id"})
+    t = self_time(sync).astype(np.float64)
+    tot = pd.Series(t).groupby([k_ops[k].to_numpy() for k in keys]).sum()
+    j = k_ev.groupby(keys, sort=False)["savings_ps"].sum()
+    frac = (j / tot.reindex(j.index)).clip(0, 1).fillna(0)
+    idx = pd.MultiIndex.from_frame(k_ops) if len(keys) > 1 else pd.Index(k_ops[keys[0]])
+    f = frac.reindex(idx).fillna(0).to_numpy()
+    hit = f > 0
+    if not hit.any():
+        return {}
+    s = sync[hit]
+    rows = pd.DataFrame({"host": s["host"].astype(str).to_numpy(), "device": s["device"].astype(str).to_numpy(),
+                         "start_ps": s["start_ps"].to_numpy(np.int64), "savings_ps": t[hit] * f[hit]})
+    return _rows(rows, t[hit].astype(np.int64))
+
+
+def claim_intervals(frame: str, ev: pd.DataFrame, frames: dict) -> dict:
+    """(host, device) -> (starts, ends) where a finding on ``frame`` with evidence rows ``ev`` (with
+    ``savings_ps``) claims device time. Host-only evidence (host events) claims no device time: {}."""
+    if not len(ev) or "savings_ps" not in ev or not {"host", "device"} <= set(ev.columns):
+        if frame == "op_stats" and len(ev) and "op" in ev:
+            return _spread(ev, frames.get("ops"), [k for k in ("module", "program_id", "op") if k in ev.columns])
+        return {}
+    if frame == "devices":
+        return _spread(ev, frames.get("ops"), ["host", "device"])
+    if "start_ps" not in ev:
+        return {}
+    for col in ("span_ps", "duration_ps", "step_ps"):
+        if col in ev:
+            return _rows(ev, ev[col].to_numpy(np.int64))
+    return _rows(ev, np.full(len(ev), np.iinfo(np.int64).max))
+
+
+def union_ps(claims: list[dict], span: dict | None = None) -> int:
+    """Total device time the claims cover together: per (host, device) the union of every claim's intervals,
+    at most that device's profiled span (``span``: (host, device) -> ps)."""
+    per: dict = {}
+    for c in claims:
+        for k, (s, e) in c.items():
+            per.setdefault(k, []).append((s, e))
+    total = 0
+    for k, parts in per.items():
+        s = np.concatenate([p[0] for p in parts])
+        e = np.concatenate([p[1] for p in parts])
+        keep = e > s
+        s, e = s[keep], e[keep]
+        if not len(s):
+            continue
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], np.maximum.accumulate(e[o])
+        new = np.r_[True, s[1:] > e[:-1]]
+        starts = s[new]
+        ends = np.r_[e[np.nonzero(new)[0][1:] - 1], e[-1]]
+        u = int((ends - starts).sum())
+        total += min(u, int(span.get(k, u))) if span else u
+    return total
+
+
+def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
+    """Profiled time above the roofline floor: per device its span minus the time its sync ops would take at
+    their rooflines (ops without a known roofline count at their measured self time: no fix is promised for
+    them), summed. None without roofline columns."""
+    if "roofline_ps" not in ops or not len(devices):
+        return None
+    sync = ops[~ops["is_async"].to_numpy(bool)]
+    roof = sync["roofline_ps"].to_numpy(np.float64)
+    t = self_time(sync).astype(np.float64)
+    floor = np.where(np.isnan(roof), t, np.minimum(roof, t))
+    per = pd.Series(floor).groupby([sync["host"].astype(str).to_numpy(), sync["device"].astype(str).to_numpy()]).sum()
+    total = 0.0
+    for h, d, span in zip(devices["host"].astype(str), devices["device"].astype(str), devices["span_ps"]):
+        total += max(float(span) - float(per.get((h, d), 0.0)), 0.0)
+    return int(round(total))
+
+
+def headline(findings: list, devices: pd.DataFrame, ops: pd.DataFrame) -> dict:
+    """``claims_union_ps`` (what the findings claim together: the union of their claims on device time, plus
+    the claims of findings that sit on no device's time, at most the profiled time) and
+    ``above_roofline_floor_ps`` (:func:`above_floor_ps`)."""
+    span = {(str(h), str(d)): int(s) for h, d, s in zip(devices["host"], devices["device"], devices["span_ps"])} \
+        if len(devices) else {}
+    with_time = [f.claims for f in findings if getattr(f, "claims", None)]
+    rest = sum(int(f.claimed_ps) for f in findings if not getattr(f, "claims", None))
+    union = union_ps(with_time, span) + rest
+    profiled = sum(span.values())
+    return {"claims_union_ps": int(min(union, profiled) if profiled else union),
+            "above_roofline_floor_ps": above_floor_ps(ops, devices)}

@@ -1,0 +1,165 @@
+"""Measured vs predicted, per collective: ``tracekit collectives`` and the collectives section of every report.
+
+For each execution of a collective on a device (a sync op, or an async ``-start``..``-done`` window):
+
+* **skew** (``skew_ps``): how long this device waited for the last participant of its replica group to arrive:
+  the latest start among the traced participants of the same execution minus this device's start (clipped to
+  the execution's duration). It is time spent waiting, not moving bytes, so it is shown apart. NaN when fewer
+  than two participants of the group are in the trace (a multi-host job traced on one host). Starts compare
+  across devices only as well as their clocks agree (tracekit warns about offset clocks).
+* **transfer** (``transfer_ps``) = duration - skew: the time the bytes had.
+* **algbw** = S / transfer and **busbw** = algbw x the nccl-tests factor (all-reduce 2(N-1)/N; all-gather,
+  reduce-scatter, all-to-all (N-1)/N; permute, send/recv 1), where S is the nccl-tests size: the full array for
+  all-reduce / all-gather / reduce-scatter, one device's buffer for all-to-all, the bytes sent for a permute.
+* **predicted** (``predicted_ps``): the roofline's ``network_ps`` (:mod:`tracekit.model.collective_cost`) and
+  the level that bounds it (``bound``); efficiency = predicted / transfer.
+
+An async window's duration includes whatever ran while the transfer was in flight, so its bandwidth is a lower
+bound. The k-th execution of an op on one device is matched with the k-th on the others (per module execution
+order), so a trace cut mid-step can misalign one execution at the edge.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis import timeline as tl
+from tracekit.columns import cat_apply
+
+#: nccl-tests busbw factor per kind, as a function of N
+BUSBW = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
+         "reduce-scatter": lambda n: (n - 1) / n, "all-to-all": lambda n: (n - 1) / n,
+         "ragged-all-to-all": lambda n: (n - 1) / n}
+#: one row per execution (see the module docstring)
+EXEC_COLUMNS = ["host", "device", "module", "program_id", "op", "kind", "step", "start_ps", "duration_ps",
+                "is_async", "group_size", "traced_participants", "skew_ps", "transfer_ps", "size_bytes",
+                "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "bound", "efficiency"]
+#: one row per collective op (module, op), executions aggregated
+SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
+                   "size_bytes", "executions", "devices", "time_ps", "total_ps", "skew_ps", "transfer_ps",
+                   "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound", "phases",
+                   "pattern", "note"]
+
+
+def busbw_factor(kind: str, n: int) -> float:
+    f = BUSBW.get(kind)
+    return float(f(n)) if f is not None and n > 0 else 1.0
+
+
+def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
+    """One row per collective execution of the roofline-joined ``ops`` whose op the collective ``model``
+    (:class:`tracekit.model.collective_model.Model`) knows; columns :data:`EXEC_COLUMNS`."""
+    if model is None or not model.ops or not len(ops):
+        return pd.DataFrame(columns=EXEC_COLUMNS)
+    rows = ops[(tl.is_collective(ops) | cat_apply(ops["opcode"], lambda v: str(v).lower() in ("send", "recv")))
+               & ~tl.is_async_marker(ops)]
+    if not len(rows):
+        return pd.DataFrame(columns=EXEC_COLUMNS)
+    key = rows["op"].astype(str).str.replace(r"-done(\.\d+)?$", lambda m: "-start" + (m.group(1) or ""),
+                                              regex=True).to_numpy()
+    pid = rows["program_id"].to_numpy().astype(np.uint64)
+    known = np.array([model.op(int(p), k) is not None for p, k in zip(pid, key)], bool)
+    rows, key, pid = rows[known], key[known], pid[known]
+    if not len(rows):
+        return pd.DataFrame(columns=EXEC_COLUMNS)
+    out = pd.DataFrame({
+        "host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
+        "module": rows["module"].astype(str).to_numpy(), "program_id": pid, "op": key,
+        "step": rows["step"].to_numpy() if "step" in rows else -1,
+        "start_ps": rows["start_ps"].to_numpy(np.int64), "duration_ps": rows["duration_ps"].to_numpy(np.int64),
+        "is_async": rows["is_async"].to_numpy(bool),
+        "predicted_ps": rows["network_ps"].to_numpy(float) if "network_ps" in rows else np.nan,
+        "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else "",
+    })
+    ops_of = [model.op(int(p), k) for p, k in zip(pid, key)]
+    gid = [model.ids.get((h, d), -1) for h, d in zip(out["host"], out["device"])]
+    out["kind"] = [o.kind for o in ops_of]
+    out["size_bytes"] = [o.size_bytes for o in ops_of]
+    group = []
+    for o, g in zip(ops_of, gid):
+        if o.pairs:
+            members = tuple(sorted({x for pr in o.pairs for x in pr}))
+        else:
+            members = o.group_of(g) if o.groups else tuple(range(model.topology.size))
+        group.append(members)
+    out["group_size"] = [len(m) if m else -1 for m in group]
+    out["_group"] = [hash(m) for m in group]
+    # the k-th execution of an op on each device (in time order) is the k-th execution of the collective
+    out = out.sort_values(["host", "device", "program_id", "op", "is_async", "start_ps"], kind="stable")
+    out["_k"] = out.groupby(["host", "device", "program_id", "op", "is_async"], sort=False).cumcount()
+    inst = out.groupby(["program_id", "op", "is_async", "_group", "_k"], sort=False)["start_ps"]
+    last = inst.transform("max").to_numpy()
+    out["traced_participants"] = inst.transform("size").to_numpy()
+    dur = out["duration_ps"].to_numpy()
+    skew = np.minimum(np.maximum(last - out["start_ps"].to_numpy(), 0), dur).astype(float)
+    skew[out["traced_participants"].to_numpy() < 2] = np.nan
+    out["skew_ps"] = skew
+    out["transfer_ps"] = dur - np.nan_to_num(skew)
+    n = out["group_size"].to_numpy()
+    factor = np.array([busbw_factor(k, int(x)) for k, x in zip(out["kind"], n)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tr = out["transfer_ps"].to_numpy().astype(float)
+        out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"].to_numpy(float) / (tr / 1e12), np.nan)
+        out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * factor
+        out["efficiency"] = np.where(tr > 0, out["predicted_ps"].to_numpy(float) / tr, np.nan)
+    return out.sort_values(["start_ps", "host", "device"], kind="stable")[EXEC_COLUMNS].reset_index(drop=True)
+
+
+def summary(execs: pd.DataFrame, model, ops_meta=None) -> pd.DataFrame:
+    """One row per collective op (module, op): executions aggregated (means per execution; bandwidths from the
+    mean transfer time), the model's description (groups, span, phases with their formulas), a note when the
+    op ran faster than the model allows. Sorted by total time."""
+    if not len(execs):
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    g = execs.groupby(["module", "program_id", "op", "kind"], sort=False)
+    out = g.agg(executions=("start_ps", "size"), devices=("device", "nunique"), time_ps=("duration_ps", "mean"),
+                total_ps=("duration_ps", "sum"), skew_ps=("skew_ps", "mean"), transfer_ps=("transfer_ps", "mean"),
+                size_bytes=("size_bytes", "first"), group_size=("group_size", "max"),
+                predicted_ps=("predicted_ps", "mean"), bound=("bound", "first")).reset_index()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["algbw_bytes_per_s"] = np.where(out["transfer_ps"] > 0, out["size_bytes"] / (out["transfer_ps"] / 1e12),
+                                            np.nan)
+        out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * [busbw_factor(k, int(n)) for k, n in
+                                                               zip(out["kind"], out["group_size"])]
+        out["efficiency"] = np.where(out["transfer_ps"] > 0, out["predicted_ps"] / out["transfer_ps"], np.nan)
+    groups, spans, phases, patterns, vbytes, notes = [], [], [], [], [], []
+    for r in out.itertuples(index=False):
+        op = model.op(int(r.program_id), r.op)
+        first = execs[(execs["program_id"] == r.program_id) & (execs["op"] == r.op)].iloc[0]
+        pred = model.predict(op.program_id, op.name, first["host"], first["device"])
+        groups.append(_groups_text(op))
+        spans.append(pred.span if pred is not None else "")
+        phases.append(pred.formula if pred is not None and pred.phases else (pred.reason if pred is not None else ""))
+        patterns.append(op.pattern)
+        vbytes.append(op.global_bytes)
+        note = []
+        if np.isfinite(r.efficiency) and r.efficiency > 1.05:
+            note.append("faster than the model allows: check --topology and the chip's link figures")
+        if not np.isfinite(r.skew_ps):
+            note.append(f"skew unknown: fewer than 2 of the group's {r.group_size} devices are in the trace")
+        if pred is not None and pred.reason:
+            note.append(pred.reason)
+        notes.append("; ".join(note))
+    out["groups"], out["span"], out["phases"], out["pattern"] = groups, spans, phases, patterns
+    out["global_bytes"], out["note"] = vbytes, notes
+    return out.sort_values(["total_ps", "module", "op"], ascending=[False, True, True],
+                           kind="stable")[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def _groups_text(op) -> str:
+    if op.pairs:
+        return f"{len(op.pairs)} source->target pair(s)"
+    if not op.groups:
+        return "all devices"
+    sizes = {len(g) for g in op.groups}
+    head = ", ".join("{" + ",".join(map(str, g)) + "}" for g in op.groups[:2])
+    more = f", ... ({len(op.groups)} groups)" if len(op.groups) > 2 else ""
+    return f"{len(op.groups)} x {'/'.join(map(str, sorted(sizes)))}: {head}{more}"
+
+
+def view(tr, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None):
+    """(topology dict, summary frame, executions frame) of a trace and its roofline-joined ops."""
+    from tracekit.model import collective_model, roofline
+    model = collective_model.build(tr, roofline.device_chips(tr, chip), topology)
+    ex = executions(ops, model)
+    return model, summary(ex, model), ex

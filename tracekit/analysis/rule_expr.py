@@ -1,0 +1,440 @@
+"""Rule expressions: a small, safe, vectorized language for the ``where``, ``savings``, ``derive`` and
+``report_if`` fields of rule files (format version 2).
+
+An expression is parsed once, when the rule file is loaded, with Python's :mod:`ast`, and checked against the
+allow-list below; anything else is refused with a message naming what is not allowed. It is then evaluated by a
+tree of small closures over the frame's columns (pandas Series / numpy operations, one per node and per frame,
+never per row). Nothing reaches modules, builtins, attributes or pandas ``query``/``eval``: a name can only be a
+declared column (or aggregate, for ``report_if``) or one of the functions listed here, and ``@name`` only one of
+the rule's own parameters.
+
+Grammar (the allow-list)
+------------------------
+* **values**: column names of the frame the rule reads (as declared in :data:`tracekit.schema.RULE_FRAMES`, plus
+  the rule's ``derive`` columns, plus what its ``check`` adds); in ``report_if`` the finding's aggregates instead
+  (``count``, ``share``, ``sum_<column>``, ...). ``@name``: a parameter of the rule. Numbers, strings in quotes,
+  ``True``/``False``. Integer columns are read as 64-bit integers (no silent 32-bit overflow).
+* **arithmetic**: ``+ - * / // % **`` and unary ``-``/``+``, on numbers only (not on text).
+* **comparisons**: ``== != < <= > >=``, chained (``0 < share <= 1`` means ``0 < share and share <= 1``);
+  ``x in [..]`` / ``x not in [..]`` (also ``x == [..]`` / ``x != [..]``) with a list of constants or ``@params``.
+* **boolean**: ``and``/``or``/``not`` and ``&``/``|``/``~``, element-wise; as in pandas, ``&`` and ``|`` have the
+  precedence of ``and`` and ``or`` (``a > 1 & b < 2`` is ``(a > 1) and (b < 2)``).
+* **functions** (:data:`FUNCTIONS`): ``abs(x)``, ``min(a, b, ...)``, ``max(a, b, ...)`` (element-wise; NaN
+  propagates), ``sqrt``, ``exp``, ``log``, ``log2``, ``log10``, ``floor``, ``ceil``, ``where(cond, a, b)``,
+  ``isna(x)``, ``notna(x)``.
+* **column methods** (:data:`METHODS`), only directly on an expression that reads a column: ``.isin([..])``,
+  ``.between(lo, hi)`` (inclusive), ``.abs()``, ``.isna()``/``.isnull()``, ``.notna()``/``.notnull()``,
+  ``.fillna(value)``; text methods ``.str.contains(pat, case=True, regex=True, na=None)``,
+  ``.str.startswith(s)``, ``.str.endswith(s)``,
+  ``.str.lower()``, ``.str.upper()``, ``.str.len()``. Text arguments are constants or ``@params``; keyword
+  arguments are constants.
+
+Refused, among others: any other attribute (``x.__class__``, ``x.apply``, ``pd.eval``), indexing (``x[0]``,
+``f(x)[0]``), names starting with ``_``, lambdas, comprehensions, f-strings, ``:=``, ``*``/``**`` unpacking,
+conditional expressions (use ``where(c, a, b)``), ``is``, dicts and sets, and any name that is not a declared
+column, parameter or function. Expressions are at most :data:`MAX_LENGTH` characters and
+:data:`MAX_DEPTH` levels deep.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import keyword
+import math
+import operator
+import tokenize
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Mapping
+
+import numpy as np
+import pandas as pd
+
+MAX_LENGTH = 4000
+MAX_DEPTH = 60
+_PARAM = "PARAM__"  # ``@name`` is rewritten to ``PARAM__name`` before parsing (user names cannot start so)
+
+
+class ExprError(ValueError):
+    """An expression outside the allow-list (at load) or one that cannot be evaluated on the data (at run)."""
+
+
+# --------------------------------------------------------------------------------------------- the allow-list
+def _nary(fn):
+    def call(*args):
+        out = args[0]
+        for a in args[1:]:
+            out = fn(out, a)
+        return out
+    return call
+
+
+def _where(cond, a, b):
+    index = next((v.index for v in (cond, a, b) if isinstance(v, pd.Series)), None)
+    out = np.where(np.asarray(cond, dtype=bool), a, b)
+    return out if index is None else pd.Series(out, index=index)
+
+
+#: name -> (min args, max args or None, implementation, usage, meaning)
+FUNCTIONS: dict[str, tuple] = {
+    "abs": (1, 1, np.abs, "abs(x)", "absolute value"),
+    "min": (2, None, _nary(np.minimum), "min(a, b, ...)", "element-wise minimum (NaN if any is NaN)"),
+    "max": (2, None, _nary(np.maximum), "max(a, b, ...)", "element-wise maximum (NaN if any is NaN)"),
+    "sqrt": (1, 1, np.sqrt, "sqrt(x)", "square root"),
+    "exp": (1, 1, np.exp, "exp(x)", "e to the power x"),
+    "log": (1, 1, np.log, "log(x)", "natural logarithm"),
+    "log2": (1, 1, np.log2, "log2(x)", "base-2 logarithm"),
+    "log10": (1, 1, np.log10, "log10(x)", "base-10 logarithm"),
+    "floor": (1, 1, np.floor, "floor(x)", "round down"),
+    "ceil": (1, 1, np.ceil, "ceil(x)", "round up"),
+    "where": (3, 3, _where, "where(cond, a, b)", "a where cond is true, else b"),
+    "isna": (1, 1, pd.isna, "isna(x)", "true where the value is missing (NaN)"),
+    "notna": (1, 1, pd.notna, "notna(x)", "true where the value is present"),
+}
+
+#: method -> (min args, max args, keyword arguments, "list"/"const"/"" (what the arguments must be),
+#: implementation, usage, meaning); called as ``column.method(...)``
+METHODS: dict[str, tuple] = {
+    "isin": (1, 1, (), "list", lambda s, v: s.isin(v), "x.isin(['a', 'b'])", "true where x is one of the constants"),
+    "between": (2, 2, (), "", lambda s, lo, hi: s.between(lo, hi), "x.between(lo, hi)", "lo <= x <= hi"),
+    "abs": (0, 0, (), "", lambda s: s.abs(), "x.abs()", "absolute value"),
+    "isna": (0, 0, (), "", lambda s: s.isna(), "x.isna()", "true where x is missing"),
+    "notna": (0, 0, (), "", lambda s: s.notna(), "x.notna()", "true where x is present"),
+    "isnull": (0, 0, (), "", lambda s: s.isna(), "x.isnull()", "the same as x.isna()"),
+    "notnull": (0, 0, (), "", lambda s: s.notna(), "x.notnull()", "the same as x.notna()"),
+    "fillna": (1, 1, (), "", lambda s, v: s.fillna(v), "x.fillna(v)", "x with missing values replaced by v"),
+}
+#: text method -> the same fields; called as ``column.str.method(...)``
+STR_METHODS: dict[str, tuple] = {
+    "contains": (1, 1, ("case", "regex", "na"), "const",
+                 lambda s, pat, case=True, regex=True, na=None: s.str.contains(pat, case=case, regex=regex,
+                                                                              **({} if na is None else {"na": na})),
+                 "x.str.contains('pat', case=False, regex=True, na=False)",
+                 "true where the text contains the pattern (a regular expression unless regex=False; case=False "
+                 "ignores case; na: the value for missing text)"),
+    "startswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.startswith(p, **na), "x.str.startswith('s')",
+                   "true where the text starts with s"),
+    "endswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.endswith(p, **na), "x.str.endswith('s')",
+                 "true where the text ends with s"),
+    "lower": (0, 0, (), "", lambda s: s.str.lower(), "x.str.lower()", "the text in lower case"),
+    "upper": (0, 0, (), "", lambda s: s.str.upper(), "x.str.upper()", "the text in upper case"),
+    "len": (0, 0, (), "", lambda s: s.str.len(), "x.str.len()", "length of the text"),
+}
+
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+        ast.Gt: operator.gt, ast.GtE: operator.ge}
+_WHAT = {ast.Attribute: "attribute access", ast.Subscript: "indexing ([...])", ast.Lambda: "a lambda",
+         ast.ListComp: "a comprehension", ast.SetComp: "a comprehension", ast.DictComp: "a comprehension",
+         ast.GeneratorExp: "a generator expression", ast.NamedExpr: "an assignment expression (:=)",
+         ast.Starred: "unpacking (*)", ast.JoinedStr: "an f-string", ast.FormattedValue: "an f-string",
+         ast.IfExp: "a conditional expression (use where(cond, a, b))", ast.Dict: "a dict", ast.Set: "a set",
+         ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield", ast.Slice: "a slice",
+         ast.List: "a list (only as the argument of isin or after `in`)",
+         ast.Tuple: "a tuple (only as the argument of isin or after `in`)"}
+
+
+def grammar_summary() -> str:
+    """One line listing what an expression may use (for error messages)."""
+    return ("allowed: columns, @parameters, numbers, 'strings', + - * / // % **, == != < <= > >= (chained), "
+            "in [..], and or not & | ~, functions " + " ".join(FUNCTIONS) + ", methods "
+            + " ".join(f".{m}()" for m in METHODS) + " " + " ".join(f".str.{m}()" for m in STR_METHODS)
+            + " (docs/rules.md#expressions)")
+
+
+# ------------------------------------------------------------------------------------------------ compiled form
+@dataclass(frozen=True)
+class Expr:
+    """A checked expression: its text, the names and parameters it reads, and the evaluator."""
+    text: str
+    names: frozenset
+    params: frozenset
+    fn: Callable = field(repr=False, compare=False)
+
+    def evaluate(self, values: Any, params: Mapping) -> Any:
+        """The value over ``values`` (a DataFrame, or a mapping name -> scalar for ``report_if``)."""
+        try:
+            return self.fn(_Columns(values), params)
+        except ExprError:
+            raise
+        except (TypeError, ValueError, ArithmeticError, KeyError) as e:
+            raise ExprError(f"`{self.text}` failed: {type(e).__name__}: {e}") from None
+
+
+def _show(node: ast.AST) -> str:
+    return ast.unparse(node).replace(_PARAM, "@")
+
+
+def _prepare(text: str) -> str:
+    """``@name`` -> ``PARAM__name``, ``&``/``|`` -> ``and``/``or`` (pandas' precedence); names starting with
+    ``_`` refused. Tokens are read with :mod:`tokenize`, so text inside strings is left alone."""
+    line = " ".join(text.splitlines())
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, SyntaxError) as e:
+        raise ExprError(f"not a valid expression ({e.args[0]})") from None
+    out, last = [], 0
+    for i, t in enumerate(toks):
+        if t.type == tokenize.NAME and t.string.startswith("_"):
+            raise ExprError(f"`{t.string}`: names starting with `_` are not allowed")
+        if t.type == tokenize.NAME and t.string.startswith(_PARAM):
+            raise ExprError(f"`{t.string}` is not a valid name")
+        if t.type != tokenize.OP or t.string not in ("@", "&", "|"):
+            continue
+        if t.string == "@":
+            nxt = toks[i + 1] if i + 1 < len(toks) else None
+            if nxt is None or nxt.type != tokenize.NAME or nxt.start != t.end or keyword.iskeyword(nxt.string):
+                raise ExprError("`@` must be followed directly by a parameter name, e.g. @min_share")
+        out.append(line[last:t.start[1]])
+        out.append({"@": _PARAM, "&": " and ", "|": " or "}[t.string])
+        last = t.end[1]
+    return "".join(out) + line[last:]
+
+
+def compile_expr(text: str, names: Collection[str], params: Collection[str], *, names_are: str = "column",
+                 ) -> Expr:
+    """Parse and check ``text``; ``names`` are the names it may read (columns or aggregates), ``params`` the
+    rule's parameters. Raises :class:`ExprError` saying what is not allowed."""
+    text = str(text).strip()
+    if not text:
+        raise ExprError("empty expression")
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"expression longer than {MAX_LENGTH} characters")
+    try:
+        tree = ast.parse(_prepare(text), mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"not a valid expression ({e.msg})") from None
+    except (RecursionError, MemoryError):
+        raise ExprError(f"nested deeper than {MAX_DEPTH} levels") from None
+    depth, todo = 0, [(tree.body, 1)]
+    while todo:  # the compiler and the closures recurse: bound the depth first
+        node, d = todo.pop()
+        depth = max(depth, d)
+        todo += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    if depth > MAX_DEPTH:
+        raise ExprError(f"nested deeper than {MAX_DEPTH} levels")
+    c = _Compiler(set(names), set(params), names_are)
+    fn = c.expr(tree.body)
+    return Expr(text, frozenset(c.used), frozenset(c.used_params), fn)
+
+
+class _Compiler:
+    """Walks the tree once: refuses what is not allowed and builds closures ``fn(values, params) -> value``."""
+
+    def __init__(self, names: set, params: set, names_are: str):
+        self.names, self.params, self.names_are = names, params, names_are
+        self.used, self.used_params = set(), set()
+
+    def refuse(self, node: ast.AST, why: str):
+        raise ExprError(f"`{_show(node)}`: {why}")
+
+    def expr(self, node: ast.AST) -> Callable:
+        method = getattr(self, "on_" + type(node).__name__, None)
+        if method is None:
+            self.refuse(node, f"{_WHAT.get(type(node), type(node).__name__)} is not allowed")
+        return method(node)
+
+    # --- leaves
+    def on_Constant(self, node: ast.Constant):
+        v = node.value
+        if isinstance(v, bool) or (isinstance(v, (int, float)) and not isinstance(v, complex)) or isinstance(v, str):
+            return lambda values, params: v
+        self.refuse(node, f"a constant of type {type(v).__name__} is not allowed (numbers, strings, True, False)")
+
+    def on_Name(self, node: ast.Name):
+        name = node.id
+        if name.startswith(_PARAM):
+            p = name[len(_PARAM):]
+            if p not in self.params:
+                self.refuse(node, f"@{p} is not a parameter of this rule (parameters: "
+                                  f"{', '.join(sorted(self.params)) or 'none'})")
+            self.used_params.add(p)
+            return lambda values, params: params[p]
+        if name in FUNCTIONS:
+            self.refuse(node, f"{name} is a function: call it, e.g. {name}(x)")
+        if name not in self.names:
+            import difflib
+            close = difflib.get_close_matches(name, sorted(self.names), n=3)
+            self.refuse(node, f"`{name}` is not a {self.names_are} here"
+                              + (f" (did you mean {', '.join(close)}?)" if close else "")
+                              + ("; parameters are written @name" if name in self.params else "")
+                              + ("; a frame's columns are declared in tracekit.schema.RULE_FRAMES (docs/rules.md#frames)"
+                                 if self.names_are == "column" and name not in self.params else ""))
+        self.used.add(name)
+        return lambda values, params: values[name]
+
+    # --- operators
+    def on_BinOp(self, node: ast.BinOp):
+        op = _ARITH.get(type(node.op))
+        if op is None:
+            self.refuse(node, f"the operator {type(node.op).__name__} is not allowed (+ - * / // % **)")
+        for side in (node.left, node.right):
+            if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                self.refuse(node, "arithmetic on text is not allowed")
+        a, b = self.expr(node.left), self.expr(node.right)
+        pow_ = op is operator.pow
+
+        def binop(values, params):
+            x, y = a(values, params), b(values, params)
+            _numeric(x, node)
+            _numeric(y, node)
+            if pow_ and not isinstance(x, (pd.Series, np.ndarray)) and not isinstance(y, (pd.Series, np.ndarray)):
+                try:
+                    return float(x) ** float(y)  # no unbounded Python integer powers
+                except OverflowError:
+                    return math.inf
+            return op(x, y)
+        return binop
+
+    def on_UnaryOp(self, node: ast.UnaryOp):
+        a = self.expr(node.operand)
+        if isinstance(node.op, (ast.Not, ast.Invert)):
+            return lambda values, params: _invert(a(values, params))
+        if isinstance(node.op, ast.USub):
+            return lambda values, params: -_numeric(a(values, params), node)
+        return lambda values, params: +_numeric(a(values, params), node)
+
+    def on_BoolOp(self, node: ast.BoolOp):
+        parts = [self.expr(v) for v in node.values]
+        op = operator.and_ if isinstance(node.op, ast.And) else operator.or_
+
+        def boolop(values, params):
+            out = parts[0](values, params)
+            for p in parts[1:]:
+                out = op(out, p(values, params))
+            return out
+        return boolop
+
+    def on_Compare(self, node: ast.Compare):
+        terms = [node.left, *node.comparators]
+        steps = []
+        for i, cop in enumerate(node.ops):
+            left, right = terms[i], terms[i + 1]
+            if isinstance(cop, (ast.In, ast.NotIn)) or (isinstance(cop, (ast.Eq, ast.NotEq))
+                                                       and isinstance(right, (ast.List, ast.Tuple))):
+                if not isinstance(right, (ast.List, ast.Tuple)):
+                    self.refuse(node, "`in` needs a list of constants on its right, e.g. opcode in ['dot', 'fusion']")
+                lf, items = self.expr(left), self.constants(right)
+                neg = isinstance(cop, (ast.NotIn, ast.NotEq))
+                steps.append(lambda v, p, lf=lf, items=items, neg=neg: _isin(lf(v, p), items(v, p), neg, node))
+            elif type(cop) in _CMP:
+                steps.append(lambda v, p, f=_CMP[type(cop)], lf=self.expr(left), rf=self.expr(right): f(lf(v, p),
+                                                                                                       rf(v, p)))
+            else:
+                self.refuse(node, "`is` is not allowed: use == or !=")
+
+        def compare(values, params):
+            out = steps[0](values, params)
+            for s in steps[1:]:
+                out = out & s(values, params)
+            return out
+        return compare
+
+    def constants(self, node) -> Callable:
+        """A list/tuple literal of constants and @params."""
+        if not isinstance(node, (ast.List, ast.Tuple)):
+            self.refuse(node, "expected a list of constants, e.g. ['dot', 'fusion']")
+        items = []
+        for e in node.elts:
+            if not (isinstance(e, ast.Constant) or (isinstance(e, ast.Name) and e.id.startswith(_PARAM))):
+                self.refuse(e, "a list may only hold constants and @parameters")
+            items.append(self.expr(e))
+        return lambda values, params: [f(values, params) for f in items]
+
+    # --- calls
+    def on_Call(self, node: ast.Call):
+        f = node.func
+        if isinstance(f, ast.Name) and not f.id.startswith(_PARAM):
+            if f.id not in FUNCTIONS:
+                self.refuse(node, f"`{f.id}` is not an allowed function")
+            lo, hi, impl = FUNCTIONS[f.id][:3]
+            if node.keywords:
+                self.refuse(node, f"{f.id}() takes no keyword arguments")
+            self.count(node, f.id, lo, hi)
+            args = [self.expr(a) for a in node.args]
+            return lambda values, params: impl(*[a(values, params) for a in args])
+        if isinstance(f, ast.Attribute):
+            recv = f.value
+            if isinstance(recv, ast.Attribute) and recv.attr == "str":
+                table, label, recv = STR_METHODS, f".str.{f.attr}", recv.value
+            else:
+                table, label = METHODS, f".{f.attr}"
+            before = set(self.used)
+            self.used = set()
+            on = self.expr(recv)  # the receiver first: `pd.x()` is refused for `pd`, not for `.x()`
+            if f.attr not in table:
+                self.refuse(node, f"{label}() is not an allowed method")
+            if not self.used:
+                self.refuse(node, f"{label}() must follow an expression that reads a {self.names_are}")
+            self.used |= before
+            lo, hi, kwnames, argkind, impl = table[f.attr][:5]
+            self.count(node, label, lo, hi)
+            if argkind == "list":
+                args = [self.constants(a) for a in node.args]
+            else:
+                if argkind == "const":
+                    for a in node.args:
+                        if not (isinstance(a, ast.Constant) or (isinstance(a, ast.Name) and a.id.startswith(_PARAM))):
+                            self.refuse(a, f"the argument of {label}() must be a constant or an @parameter")
+                args = [self.expr(a) for a in node.args]
+            kws = {}
+            for k in node.keywords:
+                if k.arg not in kwnames:
+                    self.refuse(node, f"{label}() takes no keyword {k.arg or '**'!r}"
+                                      + (f" (only {', '.join(kwnames)})" if kwnames else ""))
+                if not isinstance(k.value, ast.Constant) or isinstance(k.value.value, bytes):
+                    self.refuse(k.value, f"keyword {k.arg} of {label}() must be a constant")
+                kws[k.arg] = k.value.value
+
+            def call(values, params):
+                s = on(values, params)
+                if not isinstance(s, pd.Series):
+                    raise ExprError(f"`{_show(node)}`: {label}() needs a column, got a single value")
+                return impl(s, *[a(values, params) for a in args], **kws)
+            return call
+        self.refuse(node, "only the listed functions and column methods can be called")
+
+    def count(self, node: ast.Call, name: str, lo: int, hi: int | None):
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            self.refuse(node, "unpacking (*) is not allowed")
+        n = len(node.args)
+        if n < lo or (hi is not None and n > hi):
+            want = str(lo) if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
+            self.refuse(node, f"{name}() takes {want} argument(s), got {n}")
+
+
+# ------------------------------------------------------------------------------------------------ run-time ops
+class _Columns:
+    """The values an evaluation reads, each fetched once; integer columns narrower than 64 bits are widened
+    (products of dims must not wrap around)."""
+
+    def __init__(self, values):
+        self.values, self.seen = values, {}
+
+    def __getitem__(self, name):
+        if name not in self.seen:
+            s = self.values[name]
+            if isinstance(s, pd.Series) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
+                s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
+            self.seen[name] = s
+        return self.seen[name]
+
+
+def _numeric(x, node):
+    if isinstance(x, str) or (isinstance(x, pd.Series) and x.dtype.kind not in "biufc"):
+        raise ExprError(f"`{_show(node)}`: arithmetic needs numbers, got text")
+    return x
+
+
+def _invert(x):
+    if isinstance(x, (bool, np.bool_)):
+        return not x
+    return ~x
+
+
+def _isin(s, items, neg, node):
+    if not isinstance(s, pd.Series):
+        out = s in items
+        return (not out) if neg else out
+    out = s.isin(items)
+    return ~out if neg else out

@@ -1,0 +1,26 @@
+"""The ``tracekit`` command group: the analysis commands (:mod:`tracekit.cli.commands`) and the reference commands
+(:mod:`tracekit.cli.reference`) under one name.
+
+Exit codes: 0 ok; 1 a finding reached ``--fail-on`` (``analyze``) or a regression (``diff``); 2 bad input or usage
+(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it).
+"""
+from __future__ import annotations
+
+import click
+
+from tracekit.cli import collectives, commands, memory, reference
+from tracekit.cli.console import OneLineErrors
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracekit")
+def main():
+    """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
+    from tracekit.run import alloc
+    alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
+
+
+for _command in (commands.info, commands.ops, commands.analyze, commands.capture_cmd, commands.diff_cmd,
+                 commands.export_cmd, memory.memory_cmd, reference.chips_cmd, reference.calibrate,
+                 reference.rules_cmd, collectives.collectives_cmd):
+    main.add_command(_command)

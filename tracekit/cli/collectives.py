@@ -1,0 +1,73 @@
+"""``tracekit collectives PATH``: per collective op, measured vs predicted on the machine's topology."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from tracekit.cli.options import frame_table, guarded, limit_opts, limits, path_arg, run_opt, topology_opt
+
+COLUMNS = ["module", "op", "kind", "group_size", "groups", "span", "global_bytes", "size_bytes", "executions",
+           "devices", "time_ps", "skew_ps", "transfer_ps", "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps",
+           "efficiency", "bound", "phases", "pattern", "note"]
+
+
+@click.command("collectives")
+@path_arg
+@run_opt
+@click.option("--chip", default=None, help="Chip name to price the collectives as (see `tracekit chips`).")
+@topology_opt
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--executions", is_flag=True, help="One row per execution and device instead of per op.")
+@click.option("--limit", type=click.IntRange(min=0), default=30, show_default=True, help="Rows to show (0 = all).")
+@limit_opts
+@guarded
+def collectives_cmd(path, run, chip, topology, fmt, executions, limit, max_size, max_events):
+    """Every collective: measured time, start skew (waiting for the last participant), algorithm and bus
+    bandwidth (nccl-tests convention), the time predicted on the topology's links and the level that bounds it."""
+    from tracekit import pipeline
+    from tracekit.ingest.trace import load
+    from tracekit.analysis import collectives
+    tr = load(path, run=run, **limits(max_size, max_events))
+    ops = pipeline.with_roofline(tr, chip=chip, topology=topology)
+    model, summary, ex = collectives.view(tr, ops, chip, topology)
+    df = ex if executions else summary[COLUMNS]
+    if limit:
+        df = df.head(limit)
+    topo = model.topology.to_dict()
+    topo.pop("devices")
+    if fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+        return
+    if fmt == "json":
+        recs = json.loads(df.to_json(orient="records"))
+        click.echo(json.dumps({"topology": topo, "chip": getattr(model.chip, "name", ""),
+                               "executions" if executions else "collectives": recs}, indent=1, sort_keys=True))
+        return
+    click.echo(f"topology: {topo['description']} [{topo['source']}]"
+               + (f"; priced as {model.chip.name}" if model.chip is not None else ""))
+    for note in topo["notes"]:
+        click.echo(f"note: {note}")
+    if not len(df):
+        click.echo("no collectives in this trace")
+        return
+    click.echo(frame_table(_format(df, executions)))
+    if not executions:
+        for r in df.itertuples(index=False):
+            click.echo(f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else ""))
+
+
+def _format(df, executions: bool):
+    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    cols = ["host", "device", "op", "kind"] if executions else ["op", "kind", "group_size", "span", "executions"]
+    out = df[cols].copy()
+    if not executions:
+        out["bytes"] = df["global_bytes"].map(lambda b: fmt_num(b, "B"))
+    out["time"] = (df["duration_ps"] if executions else df["time_ps"]).map(fmt_time)
+    out["skew"] = df["skew_ps"].map(fmt_time)
+    out["algbw"] = df["algbw_bytes_per_s"].map(lambda b: fmt_num(b, "B/s"))
+    out["busbw"] = df["busbw_bytes_per_s"].map(lambda b: fmt_num(b, "B/s"))
+    out["predicted"] = df["predicted_ps"].map(fmt_time)
+    out["efficiency"] = df["efficiency"].map(fmt_pct)
+    out["bound"] = df["bound"].astype(str)
+    return out.rename(columns={"group_size": "N"})

@@ -1,0 +1,85 @@
+"""What every ``tracekit`` command shares: the error guard (exit codes), the common arguments and options, and
+the plain table a command prints."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import click
+
+from tracekit.errors import EXIT_BAD_INPUT, TraceError
+from tracekit.report.termsafe import safe
+from tracekit.units import table
+
+EXIT_INTERNAL = 3  #: an internal error (a bug: please report it)
+
+
+def guarded(fn):
+    """Turn TraceError (and MemoryError) into one stderr line + exit 2, and any other exception into one line +
+    exit 3. The line is made safe for a terminal (it may quote names from the trace)."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except TraceError as e:
+            click.echo(f"tracekit: error: {safe(e)}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except MemoryError:
+            from tracekit.ingest import limits as limits_mod
+            click.echo(f"tracekit: error: {safe(limits_mod.out_of_memory(None))}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            sys.exit(0)
+        except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
+            if os.environ.get("TRACEKIT_DEBUG"):
+                raise
+            click.echo(f"tracekit: internal error: {type(e).__name__}: {safe(e)} (set TRACEKIT_DEBUG=1 for the "
+                       "traceback, and please report it)", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+path_arg = click.argument("path", type=click.Path(path_type=str))
+run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
+topology_opt = click.option("--topology", default=None, metavar="SPEC",
+                            help="Machine the collectives run on, when the trace does not say or to price another: "
+                                 "TPU slice 4x4 / 2x2x4 (4x4@2: two slices over DCN), GPU nodes 8gpu / 2x8gpu.")
+color_opt = click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto",
+                         show_default=True, help="Colour in the text report (auto: on a terminal, unless NO_COLOR "
+                         "is set).")
+
+
+def terminal(color: str) -> dict:
+    """The text renderer's ``color`` and ``width`` for stdout: ``--color``, ``NO_COLOR`` (any non-empty value
+    turns auto colour off), and the terminal's width (``COLUMNS`` when set; 100 when not a terminal)."""
+    import shutil
+    tty = sys.stdout.isatty()
+    on = color == "always" or (color == "auto" and tty and not os.environ.get("NO_COLOR"))
+    return {"color": on, "width": shutil.get_terminal_size((100, 24)).columns}
+
+
+def limit_opts(fn):
+    """--max-size / --max-events: the limits a trace must stay within (the refusal message names them)."""
+    fn = click.option("--max-events", type=click.IntRange(min=1), default=None,
+                      help="Refuse traces with more events.")(fn)
+    return click.option("--max-size", type=click.IntRange(min=1), default=None,
+                        help="Refuse traces larger than this many MiB (default 8192; a .gz: decompressed).")(fn)
+
+
+def limits(max_size, max_events) -> dict:
+    """The loader's keyword arguments for ``--max-size`` / ``--max-events``."""
+    from tracekit.ingest import paths as loader
+    return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
+
+
+def frame_table(df, columns=None, max_width: int = 60) -> str:
+    """A frame as the plain aligned text table of :func:`tracekit.units.table` (numbers right-aligned,
+    cells cut to ``max_width``): what non-TTY output and tests read."""
+    cols = columns or list(df.columns)
+    rows = [[safe(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
+    return "\n".join(table([safe(c) for c in cols], rows, right={i for i, c in enumerate(cols) if df[c].dtype.kind in "iuf"}))

@@ -1,0 +1,94 @@
+"""Rows in time order and the windows that hold them, for the loader's joins: :func:`frame_order` /
+:func:`sorted_frame` put op rows in (host, device, start) order, :func:`contain` finds the window (module run,
+step) of the same device that holds each row's start."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.columns import codes_of, runs
+
+
+def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "device") -> np.ndarray:
+    """For each op, ``value`` of the window (same ``by``) that contains the op's start, else -1. One sorted search
+    per device."""
+    res = np.full(len(ops), -1, dtype=np.int64)
+    if not len(ops) or not len(windows):
+        return res
+    codes, cats = codes_of(ops[by])
+    t = ops["start_ps"].to_numpy()
+    wdev = windows[by].astype(str).to_numpy()
+    per_dev = {}
+    for i, d in enumerate(cats):
+        m = wdev == str(d)
+        if not m.any():
+            continue
+        ws0 = windows["start_ps"].to_numpy()[m]
+        order = np.argsort(ws0, kind="stable")
+        ws = ws0[order]
+        per_dev[i] = (ws, ws + windows["duration_ps"].to_numpy()[m][order],
+                      windows[value].to_numpy()[m][order].astype(np.int64))
+    # ops sorted by device: each device is one run (a slice); unsorted frames just give more, shorter runs
+    for i, sl in runs(codes):
+        if i not in per_dev:
+            continue
+        ws, we, wv = per_dev[i]
+        tt = t[sl]
+        k = np.searchsorted(ws, tt, side="right") - 1
+        kk = np.maximum(k, 0)
+        res[sl] = np.where((k >= 0) & (tt < we[kk]), wv[kk], -1)
+    return res
+
+
+def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
+    """Row positions that put the concatenation of ``frames`` in (host, device, start) order (names compared as
+    text, as sort_values would), or None when it is in that order already."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None
+    t = np.concatenate([f["start_ps"].to_numpy(np.int64) for f in frames])
+    rank = np.zeros(len(t), np.int64)
+    for col in ("host", "device"):
+        values = sorted({str(v) for f in frames for v in (f[col].cat.categories if f[col].dtype == "category"
+                                                           else f[col].unique())})
+        pos = {v: i for i, v in enumerate(values)}
+        parts = []
+        for f in frames:
+            codes, uniq = codes_of(f[col])
+            parts.append(np.append(np.array([pos[str(u)] for u in uniq], np.int64), 0)[codes])
+        rank = rank * (len(values) + 1) + np.concatenate(parts)
+    if not len(t):
+        return None
+    t0, span = int(t.min()), int(t.max()) - int(t.min()) + 1
+    if (int(rank.max()) + 1) * span >= 1 << 62:  # no room for one int64 key: sort on two
+        same = rank[1:] == rank[:-1]
+        if bool(((rank[1:] > rank[:-1]) | (same & (t[1:] >= t[:-1]))).all()):
+            return None
+        return np.lexsort((t, rank))
+    key = rank * span + (t - t0)
+    if bool((key[1:] >= key[:-1]).all()):
+        return None
+    n0 = len(frames[0])
+    a, b = key[:n0], key[n0:]
+    if not len(b) or not bool((a[1:] >= a[:-1]).all()):
+        return np.argsort(key, kind="stable")
+    # the first frame (the op rows) is in order already: sort the rest (the async windows), merge them in after
+    # equal keys of the first (what a stable sort of the concatenation gives)
+    ob = np.argsort(b, kind="stable")
+    dest = np.searchsorted(a, b[ob], side="right") + np.arange(len(b))
+    out = np.empty(len(key), np.int64)
+    rest = np.ones(len(key), bool)
+    rest[dest] = False
+    out[dest] = n0 + ob
+    out[rest] = np.arange(n0)
+    return out
+
+
+def sorted_frame(ops: pd.DataFrame) -> pd.DataFrame:
+    """Ops in (host, device, start) order — one gather of the rows, none when already in order."""
+    if not len(ops):
+        return ops
+    order = frame_order([ops])
+    if order is None:
+        return ops.reset_index(drop=True) if not isinstance(ops.index, pd.RangeIndex) else ops
+    return ops.take(order).reset_index(drop=True)

@@ -1,0 +1,119 @@
+"""Each executed instruction's cost counted once: which trace rows carry which part of an op's cost.
+
+* **Control flow with traced bodies.** A ``while`` / ``conditional`` / ``call`` whose body ops appear in the trace on
+  the same device (XLA:CPU nests them inside the loop's event) carries no cost of its own: the body's events carry
+  theirs, once per iteration. Its time is its self time. When the bodies are not traced, the control-flow op carries
+  what it runs (the cost model's body x ``known_trip_count``).
+* **Several events for one execution.** An instruction that appears more often in one run of its module than it
+  executes (XLA:CPU's ``sort`` records two events; a GPU op may launch several kernels) has its cost split over its
+  events by duration, so the run's events carry it exactly as often as it ran. Executions per run come from the
+  cost model (1 in the entry computation, trip count x in a loop body, unknown for a data-dependent loop: then
+  every event counts as one execution).
+* **Async pairs judged over their window.** The ``-start``..``-done`` window carries the transfer's cost and is
+  judged over its span. The ``-done`` event carries no cost of its own; its time is the exposed wait, and its
+  roofline is what a transfer at the roofline would have left exposed: ``clip(window start + window roofline -
+  done start, 0, done duration)``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.columns import unique_rows
+
+CONTROL_FLOW = ("while", "conditional", "call")
+
+
+def traced_ancestors(u: pd.DataFrame, parents: dict) -> set:
+    """(host, device, program_id, control-flow op) for every control-flow instruction with at least one descendant
+    instruction among the identities ``u`` (columns host, device, program_id, op). ``parents``: (program_id,
+    instruction) -> the control-flow instruction whose computation holds it ('' at the entry)."""
+    out: set = set()
+    for h, d, p, o in zip(u["host"].astype(str), u["device"].astype(str), u["program_id"].astype(np.uint64),
+                          u["op"].fillna("").astype(str)):
+        p = int(p)
+        seen = 0
+        anc = parents.get((p, o), "")
+        while anc and seen < 64:  # a nesting deeper than 64 is corrupt HLO: stop rather than loop
+            key = (h, d, p, anc)
+            if key in out:
+                break
+            out.add(key)
+            anc = parents.get((p, anc), "")
+            seen += 1
+    return out
+
+
+def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | None:
+    """Share of its op's per-execution cost each sync row carries, or None when every row carries it whole.
+    ``executions``: per row, how often its instruction runs per run of its module (NaN: unknown). Rows are grouped
+    by (host, device, program, op, run); a group with more events than executions splits ``executions`` whole
+    costs over its events by duration. Only rows with a real run id (XLA:CPU thunks; TPU ops inside a module
+    execution) are grouped."""
+    n = len(ops)
+    if not n or "run_id" not in ops:
+        return None
+    src = ops["source"].astype(str).to_numpy() if len(ops) else np.array([])
+    run = ops["run_id"].to_numpy(np.int64)
+    ok = ~ops["is_async"].to_numpy(bool) & ((src == "cpu_thunk") | ((src == "xla_ops") & (run != -1))) & \
+        np.isfinite(executions) & (executions > 0)
+    if not ok.any():
+        return None
+    idx = np.nonzero(ok)[0]
+    sub = ops.iloc[idx]
+    key, _ = unique_rows(sub, ["host", "device", "program_id", "op", "run_id"])
+    count = np.bincount(key)
+    ex = executions[idx]
+    over = count[key] > ex + 1e-9
+    if not over.any():
+        return None
+    dur = sub["duration_ps"].to_numpy(np.float64)
+    tot = np.bincount(key, weights=dur)
+    frac = np.where(tot[key] > 0, dur / np.where(tot[key] > 0, tot[key], 1), 1.0 / count[key])
+    share = np.ones(n)
+    share[idx[over]] = (ex * frac)[over]
+    return share
+
+
+def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(done rows, their window rows): each sync ``-done`` row (``done`` mask) paired with the async window of
+    its ``-start`` (``start_of``: (program_id, done op) -> start op) on the same host and device: the latest one
+    that starts at or before it (a trace's own async event may end before the -done starts) and that no earlier
+    -done took: a -done whose -start is missing from the trace stays unpaired."""
+    d_idx = np.nonzero(done)[0]
+    w_idx = np.nonzero(ops["is_async"].to_numpy(bool))[0]
+    if not len(d_idx) or not len(w_idx):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cols = ["host", "device", "program_id", "op"]
+    winv, wrows = unique_rows(ops.iloc[w_idx], cols)
+    keys = {(str(h), str(d), int(p), str(o)): i for i, (h, d, p, o) in enumerate(wrows)}
+    dinv, drows = unique_rows(ops.iloc[d_idx], cols)
+    dmap = np.array([keys.get((str(h), str(d), int(p), start_of.get((int(p), str(o)),
+                                                                    str(o).replace("-done", "-start", 1))), -1)
+                     for h, d, p, o in drows], np.int64)
+    dk = dmap[dinv] if len(dmap) else np.zeros(0, np.int64)
+    start = ops["start_ps"].to_numpy(np.int64)
+    out_d, out_w = [], []
+    for k in np.unique(dk[dk >= 0]):
+        ws = w_idx[winv == k]
+        ws = ws[np.argsort(start[ws], kind="stable")]
+        ds = d_idx[dk == k]
+        ds = ds[np.argsort(start[ds], kind="stable")]
+        pos = np.searchsorted(start[ws], start[ds], "right") - 1
+        ok = pos >= 0
+        ok[1:] &= pos[1:] != pos[:-1]  # a window completes one -done: a later one without its own start is unpaired
+        w = ws[np.where(ok, pos, 0)]
+        out_d.append(ds[ok])
+        out_w.append(w[ok])
+    if not out_d:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(out_d), np.concatenate(out_w)
+
+
+def done_roofline(ops: pd.DataFrame, d_idx: np.ndarray, w_idx: np.ndarray, window_roof: np.ndarray) -> np.ndarray:
+    """The roofline of each paired ``-done`` row: the wait a transfer at its window's roofline would have left,
+    ``clip(window start + window roofline - done start, 0, done duration)`` (NaN where the window's is unknown)."""
+    start = ops["start_ps"].to_numpy(np.int64)
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    left = start[w_idx] + window_roof - start[d_idx]
+    return np.clip(left, 0, dur[d_idx]).astype(float)

@@ -1,0 +1,233 @@
+"""Peak-source policy and the roofline's self-check.
+
+Which number is the peak (see also :func:`tracekit.model.chips.detect`):
+
+* a chip the table identifies exactly (its variant too: H100 SXM and PCIe differ by a quarter) uses the trace's
+  own stat when it agrees with the sourced datasheet number within 20 %, else the datasheet number; the chip's
+  ``trace_reported`` says what the trace said and whether it was used;
+* a chip that is not an exact table part (a CPU: estimated or calibrated; a chip the table does not know; a GPU
+  whose variant is ambiguous) has estimated peaks. Once every executed instruction's cost is counted once, an
+  estimate below what the trace itself demonstrates is raised to the best demonstrated rate
+  (:func:`raise_estimates`): per chip and term (FLOP/s per compute dtype, memory bandwidth, interconnect and host
+  link), the highest rate of an execution with a known cost and at least :data:`MIN_EVIDENCE_PS` of self time,
+  except executions more than :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed). The chip
+  keeps the estimate and the op that demonstrated the rate in ``Chip.raised``.
+
+Self-check: an op measured more than 5 % faster than its roofline contradicts the model (a peak too low, a cost
+overcounted, a time too short). :func:`model_warnings` names each such op with its measured rate and the peak it
+beat; every report shows them. An efficiency above 100 % is never shown without one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from tracekit.model import precision
+from tracekit.units import fmt_num, fmt_time
+
+#: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
+#: of timer resolution and per-event overhead
+MIN_EVIDENCE_PS = 1_000_000
+#: an execution more than this many times faster than its op's median is suspect and demonstrates nothing
+MAX_OVER_MEDIAN = 2.0
+#: an op whose efficiency exceeds this contradicts the model
+OVER = 1.05
+_TERMS = (("memory", "bytes_accessed", "hbm_bw_bytes_per_s"), ("network", "net_bytes", "egress_bw_bytes_per_s"))
+
+
+def _demonstrated(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (host, term), the best rate the trace demonstrates: the fastest execution (with a known cost and at
+    least :data:`MIN_EVIDENCE_PS` of self time) of any op, leaving out executions more than
+    :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed: an XLA:CPU op can hand its work to a
+    thread pool and end before it is done)."""
+    cols = ["host", "term", "rate", "op", "module", "self_ps"]
+    ok = (~ops["is_async"].to_numpy(bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
+    if not ok.any():
+        return pd.DataFrame(columns=cols)
+    o = ops[ok]
+    t = (o["self_ps"] if "self_ps" in o else o["duration_ps"]).to_numpy(np.float64)
+    sec = np.where(t > 0, t, np.nan) / 1e12
+    host_x = o["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in o else np.zeros(len(o), bool)
+    amounts = {"memory": o["bytes_accessed"].to_numpy(float),
+               "network": np.where(host_x, 0.0, o["net_bytes"].to_numpy(float)),
+               "host_link": np.where(host_x, o["net_bytes"].to_numpy(float), 0.0)}
+    cd = o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else np.full(len(o), "f32")
+    for d in sorted(set(cd)):
+        amounts[f"compute:{d}"] = np.where(cd == d, o["flops"].to_numpy(float), 0.0)
+    key = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "module": o["module"].astype(str).to_numpy(),
+                        "op": o["op"].astype(str).to_numpy(), "t": t})
+    rows = []
+    for term, amt in amounts.items():
+        rate = amt / sec
+        m = np.isfinite(rate) & (rate > 0)
+        if not m.any():
+            continue
+        k = key[m].assign(rate=rate[m])
+        med = k.groupby(["host", "module", "op"], sort=False)["rate"].transform("median")
+        # an execution far faster than the op's own median is suspect (mistimed), not evidence
+        k = k[(k["t"] >= MIN_EVIDENCE_PS) & (k["rate"] <= MAX_OVER_MEDIAN * med)]
+        if not len(k):
+            continue
+        g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "max"), self_ps=("t", "median"))
+        g = g.reset_index()
+        best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
+        for r in best.drop_duplicates("host").itertuples(index=False):
+            rows.append({"host": r.host, "term": term, "rate": float(r.rate), "op": r.op, "module": r.module,
+                         "self_ps": int(r.self_ps)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
+    """``base`` ((host, device) -> Chip) with every chip that is not an exact table part raised to the best rates
+    ``ops`` (a roofline join against ``base``) demonstrate, per term; exact parts are returned as they are. All
+    devices of a host that share one chip (XLA:CPU's virtual devices share the host's cores and memory) are
+    raised together."""
+    dem = _demonstrated(ops)
+    if not len(dem):
+        return base
+    out = dict(base)
+    groups: dict = {}
+    for (h, d), ch in base.items():
+        if not ch.exact:
+            groups.setdefault((h, ch.name), []).append((h, d))
+    for (h, _name), members in groups.items():
+        ch = base[members[0]]
+        mine = dem[dem["host"] == h]
+        if not len(mine):
+            continue
+        flops, src, raised = dict(ch.peak_flops_per_s), dict(ch.sources), dict(ch.raised)
+        changes: dict = {}
+        for term, g in mine.groupby("term", sort=True):
+            top = g.sort_values("rate", ascending=False, kind="stable").iloc[0]
+            if term.startswith("compute:"):
+                cdt = term.split(":", 1)[1]
+                est, _ = precision.peak(ch, cdt)
+                key = _flops_key(cdt)
+                if key is None:
+                    continue
+                scale = _pass_factor(ch, cdt)  # a bf16xN / f32_highest rate is a fraction of the stored key
+                want = top["rate"] * scale
+                cur = flops.get(key, math.nan)
+                if math.isfinite(est) and top["rate"] <= est:
+                    continue
+                field = f"peak_flops_per_s.{key}"
+                flops[key] = want
+            else:
+                attr = {"memory": "hbm_bw_bytes_per_s", "network": "egress_bw_bytes_per_s",
+                        "host_link": "host_link_bw_bytes_per_s"}[term]
+                cur = getattr(ch, attr)
+                if math.isfinite(cur) and top["rate"] <= cur:
+                    continue
+                field, want = attr, top["rate"]
+                changes[attr] = want
+                if term == "network" and ch.family == "cpu":
+                    changes["link_bw_bytes_per_s"] = want
+            raised[field] = {"estimate": cur if math.isfinite(cur) else None, "value": float(want),
+                             "estimate_source": str(src.get(field, "estimate")).split(":", 1)[0],
+                             "op": top["op"], "module": top["module"], "self_ps": int(top["self_ps"])}
+            src[field] = (f"raised: the trace demonstrates {want:.4g}/s ({top['op']} in {top['module']}, "
+                          f"{top['self_ps'] / 1e6:.3g} µs), above the {cur:.4g} of '{src.get(field, 'estimate')}'")
+        if raised != ch.raised:
+            new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised, trace_reported=dict(ch.trace_reported),
+                          **changes)
+            for m in members:
+                out[m] = new
+    return out
+
+
+def _flops_key(cdt: str) -> str | None:
+    if cdt.startswith("bf16x"):
+        return "bf16"
+    if cdt == "tf32x3":
+        return "tf32"
+    if cdt in ("f32_highest", "f32_full", "f32_high"):
+        return "f32"
+    from tracekit.model.chips import canonical_dtype
+    return canonical_dtype(cdt) or None
+
+
+def _pass_factor(ch, cdt: str) -> float:
+    if cdt.startswith("bf16x"):
+        return float(int(cdt[5:]))
+    if cdt == "tf32x3":
+        return 3.0
+    if cdt in ("f32_highest", "f32_full", "f32_high") and ch.family == "tpu":
+        return 3.0 if cdt == "f32_high" else 6.0
+    return 1.0
+
+
+def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int = 20) -> list[dict]:
+    """Ops measured more than 5 % faster than their roofline, one entry per (module, op, bound), largest time
+    first: op, module, executions, time_ps (their self time), share_of_op_time, efficiency_max, bound_by, the
+    measured rate and the peak it beat (unit, value, source), and a one-line message."""
+    if not len(ops) or "efficiency" not in ops:
+        return []
+    eff = ops["efficiency"].to_numpy(float)
+    over = np.nan_to_num(eff, nan=0.0) > OVER
+    if not over.any():
+        return []
+    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
+    sync = ~ops["is_async"].to_numpy(bool)
+    total = float(t[sync].sum()) or 1.0
+    o = ops[over].assign(_t=t[over], _e=eff[over])
+    out = []
+    for (mod, op, bound), g in o.groupby([o["module"].astype(str), o["op"].astype(str), o["bound_by"].astype(str)],
+                                         sort=False):
+        r = g.loc[g["_e"].idxmax()]
+        ch = dchips.get((r["host"], r["device"]))
+        rate, peak, unit, src = _rate_and_peak(r, bound, ch)
+        msg = (f"model: {op} ({mod}) ran {r['_e']:.0%} of its roofline ({len(g)} execution(s) above it, "
+               f"{fmt_time(g['_t'].sum())}): measured {fmt_num(rate, unit)} against a peak of {fmt_num(peak, unit)} "
+               f"({src}); its efficiency is shown above 100 %: the peak, its cost or its time is wrong")
+        out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(len(g)),
+                    "time_ps": int(g["_t"].sum()), "share_of_op_time": float(g["_t"].sum() / total),
+                    "efficiency_max": float(r["_e"]), "measured_rate": rate, "peak": peak, "unit": unit,
+                    "peak_source": src, "message": msg})
+    out.sort(key=lambda w: (-w["time_ps"], w["module"], w["op"]))
+    return out[:limit]
+
+
+def _rate_and_peak(r, bound: str, ch) -> tuple[float, float, str, str]:
+    sec = float(r["_t"]) / 1e12 if r["_t"] > 0 else math.nan
+    if bound == "compute":
+        cdt = str(r.get("compute_dtype", "")) or str(r.get("dtype", ""))
+        peak, src = precision.peak(ch, cdt) if ch is not None else (math.nan, "unknown")
+        return float(r["flops"]) / sec, peak, "FLOP/s", f"{cdt}: {src}"
+    if bound == "memory":
+        return float(r["bytes_accessed"]) / sec, getattr(ch, "hbm_bw_bytes_per_s", math.nan), "B/s", \
+            (ch.sources.get("hbm_bw_bytes_per_s", "") if ch is not None else "unknown")
+    if bound == "host_link":
+        return float(r["net_bytes"]) / sec, getattr(ch, "host_link_bw_bytes_per_s", math.nan), "B/s", \
+            (ch.sources.get("host_link_bw_bytes_per_s", "") if ch is not None else "unknown")
+    # network: the predicted time is the collective model's; report the bytes rate against that time's rate
+    roof = float(r["roofline_ps"]) / 1e12
+    net = float(r["net_bytes"])
+    return net / sec, (net / roof if roof > 0 else math.nan), "B/s", "the collective model's bandwidth for this op"
+
+
+def peak_notes(c) -> list[str]:
+    """One line per peak whose source a reader must know about: what the trace said and whether it was used, and
+    every estimate raised to a rate the trace demonstrates (both numbers)."""
+    from tracekit.units import fmt_num
+    out = []
+    for key, t in sorted(c.trace_reported.items()):
+        unit = "FLOP/s" if key.startswith("peak_flops") else ("" if "x" in key and "core" in key else "B/s")
+        used = c.peak_flops_per_s.get(key.split(".", 1)[1]) if key.startswith("peak_flops_per_s.") else \
+            getattr(c, key, None)
+        if t["used"]:
+            out.append(f"{key}: {fmt_num(used, unit)} from the trace ({t['stat']})")
+        elif unit:
+            out.append(f"{key}: {fmt_num(used, unit)} from the table ({c.name} datasheet); the trace said "
+                       f"{fmt_num(t['value'], unit)} ({t['stat']}), more than 20 % off: not used")
+        else:
+            out.append(f"{key}: the trace's {t['stat']} is {t['value']:.3g}x the table part's, more than 20 % off: "
+                       "not used")
+    for key, r in sorted(c.raised.items()):
+        unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
+        out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from {fmt_num(r['estimate'], unit)} "
+                   f"({r.get('estimate_source', 'estimate')}) to the rate {r['op']} ({r['module']}) demonstrates in "
+                   "this trace")
+    return out

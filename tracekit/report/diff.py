@@ -1,0 +1,166 @@
+"""The ``tracekit diff`` envelope (``schema: tracekit.diff/1``) and its renderings (text, JSON, Markdown).
+
+:func:`build` turns a :class:`tracekit.analysis.diff.Comparison` into :class:`Diff`, plain JSON-ready data in the
+same conventions as the report envelope (:mod:`tracekit.report.envelope`: integer picoseconds, floats to 6
+significant digits, NaN as null, sorted keys); :func:`render` writes it as text, JSON or Markdown.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from tracekit.analysis.diff import STATUSES, Comparison
+from tracekit.errors import TraceError
+from tracekit.report.envelope import clean, display_path, version
+from tracekit.report.render import markdown
+from tracekit.units import fmt_pct, fmt_time, table
+
+SCHEMA = "tracekit.diff/1"
+FORMATS = ("text", "json", "markdown")
+
+
+@dataclass
+class Diff:
+    """What ``tracekit diff`` found. ``data`` is the JSON envelope (``schema: tracekit.diff/1``)."""
+
+    data: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.data.get("failed"))
+
+    def to_json(self) -> str:
+        return json.dumps(self.data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build(c: Comparison) -> Diff:
+    """The envelope of a comparison."""
+    m = c.ops
+    counts = {s: int((m["status"] == s).sum()) for s in STATUSES}
+    counts.update({f"matched_by_{k}": int((m["match"] == k).sum()) for k in ("name", "shape")})
+    rows = [{k: clean(v) for k, v in r.items()} for r in m.to_dict("records")]
+    for r in rows:  # NaN on a missing side reads as null; keys of the other side's name only when they differ
+        if r["new_op"] is None or (r["new_module"] == r["module"] and r["new_op"] == r["op"]):
+            r.pop("new_module"), r.pop("new_op")
+    step = clean(c.step_time)
+    data = {
+        "schema": SCHEMA,
+        "tool": {"name": "tracekit", "version": version()},
+        "inputs": {"base": [display_path(p) for p in c.base_paths], "new": [display_path(p) for p in c.new_paths]},
+        "params": clean({"threshold": c.threshold, "min_time_ps": c.min_time_ps}),
+        "step_time": step,
+        "summary": counts,
+        "ops": rows,
+        "failed": counts["regression"] > 0 or step["status"] == "regression",
+        "units": {"*_ps": "picoseconds", "change": "fraction (new / base - 1)"},
+    }
+    return Diff(data)
+
+
+# ------------------------------------------------------------------------------------------------------ rendering
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise TraceError(f"`tracekit diff` cannot write {fmt}", hint="use text, json or markdown (.txt .json .md)")
+    return fmt
+
+
+def render(diff: Diff, fmt: str, *, top: int = 20, **_) -> str:
+    check_format(fmt)
+    if fmt == "json":
+        return diff.to_json()
+    if fmt == "text":
+        return render_text(diff, top=top)
+    return render_markdown(diff, top=top)
+
+
+def op_cells(r: dict) -> list[str]:
+    """Display cells for an op row: op, module, match, occurrences, base mean, new mean, change, delta total."""
+    name = r["op"] if "new_op" not in r else f"{r['op']} → {r['new_op']}"
+    occ = f"{_int(r.get('base_occurrences'))} → {_int(r.get('new_occurrences'))}"
+    return [name, r["module"], r["match"], occ, fmt_time(r.get("base_mean_ps")), fmt_time(r.get("new_mean_ps")),
+            _signed_pct(r.get("change")), _signed_time(r.get("impact_ps"))]
+
+
+OP_HEADERS = ["op", "module", "matched by", "n (base → new)", "mean base", "mean new", "change", "impact"]
+
+
+def _int(x) -> str:
+    return "—" if x is None else f"{int(x):,}"
+
+
+def _signed_pct(x) -> str:
+    return "—" if x is None else ("+" if x > 0 else "") + fmt_pct(x)  # fmt_pct writes the minus sign
+
+
+def _signed_time(x) -> str:
+    return "—" if x is None else ("+" if x > 0 else "-" if x < 0 else "") + fmt_time(abs(x))
+
+
+def headline(d: dict) -> list[str]:
+    """The lines every diff rendering starts with (plain text, no markup)."""
+    s, st, p = d["summary"], d["step_time"], d["params"]
+    out = [f"base: {', '.join(d['inputs']['base'])}", f"new:  {', '.join(d['inputs']['new'])}",
+           f"thresholds: change >= {fmt_pct(p['threshold'])} and >= {fmt_time(p['min_time_ps'])} per execution"]
+    if st["status"] == "unknown":
+        out.append("step time: unknown (no steps on " + ("either side" if not st["base"]["steps"] and
+                                                           not st["new"]["steps"] else "one side") + ")")
+    else:
+        out.append(f"step time (median): {fmt_time(st['base']['median_ps'])} → {fmt_time(st['new']['median_ps'])} "
+                   f"({_signed_pct(st['change'])}; mean {fmt_time(st['base']['mean_ps'])} → "
+                   f"{fmt_time(st['new']['mean_ps'])}): {st['status']}")
+    out.append(f"ops: {s['regression']} regressed, {s['improvement']} improved, {s['added']} added, "
+               f"{s['removed']} removed, {s['unchanged']} unchanged (matched {s['matched_by_name']} by name, "
+               f"{s['matched_by_shape']} by opcode and shape)")
+    return out
+
+
+def verdict(d: dict) -> str:
+    if not d["failed"]:
+        return "passed: no regression"
+    parts = [f"{d['summary']['regression']} op(s) regressed"] if d["summary"]["regression"] else []
+    parts += ["the step time regressed"] if d["step_time"]["status"] == "regression" else []
+    return "FAILED: " + " and ".join(parts)
+
+
+TITLES = {"regression": "Regressions", "added": "Added (only in NEW)", "removed": "Removed (only in BASE)",
+          "improvement": "Improvements"}
+
+
+def render_text(diff: Diff, *, top: int = 20) -> str:
+    from tracekit.report.termsafe import safe_tree
+    d = safe_tree(diff.data)  # names from the traces, printed on a terminal
+    out = [f"tracekit {d['tool']['version']} diff", *headline(d)]
+    for status in STATUSES[:-1]:
+        rows = [r for r in d["ops"] if r["status"] == status]
+        if rows:
+            out += ["", f"{TITLES[status]}: {len(rows)}"]
+            out += table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7})
+            if len(rows) > top:
+                out.append(f"… and {len(rows) - top} more")
+    out += ["", verdict(d)]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(diff: Diff, *, top: int = 20) -> str:
+    """Markdown (GitHub-flavoured, trace text escaped as :mod:`tracekit.report.render.markdown` does)."""
+    d = diff.data
+    esc = markdown.esc
+    st = d["step_time"]
+    mark = "❌" if d["failed"] else "✅"
+    out = [f"## tracekit diff: {mark} {esc(verdict(d), None)}", ""]
+    out += [f"- {esc(line, None)}" for line in headline(d)]
+    if st["status"] != "unknown":
+        out += ["", *markdown.table(["", "steps", "mean step", "median step"],
+                                    [[side, str(st[side]["steps"]), fmt_time(st[side]["mean_ps"]),
+                                      fmt_time(st[side]["median_ps"])] for side in ("base", "new")], right={1, 2, 3})]
+    for status, title in TITLES.items():
+        rows = [r for r in d["ops"] if r["status"] == status]
+        if not rows:
+            continue
+        out += ["", f"### {title}: {len(rows)}", ""]
+        out += markdown.table(OP_HEADERS, [[esc(c) for c in op_cells(r)] for r in rows[:top]], right={3, 4, 5, 6, 7})
+        if len(rows) > top:
+            out.append(f"\n…and {len(rows) - top} more (see the JSON output).")
+    out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · diff schema {esc(d['schema'], None)} · impact = "
+            "change of the mean × executions in NEW</sub>"]
+    return "\n".join(out) + "\n"
