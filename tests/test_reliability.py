@@ -211,7 +211,7 @@ def test_rename_failing_leaves_the_old_report(old_reports, monkeypatch):
     def no_rename(src, dst):
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(os, "replace", no_rename)
-    one_line_error(*cli_run("analyze", trace_file(), "-o", old_reports["json"]), "cannot write the output")
+    one_line_error(*cli_run("analyze", trace_file(), "-o", old_reports["json"]), "cannot write the report")
     assert_untouched(old_reports)
 
 

@@ -40,18 +40,18 @@ class OneLineErrors(click.Group):
 
 
 def echo_out(text: str) -> None:
-    """Print machine-readable output (CSV, JSON, Markdown, HTML, SARIF) on stdout: as it is into a pipe or a file,
-    with its control and bidi characters escaped (newlines kept) when stdout is a terminal. (The text report is
-    already safe, and is printed with click.echo for its colours.)"""
-    click.echo(safe_block(text) if sys.stdout.isatty() else text, nl=False)
+    """Print machine-readable output (CSV, JSON, Markdown, HTML, SARIF) on stdout with its control and bidi
+    characters escaped (newlines kept): a pipe often ends in a terminal (``| less -R``, a CI log), and none of these
+    formats needs a raw control character (JSON escapes them itself). Files written with ``-o`` keep the text as
+    the format escapes it. (The text report is already safe, and is printed with click.echo for its colours.)"""
+    click.echo(safe_block(text), nl=False)
 
 
 def write_reports(items: list[tuple[str, str]], fmts: list[str]) -> None:
     """Write every ``(path, text)`` through :func:`tracekit.fileio.write_all` (all or none replaced); a report sent
-    to a terminal (``-o -``) that is not the text report gets escaped like :func:`echo_out`."""
+    to stdout (``-o -``) that is not the text report gets escaped like :func:`echo_out`."""
     from tracekit import fileio
-    if sys.stdout.isatty():
-        items = [(p, safe_block(t) if p in fileio.STDOUT_PATHS and f != "text" else t) for (p, t), f in zip(items, fmts)]
+    items = [(p, safe_block(t) if p in fileio.STDOUT_PATHS and f != "text" else t) for (p, t), f in zip(items, fmts)]
     fileio.write_all(items, what="the report")
 
 
