@@ -135,7 +135,7 @@ def test_capture_priced_as_the_book_says(case, chip, topo):
 def test_collectives_command_and_report_sections(tmp_path):
     from click.testing import CliRunner
 
-    from tracekit.cli.commands import main
+    from tracekit.cli import main
     _index()
     path = str(CASES / "mesh4x4")
     r = CliRunner().invoke(main, ["collectives", path, "--chip", "TPU v5e", "--topology", "4x4", "--format", "json"])

@@ -21,7 +21,7 @@ CHROMIUM = "/usr/bin/chromium"
 PLOT_BG = (252, 252, 253)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         "--window-size=1400,2000"]
+         "--window-size=1400,4000"]
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed (.ci/setup-extra)")
 
@@ -103,7 +103,7 @@ def test_screenshot_shows_the_roofline_chart(page, tmp_path):
             break
     assert png.exists(), f"chromium wrote no screenshot (exit {res.returncode}): {res.stderr[-2000:]}"
     img = read_png(png)
-    assert img.shape[:2] == (2000, 1400)
+    assert img.shape[:2] == (4000, 1400)
     plot = np.all(img == PLOT_BG, axis=2)
     ys, xs = np.nonzero(plot)
     assert len(ys) > 50_000, "the roofline plot area is not on the screenshot"
@@ -135,7 +135,7 @@ def test_screenshot_shows_the_step_timeline(tmp_path):
     page = tmp_path / "r.html"
     page.write_text(html_r.render(rep), encoding="utf-8")
     png = tmp_path / "shot.png"
-    cmd = [CHROMIUM, *[f for f in FLAGS if not f.startswith("--window-size")], "--window-size=1400,3200",
+    cmd = [CHROMIUM, *[f for f in FLAGS if not f.startswith("--window-size")], "--window-size=1400,5000",
            f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", page.resolve().as_uri()]
     for _ in range(2):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

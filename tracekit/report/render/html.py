@@ -256,7 +256,7 @@ def summary_html(d: dict) -> str:
         items.append(("chip", f"{c['name']} × {len(c.get('devices') or [])}",
                       f"{peaks}; {fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')}"
                       + (" (ESTIMATED peaks)" if c.get("estimated") else "")
-                      + "".join(f"; peak {note}" for note in c.get("peak_notes") or [])))
+                      + (f"; {len(c['peak_notes'])} peak note(s) below" if c.get("peak_notes") else "")))
     items += [("profiled", fmt_time(prof), f"device time on {s['devices']} device(s)"),
               ("busy", fmt_time(s["busy_ps"]), fmt_pct(s["busy_ps"] / prof if prof else None)),
               ("idle", fmt_time(s["idle_ps"]), fmt_pct(s["idle_ps"] / prof if prof else None)),

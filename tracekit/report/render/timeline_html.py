@@ -150,8 +150,10 @@ def peak_sources_html(d: dict) -> str:
     for c in d.get("chips") or []:
         src = c.get("sources") or {}
         items = "".join(f"<li><code>{e(k)}</code>: {e(v)}</li>" for k, v in sorted(src.items()))
+        notes = c.get("peak_notes") or []  # a peak the trace contradicts or raised: open, never hidden
+        items = "".join(f"<li><b>peak</b> {e(n)}</li>" for n in notes) + items
         est = " — ESTIMATED (run <code>tracekit calibrate</code> or pass <code>--chip</code>)" if c.get("estimated") \
             else ""
-        out.append(f"<details><summary>{e(c.get('name'))}: where the peaks come from{est}</summary><ul>{items}</ul>"
-                   f"</details>")
+        out.append(f"<details{' open' if notes else ''}><summary>{e(c.get('name'))}: where the peaks come from{est}"
+                   f"</summary><ul>{items}</ul></details>")
     return "".join(out)
