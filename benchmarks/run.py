@@ -1,21 +1,28 @@
 """tracekit against xprof on large traces, in one command.
 
-    python benchmarks/run.py                 # 1.5 M and 15 M device events (several minutes)
+    python benchmarks/run.py                 # the v6e trace as it is, 1.5 M and 15 M device events (minutes)
+    python benchmarks/run.py --sizes 0,1.5e6 # the v6e trace as it is (0) and 1.5 M events
     python benchmarks/run.py --quick         # small sizes, a smoke test
     python benchmarks/run.py --out DIR       # keep the tiled traces, results.json and table.txt in DIR
 
 What it does:
 
-1. tiles ``../shared/traces/tpu/v6e-4_jax_inference.xplane.pb`` (``benchmarks/tile.py``) to each size, in a child
-   process, into a temporary folder (or ``--out``), after checking free disk and memory;
-2. measures, on each file, ``tracekit analyze FILE -o report.json`` (every rule; ``python -m tracekit.cli`` in a
-   fresh child: wall time and that child's peak RSS from ``os.wait4``) and ``xprof get_hlo_stats FILE`` and
-   ``xprof analyze_async_overlap FILE`` (``tracekit.run.xprof.measure``: a fresh run folder per call, cold caches),
-   best of N (3 below 5 M events, 1 above; ``--repeat``);
-3. prints the machine, the table (events, tool, wall s, peak RSS MB, tracekit/xprof ratios), a linearity line
-   (per-event time and memory of tracekit from the smallest to the largest size), and where tracekit's time goes
-   (stage timings measured in a child around the pipeline's own stage functions; ``--profile`` adds cProfile's
-   top entries).
+1. byte-compiles tracekit's modules (as ``pip install`` does; this machine may set PYTHONDONTWRITEBYTECODE, and a
+   tracekit that compiles itself at every start is not what users run), then tiles
+   ``../shared/traces/tpu/v6e-4_jax_inference.xplane.pb`` (``benchmarks/tile.py``) to each size, in a child
+   process, into a temporary folder (or ``--out``), after checking free disk and memory; size 0 is the source
+   trace as it is (26.7 k device events: the small trace most users open);
+2. measures, on each file, ``tracekit analyze FILE -o report.json`` (every rule) and ``tracekit info FILE``
+   (``python -m tracekit.cli`` in a fresh child, in a fresh empty folder) and ``xprof get_hlo_stats FILE`` and
+   ``xprof analyze_async_overlap FILE`` (``tracekit.run.xprof.measure``: a fresh run folder and TMPDIR per call,
+   so xprof starts cold: no saved op_stats, empty CLI cache); for each, wall time, CPU time (user + system) and
+   peak RSS of the child from ``os.wait4``; best of N (3 below 5 M events, 1 above; ``--repeat``), the tools
+   taking turns round by round so that a burst of load on this shared machine hits them alike;
+3. prints the machine, the table (events, tool, wall s, CPU s, peak RSS MB, ratios: tracekit analyze's CPU time
+   and RSS over each xprof tool's, and info's CPU time over analyze's), the CPU-time range over the runs, a
+   linearity line (per-event CPU time and memory from the smallest to the largest size), and where tracekit's
+   time goes (stage timings measured in a child around the pipeline's own stage functions; ``--profile`` adds
+   cProfile's top entries).
 
 Memory: every measured process runs under a budget (``--mem-budget-gb``; default 85 % of the memory available at
 start): one that goes over it is killed and its row says so. An xprof measurement predicted (linearly from the
@@ -40,10 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SRC = ROOT.parent / "shared" / "traces" / "tpu" / "v6e-4_jax_inference.xplane.pb"
-SIZES = (1_500_000, 15_000_000)
+SIZES = (0, 1_500_000, 15_000_000)  # 0: the source trace as it is
 QUICK_SIZES = (20_000, 100_000)
 XPROF_TOOLS = ("get_hlo_stats", "analyze_async_overlap")
 TRACEKIT = "tracekit analyze"
+INFO = "tracekit info"
 MB = 1e6
 #: tiling holds the whole tiled XSpace in upb objects: about this many bytes of RAM per device event (measured)
 TILE_BYTES_PER_EVENT = 400
@@ -171,8 +179,8 @@ GUARD: MemGuard | None = None
 
 
 def run_measured(cmd: list[str], *, cwd: str | None = None, env: dict | None = None) -> dict:
-    """Run ``cmd`` in a child; ``{wall_s, peak_rss_bytes, returncode, killed, stderr_tail}``. Peak RSS is the
-    child's own ``ru_maxrss`` from ``os.wait4``."""
+    """Run ``cmd`` in a child; ``{wall_s, cpu_s, peak_rss_bytes, returncode, killed, stderr_tail}``. CPU time
+    (user + system) and peak RSS are the child's own, from ``os.wait4``."""
     kills = GUARD.kills if GUARD else 0
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
@@ -184,14 +192,16 @@ def run_measured(cmd: list[str], *, cwd: str | None = None, env: dict | None = N
         err.seek(0)
         tail = err.read()[-1500:].decode("utf-8", "replace")
     rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    return {"wall_s": wall, "peak_rss_bytes": int(rss), "returncode": proc.returncode,
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": int(rss),
+            "returncode": proc.returncode,
             "killed": bool(GUARD and GUARD.kills > kills), "stderr_tail": tail}
 
 
-def measure_tracekit(trace: Path) -> dict:
+def measure_tracekit(trace: Path, command: str = "analyze") -> dict:
+    """``tracekit analyze TRACE -o report.json`` or ``tracekit info TRACE`` in a fresh child and empty folder."""
     with tempfile.TemporaryDirectory(prefix="tracekit_bench_") as tmp:
-        return run_measured([sys.executable, "-m", "tracekit.cli", "analyze", str(trace), "-o",
-                             os.path.join(tmp, "report.json")], cwd=tmp)
+        extra = ["-o", os.path.join(tmp, "report.json")] if command == "analyze" else []
+        return run_measured([sys.executable, "-m", "tracekit.cli", command, str(trace)] + extra, cwd=tmp)
 
 
 def measure_xprof(tool: str, trace: Path) -> dict:
@@ -202,18 +212,37 @@ def measure_xprof(tool: str, trace: Path) -> dict:
     return {**r, "killed": bool(GUARD and GUARD.kills > kills), "stderr_tail": ""}
 
 
+def best(runs: list[dict]) -> dict:
+    """The best of ``runs`` (the least wall time, CPU time and peak RSS, each on its own: all three are noise
+    upwards) with every run's wall and CPU time; the first failed run instead, when one failed."""
+    bad = [r for r in runs if r["returncode"] != 0]
+    if bad:
+        return {**bad[0], "runs": len(runs), "all_wall_s": [round(x["wall_s"], 3) for x in runs]}
+    return {"wall_s": min(r["wall_s"] for r in runs), "cpu_s": min(r["cpu_s"] for r in runs),
+            "peak_rss_bytes": min(r["peak_rss_bytes"] for r in runs), "returncode": 0, "killed": False,
+            "runs": len(runs), "all_wall_s": [round(r["wall_s"], 3) for r in runs],
+            "all_cpu_s": [round(r["cpu_s"], 3) for r in runs]}
+
+
 def best_of(fn, n: int) -> dict:
-    """Best (least wall time) of ``n`` runs; peak RSS is the least too (both are noise upwards). Stops at the
-    first failed run."""
+    """Best of ``n`` runs of ``fn`` (see :func:`best`); stops at the first failed run."""
     runs = []
     for _ in range(max(1, n)):
-        r = fn()
-        runs.append(r)
-        if r["returncode"] != 0:
-            return {**r, "runs": len(runs), "all_wall_s": [x["wall_s"] for x in runs]}
-    ok = [r for r in runs if r["returncode"] == 0]
-    return {"wall_s": min(r["wall_s"] for r in ok), "peak_rss_bytes": min(r["peak_rss_bytes"] for r in ok),
-            "returncode": 0, "killed": False, "runs": len(runs), "all_wall_s": [round(r["wall_s"], 3) for r in runs]}
+        runs.append(fn())
+        if runs[-1]["returncode"] != 0:
+            break
+    return best(runs)
+
+
+def take_turns(tools: list, n: int) -> dict:
+    """``n`` rounds, each tool once per round (``tools``: [(name, fn)]); {name: best of its runs}. A tool that
+    fails is not run again."""
+    runs: dict = {name: [] for name, _ in tools}
+    for _ in range(max(1, n)):
+        for name, fn in tools:
+            if not runs[name] or runs[name][-1]["returncode"] == 0:
+                runs[name].append(fn())
+    return {name: best(r) for name, r in runs.items()}
 
 
 # ------------------------------------------------------------------------------------------------- tiling
@@ -231,7 +260,10 @@ def _tile_child(src: str, out: str, events: int) -> None:
 
 
 def build_trace(src: Path, folder: Path, events: int) -> dict:
-    """The tiled trace for ``events`` (reused when ``folder`` already has it from the same source)."""
+    """The tiled trace for ``events`` (reused when ``folder`` already has it from the same source); ``events`` 0:
+    the source itself."""
+    if events == 0:
+        return {"path": str(src), "bytes": src.stat().st_size, "events": source_events(src), "reused": True}
     out = folder / f"v6e_tiled_{events}.xplane.pb"
     meta = out.with_suffix(".json")
     key = {"src": str(src), "src_bytes": src.stat().st_size, "src_mtime": src.stat().st_mtime, "target": events}
@@ -257,7 +289,7 @@ def check_resources(src: Path, folder: Path, sizes: list[int], src_events: int) 
     if need > free * 0.9:
         raise SystemExit(f"not enough disk in {folder}: the tiled traces need ~{need / 2**30:.1f} GiB, "
                          f"{free / 2**30:.1f} GiB free (use --out on a larger disk, or --sizes)")
-    tile_mem = max(sizes) * TILE_BYTES_PER_EVENT
+    tile_mem = max(sizes, default=0) * TILE_BYTES_PER_EVENT
     if tile_mem > mem_available() * 0.9:
         raise SystemExit(f"tiling {max(sizes):,} events needs ~{tile_mem / 2**30:.1f} GiB of RAM, "
                          f"{mem_available() / 2**30:.1f} GiB available (use --sizes)")
@@ -268,6 +300,12 @@ def source_events(src: Path) -> int:
     from tracekit.ingest.xspace import device_of
     space = xplane_pb2.XSpace.FromString(src.read_bytes())
     return sum(len(line.events) for p in space.planes if device_of(p.name) for line in p.lines)
+
+
+def compile_tracekit() -> None:
+    """Byte-compile tracekit's modules (what ``pip install`` does), so no measured run compiles them."""
+    import compileall
+    compileall.compile_dir(str(ROOT / "tracekit"), quiet=1)
 
 
 # ------------------------------------------------------------------------------------------ stage timings
@@ -375,21 +413,29 @@ def stages_text(st: dict, events: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- table
+def _ratio(a: dict | None, b: dict, key: str) -> str:
+    ok = a and a.get("status") == "ok" and b.get("status") == "ok" and b.get(key)
+    return f"{a[key] / b[key]:.2f}x" if ok else ""
+
+
 def table_text(rows: list[dict]) -> str:
-    """events | tool | wall s | peak RSS MB | tracekit/xprof wall | tracekit/xprof RSS | runs."""
-    head = ["events", "tool", "wall s", "peak RSS MB", "tracekit/xprof wall", "tracekit/xprof RSS", "runs"]
+    """events | tool | wall s | CPU s | CPU range | peak RSS MB | ratios | runs. On an xprof row the ratios are
+    tracekit analyze's CPU time and RSS over that tool's; on the info row, info's CPU time over analyze's."""
+    head = ["events", "tool", "wall s", "CPU s", "CPU s range", "peak RSS MB", "analyze/xprof CPU",
+            "analyze/xprof RSS", "info/analyze CPU", "runs"]
     body = []
     by = {(r["events"], r["tool"]): r for r in rows}
     for r in rows:
         tk = by.get((r["events"], TRACEKIT))
         ok = r.get("status") == "ok"
-        ratio_t = ratio_m = ""
-        if r["tool"] != TRACEKIT and ok and tk and tk.get("status") == "ok":
-            ratio_t = f"{tk['wall_s'] / r['wall_s']:.2f}x"
-            ratio_m = f"{tk['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}x"
+        xprof_row = r["tool"] not in (TRACEKIT, INFO)
+        cpus = r.get("all_cpu_s") or []
         body.append([f"{r['events']:,}", r["tool"], f"{r['wall_s']:.2f}" if ok else r.get("status", "?"),
-                     f"{r['peak_rss_bytes'] / MB:,.0f}" if ok else "", ratio_t, ratio_m,
-                     str(r.get("runs", "")) if ok else ""])
+                     f"{r['cpu_s']:.2f}" if ok else "",
+                     f"{min(cpus):.2f}-{max(cpus):.2f}" if ok and cpus else "",
+                     f"{r['peak_rss_bytes'] / MB:,.0f}" if ok else "",
+                     _ratio(tk, r, "cpu_s") if xprof_row else "", _ratio(tk, r, "peak_rss_bytes") if xprof_row else "",
+                     _ratio(r, tk, "cpu_s") if r["tool"] == INFO else "", str(r.get("runs", "")) if ok else ""])
     w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
 
     def fmt(cells):
@@ -399,16 +445,17 @@ def table_text(rows: list[dict]) -> str:
 
 
 def linearity_text(rows: list[dict], tool: str) -> str | None:
-    ok = sorted((r for r in rows if r["tool"] == tool and r.get("status") == "ok"), key=lambda r: r["events"])
+    ok = sorted((r for r in rows if r["tool"] == tool and r.get("status") == "ok" and not r.get("untiled")),
+                key=lambda r: r["events"])
     if len(ok) < 2:
         return None
     a, b = ok[0], ok[-1]
-    ta, tb = a["wall_s"] / a["events"] * 1e6, b["wall_s"] / b["events"] * 1e6
+    ta, tb = a["cpu_s"] / a["events"] * 1e6, b["cpu_s"] / b["events"] * 1e6
     ma, mb = a["peak_rss_bytes"] / a["events"], b["peak_rss_bytes"] / b["events"]
-    dt = (b["wall_s"] - a["wall_s"]) / (b["events"] - a["events"]) * 1e6
+    dt = (b["cpu_s"] - a["cpu_s"]) / (b["events"] - a["events"]) * 1e6
     dm = (b["peak_rss_bytes"] - a["peak_rss_bytes"]) / (b["events"] - a["events"])
     return (f"linearity {tool}: {a['events']:,} -> {b['events']:,} events ({b['events'] / a['events']:.1f}x): "
-            f"time {ta:.2f} -> {tb:.2f} us/event ({tb / ta:.2f}x per event; marginal {dt:.2f} us/event), "
+            f"CPU time {ta:.2f} -> {tb:.2f} us/event ({tb / ta:.2f}x per event; marginal {dt:.2f} us/event), "
             f"memory {ma:,.0f} -> {mb:,.0f} B/event ({mb / ma:.2f}x; marginal {dm:,.0f} B/event); 1.00x = linear")
 
 
@@ -435,6 +482,7 @@ def run(args) -> dict:
         tmp = tempfile.mkdtemp(prefix="tracekit_bench_")
         folder = Path(tmp)
     budget = int(args.mem_budget_gb * 2**30) if args.mem_budget_gb else int(mem_available() * 0.85)
+    compile_tracekit()
     mach = machine()
     print(machine_text(mach))
     print(f"memory budget per measured process: {budget / 2**30:.1f} GiB; traces in {folder}", flush=True)
@@ -459,16 +507,22 @@ def run(args) -> dict:
             print(f"\ntrace: {ev:,} device events, {t['bytes'] / MB:.1f} MB"
                   + (" (reused)" if t["reused"] else f" (tiled in {t['tile_s']:.1f} s)"), flush=True)
             reps = args.repeat or (3 if ev < 5_000_000 else 1)
-            tools = [(TRACEKIT, lambda: measure_tracekit(Path(t["path"])))]
+            tools = [(TRACEKIT, lambda: measure_tracekit(Path(t["path"]))),
+                     (INFO, lambda: measure_tracekit(Path(t["path"]), "info"))]
             if use_xprof:
                 tools += [(f"xprof {x}", (lambda x=x: measure_xprof(x, Path(t["path"])))) for x in XPROF_TOOLS]
-            for name, fn in tools:
+            skipped = {}
+            for name, _ in tools:
                 pred = _predicted(rows, name, ev)
-                if name != TRACEKIT and pred is not None and pred > budget * 1.25 and not args.force:
-                    row = {"events": ev, "tool": name, "wall_s": 0.0, "peak_rss_bytes": 0,
-                           "status": f"skipped (~{pred / 2**30:.0f} GiB predicted)"}
+                if name.startswith("xprof") and pred is not None and pred > budget * 1.25 and not args.force:
+                    skipped[name] = f"skipped (~{pred / 2**30:.0f} GiB predicted)"
+            done = take_turns([(n, f) for n, f in tools if n not in skipped], reps)
+            for name, _ in tools:
+                if name in skipped:
+                    row = {"events": ev, "tool": name, "wall_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0,
+                           "status": skipped[name]}
                 else:
-                    r = best_of(fn, reps)
+                    r = done[name]
                     status = "ok" if r["returncode"] == 0 else (
                         f"killed over {budget / 2**30:.1f} GiB after {r['wall_s']:.0f} s" if r.get("killed")
                         else f"failed (exit {r['returncode']})")
@@ -476,6 +530,7 @@ def run(args) -> dict:
                            "status": status}
                     if status.startswith("failed"):
                         row["stderr_tail"] = r.get("stderr_tail", "")[-300:]
+                row["untiled"] = n == 0
                 rows.append(row)
                 print(f"  {name:<32} {_row_text(row)}", flush=True)
             if not args.no_stages:
@@ -501,14 +556,16 @@ def run(args) -> dict:
 
 def _row_text(row: dict) -> str:
     if row["status"] == "ok":
-        return f"{row['wall_s']:8.2f} s  {row['peak_rss_bytes'] / MB:8,.0f} MB  (runs: {row.get('all_wall_s')})"
+        return (f"{row['wall_s']:8.2f} s wall {row['cpu_s']:8.2f} s CPU {row['peak_rss_bytes'] / MB:8,.0f} MB  "
+                f"(runs, CPU s: {row.get('all_cpu_s')})")
     tail = (row.get("stderr_tail") or "").strip().splitlines()
     return row["status"] + (f": {tail[-1]}" if tail else "")
 
 
 def report_text(results: dict) -> str:
     rows = results["rows"]
-    out = ["results (best of the runs; RSS = peak resident memory of the measured process):", table_text(rows)]
+    out = ["results (best of the runs; CPU = user + system time; RSS = peak resident memory of the measured "
+           "process):", table_text(rows)]
     for tool in [TRACEKIT] + [f"xprof {x}" for x in XPROF_TOOLS]:
         line = linearity_text(rows, tool)
         if line:

@@ -16,10 +16,10 @@ def test_benchmark_quick_prints_table(tmp_path):
     out = r.stdout
     assert "machine:" in out and "cores" in out and "Python" in out
     head = next(line for line in out.splitlines() if line.lstrip().startswith("events"))
-    for col in ("tool", "wall s", "peak RSS MB", "tracekit/xprof wall"):
+    for col in ("tool", "wall s", "CPU s", "peak RSS MB", "analyze/xprof CPU", "info/analyze CPU"):
         assert col in head
-    rows = [line.split() for line in out.splitlines() if "tracekit analyze" in line]
-    assert len([r for r in rows if r[0].replace(",", "").isdigit()]) == 2  # one table row per size
+    rows = [line.split() for line in out.splitlines() if "tracekit analyze" in line or "tracekit info" in line]
+    assert len([r for r in rows if r[0].replace(",", "").isdigit()]) == 4  # one table row per size and command
     assert "linearity tracekit analyze" in out
     for stage in ("decode", "roofline", "timeline", "rules", "report", "total in-process"):
         assert stage in out

@@ -74,3 +74,4 @@ def test_missing_trace_is_a_runtime_error(tmp_path):
 def test_measure_reports_child_wall_and_rss():
     m = bridge.measure(["get_hlo_stats", str(V6E), "--limit=1"])
     assert m["returncode"] == 0 and m["wall_s"] > 0 and m["peak_rss_bytes"] > 10 * 2 ** 20
+    assert 0 < m["cpu_s"] < m["wall_s"] * 4  # user + system of the child (a few threads at most)

@@ -372,7 +372,8 @@ def _xprof_command() -> list[str]:
 
 
 def measure(cmd_args: list[str], *, check: bool = True, isolate: bool = True) -> dict:
-    """Runs ``xprof <cmd_args...>`` once; returns ``{"wall_s", "peak_rss_bytes", "returncode"}``.
+    """Runs ``xprof <cmd_args...>`` once; returns ``{"wall_s", "cpu_s", "peak_rss_bytes", "returncode"}``
+    (``cpu_s``: the child's user + system CPU time from ``os.wait4``, its waited-for descendants included).
 
     The child is reaped with ``os.wait4``, so ``peak_rss_bytes`` is that child's own ``ru_maxrss`` (the largest of
     it and the descendants it waited for), never this process's. With ``isolate`` (default) every argument naming
@@ -406,7 +407,8 @@ def measure(cmd_args: list[str], *, check: bool = True, isolate: bool = True) ->
         last = " | ".join(tail.strip().splitlines()[-3:])
         raise RuntimeError(f"xprof {' '.join(args[:1])} failed (exit {proc.returncode}): {last}")
     rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # Linux: KiB; macOS: bytes
-    return {"wall_s": wall, "peak_rss_bytes": int(rss), "returncode": proc.returncode}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": int(rss),
+            "returncode": proc.returncode}
 
 
 __all__ = ["available", "hlo_stats", "async_overlap", "roofline", "device_information", "measure",
