@@ -14,43 +14,61 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import self_time
+from tracekit.columns import distinct_rows, rows_by_text, self_time
 
 
-def _rows(ev: pd.DataFrame, length: np.ndarray) -> dict:
-    """(host, device) -> (starts, ends) of each evidence row's claim: ``savings_ps`` from the row's start, at most
-    its ``length``."""
+def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = None,
+          keep: np.ndarray | None = None) -> dict:
+    """(host, device) -> (starts, ends) of each evidence row's claim: ``savings_ps`` (or ``savings``) from the
+    row's start, at most its ``length``; only rows where ``keep``."""
     st = ev["start_ps"].to_numpy(np.int64)
-    sav = np.minimum(np.nan_to_num(ev["savings_ps"].to_numpy(np.float64)), length).astype(np.int64)
+    sav = ev["savings_ps"].to_numpy(np.float64) if savings is None else savings
+    sav = np.maximum(np.minimum(np.nan_to_num(sav), length).astype(np.int64), 0)
     out: dict = {}
-    for (h, d), idx in ev.groupby([ev["host"].astype(str), ev["device"].astype(str)], sort=False).indices.items():
-        out[(h, d)] = (st[idx], st[idx] + np.maximum(sav[idx], 0))
+    for k, idx in rows_by_text(ev, ["host", "device"], keep).items():
+        out[k] = (st[idx], st[idx] + sav[idx])
     return out
+
+
+def _key_text(keys: list[str], tup: tuple):
+    """A group key compared as text (program ids as integers); None when a part is missing."""
+    if any(v is None for v in tup):
+        return None
+    return tuple(int(v) if k == "program_id" else str(v) for k, v in zip(keys, tup))
 
 
 def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
     """Claims of aggregated evidence (one row per op or per device) spread over the sync op executions they stand
-    for: every execution claims the same fraction of its own time, from its start."""
+    for: every execution claims the same fraction of its own time, from its start. Works on the whole ops frame
+    (async rows weigh nothing) and on group codes: no row-sized copy of the frame, no string per row."""
     if ops is None or not len(ev) or not set(keys) <= set(ops.columns):
         return {}
-    sync = ops[~ops["is_async"].to_numpy(bool)]
-    if not len(sync):
+    sync = ~ops["is_async"].to_numpy(bool)
+    if not sync.any():
         return {}
-    k_ops = sync[keys].astype({k: str for k in keys if k != "program_id"})
-    k_ev = ev[keys + ["savings_ps"]].astype({k: str for k in keys if k != "program_id"})
-    t = self_time(sync).astype(np.float64)
-    tot = pd.Series(t).groupby([k_ops[k].to_numpy() for k in keys]).sum()
-    j = k_ev.groupby(keys, sort=False)["savings_ps"].sum()
-    frac = (j / tot.reindex(j.index)).clip(0, 1).fillna(0)
-    idx = pd.MultiIndex.from_frame(k_ops) if len(keys) > 1 else pd.Index(k_ops[keys[0]])
-    f = frac.reindex(idx).fillna(0).to_numpy()
+    t = np.where(sync, self_time(ops), 0).astype(np.float64)
+    inv, _, tuples = distinct_rows(ops, keys)
+    tot = np.bincount(inv, weights=t, minlength=len(tuples))
+    ev_inv, _, ev_tuples = distinct_rows(ev, keys)
+    ev_sav = np.bincount(ev_inv, weights=np.nan_to_num(ev["savings_ps"].to_numpy(np.float64)),
+                         minlength=len(ev_tuples))
+    claimed: dict = {}
+    for tup, v in zip(ev_tuples, ev_sav):
+        k = _key_text(keys, tup)
+        if k is not None:
+            claimed[k] = claimed.get(k, 0.0) + v
+    frac = np.zeros(len(tuples))
+    for i, tup in enumerate(tuples):
+        k = _key_text(keys, tup)
+        if k in claimed:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                q = claimed[k] / tot[i]
+            frac[i] = 0.0 if np.isnan(q) else min(max(q, 0.0), 1.0)
+    f = frac[inv] * sync
     hit = f > 0
     if not hit.any():
         return {}
-    s = sync[hit]
-    rows = pd.DataFrame({"host": s["host"].astype(str).to_numpy(), "device": s["device"].astype(str).to_numpy(),
-                         "start_ps": s["start_ps"].to_numpy(np.int64), "savings_ps": t[hit] * f[hit]})
-    return _rows(rows, t[hit].astype(np.int64))
+    return _rows(ops, t.astype(np.int64), savings=t * f, keep=hit)
 
 
 def claim_intervals(frame: str, ev: pd.DataFrame, frames: dict) -> dict:
@@ -101,14 +119,14 @@ def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
     them), summed. None without roofline columns."""
     if "roofline_ps" not in ops or not len(devices):
         return None
-    sync = ops[~ops["is_async"].to_numpy(bool)]
-    roof = sync["roofline_ps"].to_numpy(np.float64)
-    t = self_time(sync).astype(np.float64)
-    floor = np.where(np.isnan(roof), t, np.minimum(roof, t))
-    per = pd.Series(floor).groupby([sync["host"].astype(str).to_numpy(), sync["device"].astype(str).to_numpy()]).sum()
+    sync = ~ops["is_async"].to_numpy(bool)
+    roof = ops["roofline_ps"].to_numpy(np.float64)
+    t = self_time(ops).astype(np.float64)
+    floor = np.where(sync, np.where(np.isnan(roof), t, np.minimum(roof, t)), 0.0)
+    per = {k: float(floor[idx].sum()) for k, idx in rows_by_text(ops, ["host", "device"], sync).items()}
     total = 0.0
     for h, d, span in zip(devices["host"].astype(str), devices["device"].astype(str), devices["span_ps"]):
-        total += max(float(span) - float(per.get((h, d), 0.0)), 0.0)
+        total += max(float(span) - per.get((h, d), 0.0), 0.0)
     return int(round(total))
 
 

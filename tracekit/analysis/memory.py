@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import rows_by_text
 from tracekit.ingest import buffers as buf
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
@@ -215,24 +216,30 @@ def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFram
     rows = []
     if win is None:
         return pd.DataFrame(columns=cols)
-    for (h, d), w in win.groupby([win["host"].astype(str), win["device"].astype(str)], sort=True):
-        pids = w["program_id"].astype(np.uint64).to_numpy()
-        m = np.array([p in foot for p in pids], bool)
+    known = np.array(sorted(foot), np.uint64)
+    known_foot = np.array([foot[p] for p in known], np.int64)
+    all_pids = win["program_id"].astype(np.uint64).to_numpy()
+    all_st, all_dur = win["start_ps"].to_numpy(np.int64), win["duration_ps"].to_numpy(np.int64)
+    for (h, d), idx in sorted(rows_by_text(win, ["host", "device"]).items()):
+        pids = all_pids[idx]
+        pos = np.minimum(np.searchsorted(known, pids), len(known) - 1)
+        m = known[pos] == pids
         if not m.any():
             continue
-        st = w["start_ps"].to_numpy(np.int64)[m]
-        en = st + w["duration_ps"].to_numpy(np.int64)[m]
-        pids = pids[m]
+        st = all_st[idx][m]
+        en = st + all_dur[idx][m]
+        pids, fp = pids[m], known_foot[pos[m]]
         t = np.r_[st, en]
-        delta = np.r_[[foot[p] for p in pids], [-foot[p] for p in pids]]
+        delta = np.r_[fp, -fp]
         order = np.lexsort((delta, t))  # at a tie, the end (negative) first: back-to-back programs do not add
         run = np.cumsum(delta[order])
         k = int(np.argmax(run)) if len(run) else 0
         at = t[order][k]
-        live = sorted({name[p] for p, a, b in zip(pids, st, en) if a <= at < b} or {name[pids[0]]})
+        live = sorted({name[p] for p in np.unique(pids[(st <= at) & (at < en)])} or {name[pids[0]]})
         peak = int(run[k]) if len(run) else 0
-        peak = max(peak, max(foot[p] for p in pids))
-        others = sum(args[p] for p in set(pids)) - min(args[p] for p in set(pids))
+        peak = max(peak, int(fp.max()))
+        distinct = set(np.unique(pids).tolist())
+        others = sum(args[p] for p in distinct) - min(args[p] for p in distinct)
         cap = capacity.get((h, d), np.nan)
         rows.append({"host": h, "device": d, "peak_bytes": peak, "programs_at_peak": ", ".join(live),
                      "upper_bytes": peak + int(others), "capacity_bytes": cap,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import distinct_rows
 from tracekit.analysis import timeline as tl
 from tracekit.model import chips as chips_mod
 
@@ -95,7 +96,8 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
     num = {c: pd.to_numeric(ops[c], errors="coerce").to_numpy(float) if c in ops.columns else np.full(len(ops), np.nan)
            for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps", "trace_model_flops")}
     dur = ops["duration_ps"].to_numpy(np.int64).astype(float)
-    hosts, devs = ops["host"].astype(str).to_numpy(), ops["device"].astype(str).to_numpy()
+    dev_inv, _, dev_keys = distinct_rows(ops, ["host", "device"])  # devices as codes: no string per row
+    dev_code = {(str(h), str(d)): i for i, (h, d) in enumerate(dev_keys)}
     srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
     rows = []
     tot = {"flops": 0.0, "model": 0.0, "model_rows": 0, "flop_rows": 0, "hbm": 0.0, "net": 0.0, "hostb": 0.0,
@@ -103,7 +105,7 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
     srcs, dtypes = set(), set()
     for (h, d), g in srows.groupby(["host", "device"], sort=True):
         n = len(g)
-        m = (hosts == h) & (devs == d)
+        m = dev_inv == dev_code.get((h, d), -1)
         ch = device_chips.get((h, d))
         w, o = m & work, m & once
         fl = num["flops"][o & ~np.isnan(num["flops"])]

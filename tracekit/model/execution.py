@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import unique_rows
+from tracekit.columns import group_index, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -53,26 +53,33 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | N
     n = len(ops)
     if not n or "run_id" not in ops:
         return None
-    src = ops["source"].astype(str).to_numpy() if len(ops) else np.array([])
+    src = ops["source"]  # compared as a column (a categorical's codes), not as a string per row
     run = ops["run_id"].to_numpy(np.int64)
-    ok = ~ops["is_async"].to_numpy(bool) & ((src == "cpu_thunk") | ((src == "xla_ops") & (run != -1))) & \
-        np.isfinite(executions) & (executions > 0)
+    ok = ~ops["is_async"].to_numpy(bool) & ((src == "cpu_thunk").to_numpy(bool) | (
+        (src == "xla_ops").to_numpy(bool) & (run != -1))) & np.isfinite(executions) & (executions > 0)
     if not ok.any():
         return None
     idx = np.nonzero(ok)[0]
-    sub = ops.iloc[idx]
-    key, _ = unique_rows(sub, ["host", "device", "program_id", "op", "run_id"])
+    key = group_index(ops, ["host", "device", "program_id", "op", "run_id"])[0][idx]  # no copy of the frame
     count = np.bincount(key)
     ex = executions[idx]
     over = count[key] > ex + 1e-9
     if not over.any():
         return None
-    dur = sub["duration_ps"].to_numpy(np.float64)
+    dur = ops["duration_ps"].to_numpy(np.float64)[idx]
     tot = np.bincount(key, weights=dur)
     frac = np.where(tot[key] > 0, dur / np.where(tot[key] > 0, tot[key], 1), 1.0 / count[key])
     share = np.ones(n)
     share[idx[over]] = (ex * frac)[over]
     return share
+
+
+def _groups(codes: np.ndarray) -> dict:
+    """code -> the (ascending) positions holding it."""
+    o = np.argsort(codes, kind="stable")
+    sc = codes[o]
+    cut = np.r_[0, np.nonzero(sc[1:] != sc[:-1])[0] + 1, len(sc)]
+    return {int(sc[a]): o[a:b] for a, b in zip(cut[:-1], cut[1:]) if b > a}
 
 
 def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -85,19 +92,20 @@ def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tu
     if not len(d_idx) or not len(w_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     cols = ["host", "device", "program_id", "op"]
-    winv, wrows = unique_rows(ops.iloc[w_idx], cols)
+    winv, wrows = unique_rows(ops[cols].iloc[w_idx], cols)
     keys = {(str(h), str(d), int(p), str(o)): i for i, (h, d, p, o) in enumerate(wrows)}
-    dinv, drows = unique_rows(ops.iloc[d_idx], cols)
+    dinv, drows = unique_rows(ops[cols].iloc[d_idx], cols)
     dmap = np.array([keys.get((str(h), str(d), int(p), start_of.get((int(p), str(o)),
                                                                     str(o).replace("-done", "-start", 1))), -1)
                      for h, d, p, o in drows], np.int64)
     dk = dmap[dinv] if len(dmap) else np.zeros(0, np.int64)
     start = ops["start_ps"].to_numpy(np.int64)
     out_d, out_w = [], []
-    for k in np.unique(dk[dk >= 0]):
-        ws = w_idx[winv == k]
+    wgroups, dgroups = _groups(winv), _groups(dk)  # one sort each, not a pass over the rows per key
+    for k in sorted(k for k in dgroups if k >= 0):
+        ws = w_idx[wgroups[k]] if k in wgroups else w_idx[:0]
         ws = ws[np.argsort(start[ws], kind="stable")]
-        ds = d_idx[dk == k]
+        ds = d_idx[dgroups[k]]
         ds = ds[np.argsort(start[ds], kind="stable")]
         pos = np.searchsorted(start[ws], start[ds], "right") - 1
         ok = pos >= 0
