@@ -21,11 +21,10 @@ from tracekit.report.termsafe import safe as safe_terminal, safe_tree
 @limit_opts
 @guarded
 def info(path, run, fmt, max_size, max_events):
-    """Hosts, devices, chip and its peaks, lines, modules, time span, and whether HLO is present."""
-    from tracekit.ingest.trace import load
+    """Hosts, devices, chip and its peaks, lines with event counts, modules, time span, and whether HLO is present
+    (read from the headers: no event stats decoded)."""
     from tracekit.ingest import inventory
-    tr = load(path, run=run, **limits(max_size, max_events))
-    inv = inventory.summarize(tr)
+    inv = inventory.scan(path, run=run, **limits(max_size, max_events))
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
     else:

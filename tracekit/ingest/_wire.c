@@ -301,6 +301,7 @@ typedef struct {
     int64_t *iv;
     double *dv;
     size_t st_n, st_cap;
+    int skip_stats;      /* phase 2: step over events' stats (the pool's setting) */
 } Dec;
 
 /* ---- errors (no Python API: usable without the GIL) ----------------------------------------------------- */
@@ -779,7 +780,7 @@ parse_event(Dec *d, cptr p, cptr end, int32_t idx, int64_t *mid_out, int64_t *of
             VARINT(p, end, &dur);
         else if (tag == TAG(4, WT_LEN)) {
             LENGTH(p, end, sub_end);
-            if (parse_stat(d, p, sub_end, idx) < 0)
+            if (!d->skip_stats && parse_stat(d, p, sub_end, idx) < 0)
                 goto error;
             p = sub_end;
         }
@@ -873,6 +874,7 @@ struct Pool {
     int stop;        /* a worker failed for a reason that ends the whole decode (limit, input changed) */
     uint64_t stats;  /* stats committed by all workers */
     uint64_t stat_room; /* how many stats the budget and max_stats allow after phase 1 (UINT64_MAX: no limit) */
+    int skip_stats;  /* stats=False: events' stats are stepped over (framing checked), not decoded */
 };
 
 static uint64_t
@@ -1040,6 +1042,7 @@ pool_work(void *arg)
     d.base = pool->base;
     d.hard_end = pool->hard_end;
     d.pool = pool;
+    d.skip_stats = pool->skip_stats;
 #if HAVE_BUS_GUARD
     bus_arm(&jb, pool->base, pool->hard_end, &sv);
     if (sigsetjmp(jb, 1)) { /* the input shrank under us: this line, and the whole decode, fail */
@@ -1547,9 +1550,9 @@ ctx_free(Ctx *c)
 static PyObject *
 read_space(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"data", "threads", "max_events", "budget", "weights", "max_stats", NULL};
+    static char *kwlist[] = {"data", "threads", "max_events", "budget", "weights", "max_stats", "stats", NULL};
     PyObject *data, *result;
-    int threads = 1;
+    int threads = 1, stats = 1;
     long long max_events = -1, budget = -1, max_stats = -1;
     unsigned long long w[5] = {0, 0, 0, 0, 0};
     Py_buffer view;
@@ -1560,8 +1563,8 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
 #endif
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iLL(KKKKK)L:read_space", kwlist, &data, &threads, &max_events,
-                                     &budget, &w[0], &w[1], &w[2], &w[3], &w[4], &max_stats))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iLL(KKKKK)Lp:read_space", kwlist, &data, &threads, &max_events,
+                                     &budget, &w[0], &w[1], &w[2], &w[3], &w[4], &max_stats, &stats))
         return NULL;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -1580,6 +1583,7 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
     c->lim.w_line = w[2];
     c->lim.w_event = w[3];
     c->lim.w_stat = w[4];
+    c->pool.skip_stats = !stats;
 #if HAVE_BUS_GUARD
     bus_install();
     bus_arm(&jb, c->dec.base, c->dec.hard_end, &sv);
@@ -1602,7 +1606,7 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
 
 static PyMethodDef methods[] = {
     {"read_space", (PyCFunction)(void (*)(void))read_space, METH_VARARGS | METH_KEYWORDS,
-     "read_space(data, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1) -> "
+     "read_space(data, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1, stats=True) -> "
      "(planes, hostnames); "
      "see tracekit/ingest/wire.py."},
     {NULL, NULL, 0, NULL},

@@ -75,3 +75,19 @@ def foreign(head: bytes, name: str) -> tuple[str, str] | None:
     if len(head) < HEAD_BYTES:  # the whole file was seen
         return "a JSON file that is not a trace (no traceEvents)", _READ
     return None
+
+
+def looks_json(name: str) -> bool:
+    """A local file whose name says nothing of its format (``trace.gz``) that starts like JSON (gzipped or not)."""
+    if "://" in name or name.endswith((".pb", ".pb.gz")):
+        return False
+    try:
+        import gzip
+        with open(name, "rb") as f:
+            head = f.read(64)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(name, "rb") as g:
+                head = g.read(64)
+    except (OSError, EOFError):
+        return False
+    return head.lstrip()[:1] in (b"{", b"[")

@@ -261,7 +261,7 @@ def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
             program_id=_num(vals, inv, "program_id", np.uint64), start_ps=_start(line), duration_ps=dur,
             is_async=np.full(line.n_events, not sync), trace_flops=fl, trace_bytes=by, trace_model_flops=mf)
     elif lname == "XLA Modules":
-        from tracekit.ingest.hlo import parse_module_label
+        from tracekit.ingest.xspace import parse_module_label
         vals, inv = _md_values(head, line.metadata_id, lambda md: parse_module_label(md.name if md else ""), issues)
         has, run = stat_ints(line, _ids(names, "run_id")["run_id"], odd, "run_id")
         acc["modules"].add(host=host, device=device, module=_col(vals, inv, "name"), program_id=_num(vals, inv, "program_id", np.uint64),

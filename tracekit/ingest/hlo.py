@@ -2,9 +2,7 @@
 (one row per instruction; schema :data:`tracekit.schema.HLO`)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import pandas as pd
 from google.protobuf.message import DecodeError
@@ -12,9 +10,8 @@ from google.protobuf.message import DecodeError
 from tracekit import schema
 from tracekit.ingest import backend_config, hloshape
 from tracekit.proto import hlo_pb2, xplane_pb2
-from tracekit.ingest.xspace import stat_names
+from tracekit.ingest.xspace import parse_module_label, stat_names
 
-_NAME_ID = re.compile(r"^(.*)\((\d+)\)$")
 
 
 @dataclass
@@ -24,20 +21,6 @@ class Module:
     proto: hlo_pb2.HloModuleProto
     #: XLA's buffer assignment of the compiled program (``xla.HloProto`` field 3); None when the trace has none
     buffers: hlo_pb2.BufferAssignmentProto | None = None
-
-
-class ModuleLabel(NamedTuple):
-    """A module as an ``XLA Modules`` event names it."""
-    name: str
-    program_id: int
-
-
-def parse_module_label(label: str) -> ModuleLabel:
-    """'jit_f(1219...)' -> ('jit_f', 1219...); a label without an id gives program id 0."""
-    m = _NAME_ID.match(label.strip())
-    if m:
-        return ModuleLabel(m.group(1), int(m.group(2)) & 0xFFFFFFFFFFFFFFFF)
-    return ModuleLabel(label.strip(), 0)
 
 
 def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Module]:

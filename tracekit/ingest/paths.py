@@ -297,15 +297,16 @@ def _gunzip(data: bytes, where: str, max_bytes: int | None) -> bytes:
 
 
 def decode(data: bytes, where: str, *, max_events: int | None = None, budget: int | None = None,
-           changed: bool = False):
+           changed: bool = False, stats: bool = True):
     """Decode serialized ``XSpace`` bytes into columnar planes (:mod:`tracekit.ingest.wire`), or raise TraceError saying
     why they are not a trace (or pass a limit: ``max_events``, the work ``budget``). Returns (planes, hostnames).
-    ``changed``: the file changed while it was first read (said in the message if it does not decode)."""
+    ``changed``: the file changed while it was first read (said in the message if it does not decode); ``stats``
+    False: events' stats are not decoded (``tracekit info``)."""
     from tracekit.ingest import pywire, wire
     if not data:
         raise TraceError("file is empty", where, "re-capture the profile; the writer may have been interrupted")
     try:
-        planes, hostnames = wire.read_space(data, max_events=max_events, budget=budget)
+        planes, hostnames = wire.read_space(data, max_events=max_events, budget=budget, stats=stats)
     except pywire.LimitError as e:
         raise limits.limit_error(e.args, len(data), where) from None
     except (ValueError, DecodeError) as e:
@@ -328,7 +329,8 @@ def decode(data: bytes, where: str, *, max_events: int | None = None, budget: in
     return planes, hostnames
 
 
-def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES, max_events: int | None = None):
+def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES, max_events: int | None = None,
+               stats: bool = True):
     """Read and decode one host's file within the limits. A large local file is decoded from a memory map; if it
     changes size meanwhile (a trace still being written), it is read again into memory and decoded from that."""
     where = str(hf.path)
@@ -337,7 +339,7 @@ def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES, max_even
         mm, size, fd_stat = mapped
         budget = None if max_bytes is None else limits.work_budget(size)
         try:
-            out = decode(mm, where, max_events=max_events, budget=budget)
+            out = decode(mm, where, max_events=max_events, budget=budget, stats=stats)
             if not _changed(hf.path, fd_stat):
                 return out
         except _wire_input_changed():
@@ -352,9 +354,10 @@ def load_space(hf: HostFile, max_bytes: int | None = DEFAULT_MAX_BYTES, max_even
                 pass
         data = read_bytes(hf.path, max_bytes)
         return decode(data, where, max_events=max_events,
-                      budget=None if max_bytes is None else limits.work_budget(len(data)), changed=True)
+                      budget=None if max_bytes is None else limits.work_budget(len(data)), changed=True, stats=stats)
     data = read_bytes(hf.path, max_bytes)
-    return decode(data, where, max_events=max_events, budget=None if max_bytes is None else limits.work_budget(len(data)))
+    return decode(data, where, max_events=max_events, budget=None if max_bytes is None else limits.work_budget(len(data)),
+                  stats=stats)
 
 
 def _wire_input_changed():

@@ -206,8 +206,9 @@ def _frame_plane(buf, start: int, end: int, lim: _Limits) -> tuple:
 
 # ---- phase 2: events and stats ---------------------------------------------------------------------------------
 
-def _decode_line(buf, job: tuple, lim: _Limits) -> tuple:
-    """One line's events and stats (the hot loop: one-byte tags and varints are read inline)."""
+def _decode_line(buf, job: tuple, lim: _Limits, stats: bool = True) -> tuple:
+    """One line's events and stats (the hot loop: one-byte tags and varints are read inline); ``stats`` False:
+    each event's stats are stepped over (their framing checked), not decoded."""
     start, end, n, lid, name, dname, ts, dur, did = job
     mids, offs, durs = array("q", bytes(8 * n)), array("q", bytes(8 * n)), array("q", bytes(8 * n))
     s_ev, s_id, s_kind, s_int, s_dbl = array("i"), array("q"), array("b"), array("q"), array("d")
@@ -262,6 +263,8 @@ def _decode_line(buf, job: tuple, lim: _Limits) -> tuple:
                 else:
                     r, se = length(buf, q, e)
                 q = se
+                if not stats:
+                    continue
                 smid = iv = kind = 0
                 dv, sp = _NAN, None
                 while r < se:
@@ -322,7 +325,7 @@ def _decode_line(buf, job: tuple, lim: _Limits) -> tuple:
 
 
 def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, weights=(0, 0, 0, 0, 0),
-               max_stats: int = -1):
+               max_stats: int = -1, stats: bool = True):
     """Same arguments, result and errors as ``tracekit.ingest._wire.read_space`` (``threads`` is ignored)."""
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     lim = _Limits(max_events if max_events >= 0 else -1, budget if budget >= 0 else -1, weights,
@@ -348,5 +351,5 @@ def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, w
         lim.stat_room = lim.max_stats
     out = []  # phase 2, in file order: the first error is the one earliest in the input, as in C
     for pid, name, head, jobs in planes:
-        out.append((pid, name, head, [_decode_line(buf, j, lim) for j in jobs]))
+        out.append((pid, name, head, [_decode_line(buf, j, lim, stats) for j in jobs]))
     return out, hostnames

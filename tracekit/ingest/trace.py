@@ -98,7 +98,7 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
     from tracekit.ingest import formats, limits
-    if formats.is_json_name(os.fspath(hf.path)) or _looks_json(hf, max_bytes):
+    if formats.is_json_name(os.fspath(hf.path)) or formats.looks_json(os.fspath(hf.path)):
         from tracekit.ingest import tracejson
         planes, hostnames = tracejson.load(hf, warnings, max_bytes=max_bytes, max_events=max_events)
     else:
@@ -109,23 +109,6 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
     except MemoryError:
         planes = None
         raise limits.out_of_memory(str(hf.path), need) from None
-
-
-def _looks_json(hf, max_bytes) -> bool:
-    """A file whose name says nothing of its format (``trace.gz``) that starts like JSON."""
-    name = os.fspath(hf.path)
-    if "://" in name or name.endswith((".pb", ".pb.gz")):
-        return False
-    try:
-        import gzip
-        with open(name, "rb") as f:
-            head = f.read(64)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(name, "rb") as g:
-                head = g.read(64)
-    except (OSError, EOFError):
-        return False
-    return head.lstrip()[:1] in (b"{", b"[")
 
 
 def _host(planes, host: str, warnings: list[str]) -> HostFrames:

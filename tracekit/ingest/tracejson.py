@@ -31,7 +31,7 @@ import numpy as np
 
 from tracekit.errors import TraceError
 from tracekit.ingest import formats, hlotext, paths
-from tracekit.ingest.hlo import parse_module_label
+from tracekit.ingest.xspace import parse_module_label
 from tracekit.ingest.wire import KIND_DOUBLE, KIND_INT64, KIND_STR, LineData, PlaneData
 from tracekit.proto import hlo_pb2, xplane_pb2
 

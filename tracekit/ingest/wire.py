@@ -133,7 +133,7 @@ def _limits(max_events: int | None, budget: int | None) -> dict:
 
 
 def read_space_c(data, threads: int | None = None, *, max_events: int | None = None,
-                 budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
+                 budget: int | None = None, stats: bool = True) -> tuple[list[PlaneData], list[str]]:
     """The C decoder (RuntimeError when the extension is not built). ``data``: any bytes-like object (bytes,
     mmap, memoryview); the event columns do not refer to it. ``threads``: lines decoded in parallel (the GIL is
     released meanwhile); default :func:`tracekit.threads.default_threads`. ``max_events`` / ``budget`` (work, see
@@ -143,21 +143,22 @@ def read_space_c(data, threads: int | None = None, *, max_events: int | None = N
         raise RuntimeError("tracekit.ingest._wire is not built")
     if threads is None:
         threads = default_threads()
-    raw_planes, hostnames = _wire.read_space(data, threads, **_limits(max_events, budget))
+    raw_planes, hostnames = _wire.read_space(data, threads, **_limits(max_events, budget), stats=stats)
     return _planes(raw_planes), hostnames
 
 
-def read_space_python(data, *, max_events: int | None = None,
-                      budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
+def read_space_python(data, *, max_events: int | None = None, budget: int | None = None,
+                      stats: bool = True) -> tuple[list[PlaneData], list[str]]:
     """The pure-Python decoder (:mod:`tracekit.ingest.pywire`): the same result and errors as the C one, slower."""
-    raw_planes, hostnames = pywire.read_space(data, 1, **_limits(max_events, budget))
+    raw_planes, hostnames = pywire.read_space(data, 1, **_limits(max_events, budget), stats=stats)
     return _planes(raw_planes), hostnames
 
 
 def read_space(data, threads: int | None = None, *, max_events: int | None = None,
-               budget: int | None = None) -> tuple[list[PlaneData], list[str]]:
-    """(planes, hostnames) of a serialized XSpace; the C decoder when available, else the Python one.
+               budget: int | None = None, stats: bool = True) -> tuple[list[PlaneData], list[str]]:
+    """(planes, hostnames) of a serialized XSpace; the C decoder when available, else the Python one. ``stats``
+    False: the events' stats are stepped over, not decoded (every line's stat columns are empty).
     Corrupt input: ValueError; over ``max_events`` or the work ``budget``: :class:`tracekit.ingest.pywire.LimitError`."""
     if HAVE_C:
-        return read_space_c(data, threads, max_events=max_events, budget=budget)
-    return read_space_python(data, max_events=max_events, budget=budget)
+        return read_space_c(data, threads, max_events=max_events, budget=budget, stats=stats)
+    return read_space_python(data, max_events=max_events, budget=budget, stats=stats)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 
 from tracekit.proto import xplane_pb2
@@ -58,6 +59,23 @@ def device_of(plane_name: str) -> tuple[str, str] | None:
     return m.group(1), m.group(2) or "0"
 
 
+
+
+class ModuleLabel(NamedTuple):
+    """A module as an ``XLA Modules`` event (or the ``/host:metadata`` entry holding its HLO) names it."""
+    name: str
+    program_id: int
+
+
+_NAME_ID = re.compile(r"^(.*)\((\d+)\)$")
+
+
+def parse_module_label(label: str) -> ModuleLabel:
+    """'jit_f(1219...)' -> ('jit_f', 1219...); a label without an id gives program id 0."""
+    m = _NAME_ID.match(label.strip())
+    if m:
+        return ModuleLabel(m.group(1), int(m.group(2)) & 0xFFFFFFFFFFFFFFFF)
+    return ModuleLabel(label.strip(), 0)
 
 
 def stat_names(plane: xplane_pb2.XPlane) -> dict[int, str]:
