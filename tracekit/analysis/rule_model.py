@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from tracekit import schema
+from tracekit import artefacts, schema
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_checks import CHECKS, check_columns
 from tracekit.analysis.rule_expr import ExprError, compile_expr, grammar_summary
@@ -407,11 +406,13 @@ def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
     for d in (builtin_rules_dir(), *map(Path, extra_dirs)):
         if not d.is_dir():
             raise TraceError("rules directory not found", str(d))
-        for p in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
-            try:
-                doc = yaml.load(p.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-            except yaml.YAMLError as e:
-                raise TraceError(f"not valid YAML ({str(e).splitlines()[0]})", str(p)) from None
+        files = sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
+        try:  # the built-in files through tracekit's cached artefact; a user's parsed as they are
+            docs = artefacts.yaml_docs(files, "rules") if d == builtin_rules_dir() else \
+                [artefacts.parse_yaml(p, p.read_text()) for p in files]
+        except artefacts.YamlError as e:
+            raise TraceError(f"not valid YAML ({e.message})", str(e.path)) from None
+        for p, doc in zip(files, docs):
             r = parse_rule(doc, str(p))
             if d == builtin_rules_dir():
                 r = dataclasses.replace(r, builtin=True)

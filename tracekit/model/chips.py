@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 import pandas as pd
-import yaml
 
+from tracekit import artefacts
 from tracekit.errors import TraceError
 
 TABLE_PATH = Path(__file__).resolve().parent / "chips.yaml"
@@ -198,8 +198,8 @@ def _build(entry: dict, cites: dict) -> tuple[Chip, dict]:
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[tuple[Chip, ...], dict]:
     try:
-        doc = yaml.load(TABLE_PATH.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as e:
+        doc = artefacts.yaml_docs([TABLE_PATH], "chips")[0]  # tracekit's cached artefact of chips.yaml
+    except (OSError, artefacts.YamlError) as e:
         raise TraceError(f"cannot read the chip table: {e}", str(TABLE_PATH))
     cites = doc.get("sources") or {}
     built = [_build(e, cites) for e in doc["chips"]]
