@@ -21,9 +21,10 @@ def summary(ops: pd.DataFrame, hlo: pd.DataFrame, costs: pd.DataFrame | None = N
     empty = {"op_time_ps": 0, "custom_call_ps": 0, "unknown_ps": 0, "targets": [], "models": {}}
     if not len(ops) or not len(hlo) or "cost_source" not in ops.columns:
         return empty
-    sync = ops[~ops["is_async"].to_numpy(bool)]
-    op_time = int(sync["duration_ps"].sum())
-    cc = sync[sync["opcode"].astype(str) == "custom-call"]
+    sync = ~ops["is_async"].to_numpy(bool)  # masks, not a copy of the ops frame
+    op_time = int(ops["duration_ps"].to_numpy(np.int64)[sync].sum())
+    cc = ops[["program_id", "op", "duration_ps", "cost_source", "unknown_reason"]][
+        sync & (ops["opcode"] == "custom-call").to_numpy(bool)]
     empty["op_time_ps"] = op_time
     if not len(cc):
         return empty

@@ -74,6 +74,15 @@ def _dominant_dtype(df: pd.DataFrame) -> str:
     return str(tot.idxmax()) if len(tot) and tot.max() > 0 else "bf16"
 
 
+def _floats(ops: pd.DataFrame, c: str) -> np.ndarray:
+    """Column ``c`` as float64 (NaN where absent or not a number); a float64 column as it is (a view, no copy)."""
+    if c not in ops.columns:
+        return np.full(len(ops), np.nan)
+    if ops[c].dtype == np.float64:
+        return ops[c].to_numpy()
+    return pd.to_numeric(ops[c], errors="coerce").to_numpy(float)
+
+
 def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_source: str = "",
           model_flops_per_step: float | None = None) -> Overview:
     """The headline from the roofline-joined ops, the steps breakdown (:func:`tracekit.analysis.timeline.
@@ -93,8 +102,8 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
         np.zeros(len(ops), bool)
     once = in_step & ~marker  # sync ops but the markers, and async windows: one row per execution
     work = once & sync & ~coll & ~hostx  # the compute path
-    num = {c: pd.to_numeric(ops[c], errors="coerce").to_numpy(float) if c in ops.columns else np.full(len(ops), np.nan)
-           for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps", "trace_model_flops")}
+    num = {c: _floats(ops, c) for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps",
+                                       "trace_model_flops")}
     dur = ops["duration_ps"].to_numpy(np.int64).astype(float)
     dev_inv, _, dev_keys = distinct_rows(ops, ["host", "device"])  # devices as codes: no string per row
     dev_code = {(str(h), str(d)): i for i, (h, d) in enumerate(dev_keys)}
