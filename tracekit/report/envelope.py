@@ -250,7 +250,7 @@ def build(a: Analysis) -> Report:
         if len(steps) else [],
         "top_ops": records(top, OP_COLUMNS),
         "roofline": {"points": clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
-        "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
+        "collectives": records(coll.sort_values("exposed_ps", ascending=False, kind="stable").head(50)) if len(coll) else [],
         "interconnect": interconnect or {"topology": {}, "collectives": [], "collective_ops": 0},
         "findings": finding_dicts,
         "custom_calls": clean(a.custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
