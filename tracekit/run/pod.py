@@ -17,7 +17,7 @@ import sys
 import threading
 
 from tracekit.errors import TraceError
-from tracekit.run.podmap import WORKER_FRAMES, Options, summarize
+from tracekit.run.podmap import Options, summarize
 
 ATTEMPTS = 2  #: tries per host: the first and one retry
 
@@ -203,7 +203,9 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
     files = paths.resolve(source, run)
     opt = Options(max_bytes=max_bytes, max_events=max_events, chip=chip, topology=topology,
                   host_order=tuple(f.host for f in files) if len(files) > 1 else (),
-                  rules=tuple((r, p) for r, p in resolved if r.frame in WORKER_FRAMES), hidden=hidden,
+                  rules_dirs=tuple(str(d) for d in rules_dirs or ()), select=tuple(select or ()),
+                  ignore=tuple(ignore or ()), params=tuple((k, tuple(sorted(dict(v).items())))
+                                                           for k, v in sorted(params.items())), hidden=hidden,
                   exposed=exposed, min_gap_ps=min_gap_ps, max_evidence=max_evidence)
     n = (os.cpu_count() or 1) if not jobs else int(jobs)
     summaries, failures = map_hosts(files, opt, jobs=n, dask=dask, progress=progress)

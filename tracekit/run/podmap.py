@@ -40,7 +40,10 @@ class Options:
     chip: str | None = None
     topology: str | None = None
     host_order: tuple = ()  #: every host of the pod, in order (GPU device ids count the hosts before)
-    rules: tuple = ()  #: (Rule, resolved params) for the rules that read a per-event frame
+    rules_dirs: tuple = ()  #: rule folders beside the built-in ones (readable on every worker)
+    select: tuple = ()
+    ignore: tuple = ()
+    params: tuple = ()  #: ((rule id or name, ((param, value), ...)), ...): the --param overrides
     hidden: float = 0.9
     exposed: float = 0.1
     min_gap_ps: int = 0
@@ -152,7 +155,7 @@ def _rules(opt: Options, frames: dict) -> tuple[tuple, tuple]:
     from tracekit.analysis import claims as claims_mod
     from tracekit.analysis import evidence, rules
     out, per_dev = [], {}
-    for rule, params in opt.rules:
+    for rule, params in worker_rules(opt):
         if rules.applicable(rule, frames):
             continue
         try:
@@ -166,6 +169,21 @@ def _rules(opt: Options, frames: dict) -> tuple[tuple, tuple]:
         out.append((rule.id, evidence.summarize(rule, ev, opt.max_evidence)))
     covered = tuple((k, claims_mod.union_ps(v)) for k, v in sorted(per_dev.items()))
     return tuple(out), covered
+
+
+_RULES: dict = {}
+
+
+def worker_rules(opt: Options) -> list:
+    """(rule, resolved params) of the rules that read a per-event frame, loaded here (once per process): rule
+    objects hold compiled expressions, which do not travel between processes; their files do."""
+    key = (opt.rules_dirs, opt.select, opt.ignore, opt.params)
+    if key not in _RULES:
+        from tracekit.analysis import rule_model
+        params = {k: dict(v) for k, v in opt.params}
+        rules = rule_model.load_rules(extra_dirs=opt.rules_dirs, select=opt.select, ignore=opt.ignore)
+        _RULES[key] = [(r, r.resolve(rule_model.params_for(r, params))) for r in rules if r.frame in WORKER_FRAMES]
+    return _RULES[key]
 
 
 def _floor(ops: pd.DataFrame) -> tuple:
