@@ -17,9 +17,9 @@ import sys
 import threading
 
 from tracekit.errors import TraceError
-from tracekit.run.podmap import Options, summarize
+from tracekit.run.podmap import ATTEMPTS, Options, summarize
 
-ATTEMPTS = 2  #: tries per host: the first and one retry
+
 
 
 class HostProgress:

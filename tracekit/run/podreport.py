@@ -19,7 +19,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     from tracekit.model import roofline
     from tracekit.report import envelope
     from tracekit.run import podviews
-    from tracekit.run.pod import ATTEMPTS
+    from tracekit.run.podmap import ATTEMPTS
     hosts = [s.host for s in summaries]
     tot = rd.totals([s.totals for s in summaries])
     devices = rd.devices_frame(summaries)
