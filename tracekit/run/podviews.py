@@ -80,7 +80,7 @@ def arrivals(crow: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     last = a.idxmax(axis=1)
     late = a.max(axis=1)
     wait = (-a).add(late, axis=0)  # what each host waited for the last one
-    second = a.apply(lambda r: np.sort(r.to_numpy())[-2], axis=1)
+    second = pd.Series(np.sort(a.to_numpy(), axis=1)[:, -2], index=a.index)  # the next-to-last arrival
     rows = []
     for h in hosts:
         mine = last == h
