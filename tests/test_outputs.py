@@ -158,6 +158,7 @@ def test_a_write_failing_on_the_second_file_replaces_none(tmp_path):
 SIGNAL_CHILD = textwrap.dedent("""
     import os, signal, sys
     sig = getattr(signal, sys.argv[1])
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job inherits SIGINT ignored
     real = os.fsync
     def fsync(fd):  # the signal arrives while a report is being written
         real(fd)
