@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.model import chips as chips_mod
+from tracekit.model import precision
 
 BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
            "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
@@ -62,14 +62,17 @@ class Overview:
 
 
 def _dominant_dtype(df: pd.DataFrame) -> str:
-    if not len(df) or "dtype" not in df.columns:
+    """The compute dtype (operand types and precision, :mod:`tracekit.model.precision`) that carries most of the
+    FLOPs: an int8 dot with an s32 result runs at the int8 peak, a bf16 x bf16 -> f32 dot at the bf16 peak."""
+    col = "compute_dtype" if "compute_dtype" in df.columns else "dtype"
+    if not len(df) or col not in df.columns:
         return "bf16"
     f = pd.to_numeric(df["flops"], errors="coerce").fillna(0).to_numpy(float)
-    d = df["dtype"].astype(str).to_numpy()
+    d = df[col].astype(str).to_numpy()
     if not (f > 0).any():
         return "bf16"
     tot = pd.Series(f).groupby(d).sum()
-    tot = tot[[chips_mod.canonical_dtype(x) is not None for x in tot.index]]
+    tot = tot[[x != "" and x != "nan" for x in tot.index]]
     return str(tot.idxmax()) if len(tot) and tot.max() > 0 else "bf16"
 
 
@@ -115,8 +118,9 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         fl = num["flops"][o & ~np.isnan(num["flops"])]
         mf = num["trace_model_flops"][o]
         with_flops = o & (np.nan_to_num(num["flops"]) > 0)
-        dtype = _dominant_dtype(ops.loc[with_flops, ["flops", "dtype"]] if "dtype" in ops.columns else ops.iloc[:0])
-        peak, psrc = chips_mod.peak_flops(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
+        dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
+        dtype = _dominant_dtype(ops.loc[with_flops, dcols])
+        peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
         comp = np.where(np.isnan(num["roofline_ps"][w]), dur[w], num["roofline_ps"][w]).sum()
         netw = np.nansum(num["network_ps"][o & coll])
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is

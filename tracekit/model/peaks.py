@@ -159,7 +159,7 @@ def _pass_factor(ch, cdt: str) -> float:
     return 1.0
 
 
-def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int = 20) -> list[dict]:
+def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int | None = 20) -> list[dict]:
     """Ops measured more than 5 % faster than their roofline, one entry per (module, op, bound), largest time
     first: op, module, executions, time_ps (their self time), share_of_op_time, efficiency_max, bound_by, the
     measured rate and the peak it beat (unit, value, source), and a one-line message."""
@@ -216,7 +216,7 @@ def finish_warnings(groups: list, total: float, limit: int = 20) -> list[dict]:
                     "efficiency_max": w["efficiency_max"], "measured_rate": w["measured_rate"], "peak": w["peak"],
                     "unit": w["unit"], "peak_source": w["peak_source"], "message": msg})
     out.sort(key=lambda w: (-w["time_ps"], w["module"], w["op"]))
-    return out[:limit]
+    return out if limit is None else out[:limit]
 
 
 def _rate_and_peak(r, bound: str, ch) -> tuple[float, float, str, str]:
