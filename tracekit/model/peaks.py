@@ -192,7 +192,7 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
     return out
 
 
-def finish_warnings(groups: list, total: float, limit: int = 20) -> list[dict]:
+def finish_warnings(groups: list, total: float, limit: int | None = 20) -> list[dict]:
     """:func:`model_warnings` from the :func:`warning_groups` of one or more sets of devices (in device order)
     and the total sync self time ``total``."""
     merged: dict = {}
