@@ -51,3 +51,42 @@ def varint(n: int) -> bytes:
         out.append(b | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def report_diff(single: dict, pod: dict) -> list[str]:
+    """Differences between a single-process report and a pod's (tracekit.run.pod), beyond what the README
+    ("Pods") allows: the pod's own ``pod`` section; ``summary.claimed_savings_ps`` at least the single value and at
+    most the profiled time; floats within 5e-6 relative (sums taken in another order, shown to 6 significant digits)."""
+    out: list[str] = []
+
+    def num(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    def walk(a, b, path):
+        if path == "/summary/claimed_savings_ps":
+            if not (a - 1 <= b <= single["summary"]["profiled_ps"]):
+                out.append(f"{path}: {a} -> {b}")
+            return
+        if num(a) and num(b):
+            if a != b and abs(a - b) > 5e-6 * max(abs(a), abs(b)):
+                out.append(f"{path}: {a!r} != {b!r}")
+            return
+        if type(a) is not type(b):
+            out.append(f"{path}: {a!r} != {b!r}")
+        elif isinstance(a, dict):
+            for k in sorted(set(a) | set(b)):
+                if path == "" and k == "pod":
+                    continue
+                if k not in a or k not in b:
+                    out.append(f"{path}/{k}: only in {'single' if k in a else 'pod'}")
+                else:
+                    walk(a[k], b[k], f"{path}/{k}")
+        elif isinstance(a, list):
+            if len(a) != len(b):
+                out.append(f"{path}: {len(a)} items != {len(b)}")
+            for i, (x, y) in enumerate(zip(a, b)):
+                walk(x, y, f"{path}[{i}]")
+        elif a != b:
+            out.append(f"{path}: {str(a)[:120]!r} != {str(b)[:120]!r}")
+    walk(single, pod, "")
+    return out

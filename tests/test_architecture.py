@@ -243,3 +243,14 @@ def test_readme_architecture_names_the_stages_and_the_spine():
     missing = [f"{stage}/" for stage in STAGES if f"`{stage}/`" not in section]
     missing += [m for m in ("pipeline", *SPINE) if f"`{m}`" not in section]
     assert missing == []
+
+
+def test_no_pandas_query_or_eval():
+    """Nothing in tracekit calls ``DataFrame.query``/``.eval`` or ``pandas.eval``: rule expressions go through
+    tracekit.analysis.rule_expr (pandas' python engine ran arbitrary code, and on threads it failed now and then in
+    CI with ``SystemError: AST constructor recursion depth mismatch``)."""
+    calls = [f"{_where(path)}:{node.lineno}" for path in MODULES.values() for tree in _trees(path)
+             for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr in ("query", "eval")]
+    assert calls == []

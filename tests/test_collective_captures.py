@@ -207,3 +207,25 @@ def test_view_complete_for_every_collective_in_the_traces():
             assert r.predicted_ps > 0 and r.bound not in ("", "unknown", "none"), (path, r.op, r.bound)
             assert r.skew_ps >= 0 or "skew unknown" in r.note, (path, r.op)
     assert seen >= 30
+
+
+@pytest.mark.parametrize("case, want", [
+    # sharded8: w1 f32[512,512] (1 MiB) all-gathered and its gradient reduce-scattered; w2's gradient f32[512,256]
+    # (512 KiB) all-reduced twice: alone, and in a tuple all-reduce with the f32[] loss (512 KiB + 4 B)
+    ("sharded8", {"all-gather": [2**20 * 7 / 8 / 4.5e10], "reduce-scatter": [2**20 * 7 / 8 / 4.5e10],
+                  "all-reduce": [2 * 2**19 * 7 / 8 / 4.5e10, 2 * (2**19 + 4) * 7 / 8 / 4.5e10]}),
+    ("allreduce_exposed", {"all-reduce": [2 * 8 * 2**20 * 7 / 8 / 4.5e10]}),  # the 8 MiB gradient psum
+])
+def test_8_device_captures_priced_as_a_v5e_ring_of_8(case, want):
+    """1-D of 8: the project's 8-device CPU captures priced with --chip "TPU v5e" --topology 8 (8 chips: no
+    wraparound, one way at 4.5e10 B/s per link), against the book's V(N-1)/N / W (all-reduce twice that)."""
+    from conftest import cpu_fixture
+    tr = tracekit.load(cpu_fixture(case))
+    ops = pipeline.with_roofline(tr, chip="TPU v5e", topology="8")
+    _, summary, ex = collectives.view(tr, ops, "TPU v5e", "8")
+    got: dict = {}
+    for r in summary.itertuples():
+        got.setdefault(r.kind, []).append(r.predicted_ps / 1e12)
+        assert r.bound == "ici" and r.group_size == 8 and r.span == "ici x(8)"
+    assert {k: sorted(v) for k, v in got.items()} == {k: pytest.approx(sorted(v), rel=1e-6) for k, v in want.items()}
+    assert (ex["skew_ps"] <= ex["duration_ps"]).all() and (ex["algbw_bytes_per_s"] > 0).all()

@@ -225,3 +225,51 @@ def test_group_of_one_and_unknown_device():
     topo = topology.from_trace([], {}, ch, spec="4x4")
     p = collective_cost.predict(op("all-reduce", V, ((0, 1),)), 7, topo, ch)
     assert p.time_ps != p.time_ps and "none of the replica groups" in p.reason
+
+
+# ------------------------------------------------------------------ the five kinds on every shape, one and two axes
+# Book part 3 written out per case: V = 64 MiB (the full array), W = 4.5e10 B/s per v5e link one way, 9e10 per v5p
+# link one way; an axis with wraparound moves both ways (2W), a line one way (W); axes at once add up.
+# all-gather / reduce-scatter V(N-1)/N / sum(W), all-reduce twice that, all-to-all V / (4 sum(W)).
+GRID = [  # chip, shape, group, N, sum of the axes' W (literal), label
+    ("TPU v5e", "4x4", [0, 1, 2, 3], 4, 4.5e10, "2-D 4x4, one axis, no wraparound"),
+    ("TPU v5e", "4x4", range(16), 16, 4.5e10 + 4.5e10, "2-D 4x4, two axes, no wraparound"),
+    ("TPU v5e", "2x8", range(8), 8, 4.5e10, "2-D 2x8, the axis of 8, no wraparound"),
+    ("TPU v5e", "2x8", range(16), 16, 4.5e10 + 4.5e10, "2-D 2x8, two axes, no wraparound"),
+    ("TPU v5e", "16x16", range(16), 16, 2 * 4.5e10, "2-D 16x16, one axis, wraparound"),
+    ("TPU v5e", "16x16", range(256), 256, 2 * 4.5e10 + 2 * 4.5e10, "2-D 16x16, two axes, wraparound"),
+    ("TPU v5p", "2x2x4", [0, 1, 2, 3], 4, 9e10, "3-D 2x2x4, one axis, no wraparound"),
+    ("TPU v5p", "2x2x4", [0, 1, 2, 3, 4, 5, 6, 7], 8, 9e10 + 9e10, "3-D 2x2x4, two axes, no wraparound"),
+    ("TPU v5p", "4x4x4", [0, 1, 2, 3], 4, 2 * 9e10, "3-D 4x4x4, one axis, wraparound"),
+    ("TPU v5p", "4x4x4", range(16), 16, 2 * 9e10 + 2 * 9e10, "3-D 4x4x4, two axes, wraparound"),
+]
+
+
+@pytest.mark.parametrize("chip, shape, group, n, w, label", GRID, ids=[g[-1] for g in GRID])
+def test_every_kind_on_every_shape(chip, shape, group, n, w, label):
+    group = list(group)
+    assert secs(price(chip, shape, "all-gather", group)) == pytest.approx(64 * 2**20 * (n - 1) / n / w, rel=1e-9)
+    assert secs(price(chip, shape, "reduce-scatter", group)) == pytest.approx(64 * 2**20 * (n - 1) / n / w, rel=1e-9)
+    assert secs(price(chip, shape, "all-reduce", group)) == pytest.approx(2 * 64 * 2**20 * (n - 1) / n / w, rel=1e-9)
+    assert secs(price(chip, shape, "all-to-all", group)) == pytest.approx(64 * 2**20 / (4 * w), rel=1e-9)
+
+
+@pytest.mark.parametrize("chip, shape, axis, link", [
+    ("TPU v5e", "4x4", [0, 1, 2, 3], 4.5e10), ("TPU v5e", "4x4", [1, 5, 9, 13], 4.5e10),
+    ("TPU v5e", "2x8", list(range(8)), 4.5e10), ("TPU v5e", "16x16", list(range(16)), 4.5e10),
+    ("TPU v5p", "2x2x4", [0, 1, 2, 3], 9e10), ("TPU v5p", "4x4x4", [0, 4, 8, 12], 9e10)])
+def test_permute_shift_along_one_axis_of_every_shape(chip, shape, axis, link):
+    """A shift by one along an axis (the last pair wraps to the first: over the wraparound link where there is
+    one, back along the line where there is not): every link carries one pair's V, one way."""
+    pairs = [(a, axis[(i + 1) % len(axis)]) for i, a in enumerate(axis)]
+    p = price(chip, shape, "collective-permute", pairs=pairs, gid=axis[0])
+    assert secs(p) == pytest.approx(64 * 2**20 / link, rel=1e-9)
+
+
+def test_permute_across_two_axes():
+    """(0,0) -> (1,1) on a v5e 4x4: two hops (one per axis), each link carries the pair's V once; a small
+    transfer is bound by its two hops' latency (1 us each)."""
+    assert secs(price("TPU v5e", "4x4", "collective-permute", pairs=[(0, 5)], gid=0)) == \
+        pytest.approx(64 * 2**20 / 4.5e10, rel=1e-9)
+    small = price("TPU v5e", "4x4", "collective-permute", pairs=[(0, 5)], gid=0, v=64)
+    assert secs(small) == pytest.approx(2 * 1e-6, rel=1e-9) and small.bound == "ici latency"

@@ -103,7 +103,7 @@ def test_crafted_traces_are_refused_before_the_memory_is_spent(tmp_path, baselin
 
 
 def test_work_budget_is_proportional_and_stated():
-    """The budget is WORK_PER_BYTE bytes of work per input byte (plus a floor); the real traces need 7-14."""
+    """The budget is WORK_PER_BYTE bytes of work per input byte (plus a floor); the real traces need 3-14."""
     assert limits.WORK_PER_BYTE == 64
     assert limits.work_budget(1 << 20) == 64 * (1 << 20) + limits.WORK_FLOOR
     for case in ("train_step", "sharded8", "allreduce_exposed", "matvec_b1", "big_matmul"):

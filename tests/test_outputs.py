@@ -97,6 +97,18 @@ def test_a_symlink_is_followed_not_replaced(tmp_path):
     assert not temporaries(tmp_path) and not temporaries(target.parent)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_symlink_to_a_pipe_is_written_through(tmp_path):
+    """A link to the process's stdout (a pipe here, whose real path is no path: pipe:[N]) is written through: the
+    report goes down the pipe and the link stays (it used to look for a folder /proc/<pid>/fd to write a file in)."""
+    link = tmp_path / "out.json"
+    link.symlink_to("/proc/self/fd/1")
+    p = cli("analyze", trace(), "-o", link)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["schema"] == "tracekit.report/1"
+    assert link.is_symlink() and not temporaries(tmp_path)
+
+
 def test_dash_is_stdout(tmp_path):
     p = cli("analyze", trace(), "-o", "-", "--format", "json", "-o", tmp_path / "r.md")
     assert p.returncode == 0, p.stderr
@@ -158,6 +170,7 @@ def test_a_write_failing_on_the_second_file_replaces_none(tmp_path):
 SIGNAL_CHILD = textwrap.dedent("""
     import os, signal, sys
     sig = getattr(signal, sys.argv[1])
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job inherits SIGINT ignored
     real = os.fsync
     def fsync(fd):  # the signal arrives while a report is being written
         real(fd)

@@ -55,17 +55,16 @@ def target(path, what: str = "the output") -> Target:
         return Target(given, "stdout", given)
     if given in STDERR_PATHS:
         return Target(given, "stderr", given)
-    real = os.path.realpath(given)  # a symlink is followed: its target is replaced, the link stays
     try:
-        mode = os.stat(real).st_mode
-    except FileNotFoundError:
-        return Target(given, "file", real)
+        mode = os.stat(given).st_mode  # through symlinks, /proc/self/fd/N's too (whose target may have no path)
+    except FileNotFoundError:  # a new file (a dangling symlink: its target is created, the link stays)
+        return Target(given, "file", os.path.realpath(given))
     except OSError as e:
         raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", given) from None
-    if stat.S_ISREG(mode):
-        return Target(given, "file", real)
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return Target(given, "device", real)
+    if stat.S_ISREG(mode):  # a symlink is followed: its target is replaced, the link stays
+        return Target(given, "file", os.path.realpath(given))
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # opened by the name given (a pipe's realpath is no path)
+        return Target(given, "device", given)
     kind = "a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else \
         "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
     raise TraceError(f"cannot write {what}: the path is {kind}", given, "give a file name (or - for stdout)")

@@ -49,14 +49,28 @@ def table(headers: list[str], rows: list[list[str]], right=frozenset()) -> list[
 #: an efficiency above this contradicts the roofline model: shown with a mark that points at the model warnings
 ABOVE_ROOFLINE = 1.05
 ABOVE_MARK = " (!)"
+#: an efficiency shown above 100 % but within :data:`ABOVE_ROOFLINE`: inside the model's tolerance, no warning
+WITHIN_MARK = " (~)"
+#: the legend of both marks, printed under every table that shows one
+EFF_MARKS_NOTE = ("(!) more than 5 % above its roofline: the model is wrong for it (see the model warnings); "
+                  "(~) at most 5 % above it: within the model's tolerance (timer resolution, rounded peaks)")
+
+
+def eff_mark(x) -> str:
+    """The mark an efficiency carries when it is shown above 100 % (never a bare number above the roofline):
+    :data:`ABOVE_MARK` above :data:`ABOVE_ROOFLINE` (a model warning names the op), :data:`WITHIN_MARK` for what
+    only rounds above 100 %, else ''."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    x = float(x)
+    if x > ABOVE_ROOFLINE:
+        return ABOVE_MARK
+    return WITHIN_MARK if round(100 * x, 1) > 100.0 else ""
 
 
 def fmt_eff(x) -> str:
-    """An efficiency as a percentage, marked when it is above the roofline (a model warning names the op)."""
-    text = fmt_pct(x)
-    if x is not None and not (isinstance(x, float) and math.isnan(x)) and float(x) > ABOVE_ROOFLINE:
-        text += ABOVE_MARK
-    return text
+    """An efficiency as a percentage, marked when it is shown above 100 % (:func:`eff_mark`)."""
+    return fmt_pct(x) + eff_mark(x)
 
 
 # ------------------------------------------------------------------------------------------------------ parsing

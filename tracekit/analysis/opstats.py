@@ -34,6 +34,12 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
     bound_by (argmax of the summed compute/memory/network times; host_link for host-offload copies), efficiency
     (roofline_ps / total_ps), intensity_flops_per_byte, cost_source, is_matmul, is_collective, is_data_shuffle,
     chip_f32_slower, dot_m, dot_n, dot_k. Sorted by total_ps, largest first."""
+    sums, busy = _sums(ops)
+    return finish(sums, busy, profiled_ps)
+
+
+def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(:func:`op_sums`, the total sync self time)."""
     # group ids over every row (async rows in a group of their own, dropped below): the aggregates read the
     # frame's columns in place, no row selection is copied
     sync = ~ops["is_async"].to_numpy(bool)
@@ -86,10 +92,56 @@ def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
         ok = ~np.isnan(v)
         tot = gsum(np.where(ok, v, 0.0))
         out[c] = np.where(gsum(ok) > 0, tot, np.nan)  # sum with min_count=1
-    dur = dur[sync]
+    return out, int(dur[sync].sum())
+
+
+#: the per-op columns :func:`op_sums` gives: identity, first-seen attributes, then sums over executions
+SUM_COLUMNS = ("occurrences", "devices", "total_ps", *_ROOF_SUMS, "headroom_ps")
+KEY_COLUMNS = ("module", "program_id", "op")
+
+
+def op_sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The sums :func:`op_stats` is made of, one row per (module, program_id, op) in first-seen order: the
+    first execution's attributes, ``is_host_transfer`` (any execution), and :data:`SUM_COLUMNS` (NaN where no
+    execution has the value), and the total sync self time of every op. Sums of disjoint sets of devices merge
+    with :func:`merge_sums`."""
+    return _sums(ops)
+
+
+def merge_sums(parts: list) -> pd.DataFrame:
+    """:func:`op_sums` of the union of disjoint sets of devices from their op sums (``parts`` in row order):
+    attributes of the first part with the op, counts and times summed (``devices`` too: the sets are
+    disjoint), ``is_host_transfer`` if any."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if not parts:
+        return _sums(pd.DataFrame({c: [] for c in ("module", "program_id", "op", "is_async", "host", "device",
+                                                   "start_ps", "duration_ps")}).astype(
+            {"is_async": bool, "start_ps": "int64", "duration_ps": "int64"}))[0]
+    if len(parts) == 1:
+        return parts[0]
+    allp = pd.concat(parts, ignore_index=True)
+    gi, first = group_index(allp, list(KEY_COLUMNS))
+    out = allp.iloc[first].reset_index(drop=True)
+    n = len(first)
+    for c in SUM_COLUMNS:
+        v = allp[c].to_numpy(np.float64)
+        ok = ~np.isnan(v)
+        tot = np.bincount(gi, weights=np.where(ok, v, 0.0), minlength=n)
+        if c in ("occurrences", "devices", "total_ps"):
+            out[c] = tot.round().astype(np.int64)
+        else:
+            out[c] = np.where(np.bincount(gi, weights=ok, minlength=n) > 0, tot, np.nan)
+    out["is_host_transfer"] = np.bincount(gi, weights=allp["is_host_transfer"].to_numpy(bool), minlength=n) > 0
+    return out
+
+
+def finish(out: pd.DataFrame, busy_ps: int, profiled_ps: float = np.nan) -> pd.DataFrame:
+    """:func:`op_stats` from :func:`op_sums` (``busy_ps``: the total sync self time of every op, ``profiled_ps``:
+    the sum of the device spans): means, shares, efficiency, intensity, bound_by, sorted by total time."""
+    out = out.copy()
     out["mean_ps"] = out["total_ps"] / out["occurrences"]
     out["share"] = out["total_ps"] / profiled_ps
-    out["busy_share"] = out["total_ps"] / max(int(dur.sum()), 1)
+    out["busy_share"] = out["total_ps"] / max(int(busy_ps), 1)
     out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
     out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
     parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()

@@ -32,7 +32,7 @@ import pandas as pd
 
 from tracekit.columns import distinct_rows
 from tracekit.analysis import timeline as tl
-from tracekit.model import chips as chips_mod
+from tracekit.model import precision
 
 BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
            "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
@@ -63,14 +63,17 @@ class Overview:
 
 
 def _dominant_dtype(df: pd.DataFrame) -> str:
-    if not len(df) or "dtype" not in df.columns:
+    """The compute dtype (operand types and precision, :mod:`tracekit.model.precision`) that carries most of the
+    FLOPs: an int8 dot with an s32 result runs at the int8 peak, a bf16 x bf16 -> f32 dot at the bf16 peak."""
+    col = "compute_dtype" if "compute_dtype" in df.columns else "dtype"
+    if not len(df) or col not in df.columns:
         return "bf16"
     f = pd.to_numeric(df["flops"], errors="coerce").fillna(0).to_numpy(float)
-    d = df["dtype"].astype(str).to_numpy()
+    d = df[col].astype(str).to_numpy()
     if not (f > 0).any():
         return "bf16"
     tot = pd.Series(f).groupby(d).sum()
-    tot = tot[[chips_mod.canonical_dtype(x) is not None for x in tot.index]]
+    tot = tot[[x != "" and x != "nan" for x in tot.index]]
     return str(tot.idxmax()) if len(tot) and tot.max() > 0 else "bf16"
 
 
@@ -87,13 +90,22 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
           model_flops_per_step: float | None = None) -> Overview:
     """The headline from the roofline-joined ops, the steps breakdown (:func:`tracekit.analysis.timeline.
     step_breakdown`) and each device's :class:`tracekit.model.chips.Chip` ((host, device) -> Chip)."""
+    return finish(steps, device_parts(ops, steps, device_chips), step_source=step_source,
+                  model_flops_per_step=model_flops_per_step)
+
+
+#: what each device adds to the pod's totals (:func:`device_parts`), beside :data:`DEVICE_COLUMNS`
+TOTALS = ("flops", "model", "model_rows", "flop_rows", "hbm", "net", "hostb", "peak", "bw", "egress", "hostw")
+
+
+def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> pd.DataFrame:
+    """Per device with steps, sorted: :data:`DEVICE_COLUMNS`, what it adds to each of :data:`TOTALS`
+    (``tot_<name>``), the source of its peak (``peak_source``) and its dominant dtype (``dominant_dtype``). The
+    parts of disjoint devices concatenate (in device order) into the parts of their union: :func:`finish`
+    reads only them and the steps."""
+    cols = DEVICE_COLUMNS + [f"tot_{t}" for t in TOTALS] + ["peak_source", "dominant_dtype"]
     if steps is None or not len(steps):
-        return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
-    per_step = steps.assign(step=steps["step"].astype(np.int64)).groupby("step")["step_ps"].max()
-    t_mean = float(per_step.mean())
-    step = {"steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
-            "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
-            "source": step_source, "definition": "per step the slowest device's step time"}
+        return pd.DataFrame(columns=cols)
     in_step = ops["step"].to_numpy(np.int64) >= 0 if "step" in ops.columns else np.zeros(len(ops), bool)
     sync = ~ops["is_async"].to_numpy(bool)
     marker = tl.is_async_marker(ops)
@@ -109,9 +121,6 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
     dev_code = {(str(h), str(d)): i for i, (h, d) in enumerate(dev_keys)}
     srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
     rows = []
-    tot = {"flops": 0.0, "model": 0.0, "model_rows": 0, "flop_rows": 0, "hbm": 0.0, "net": 0.0, "hostb": 0.0,
-           "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0}
-    srcs, dtypes = set(), set()
     for (h, d), g in srows.groupby(["host", "device"], sort=True):
         n = len(g)
         m = dev_inv == dev_code.get((h, d), -1)
@@ -120,8 +129,9 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
         fl = num["flops"][o & ~np.isnan(num["flops"])]
         mf = num["trace_model_flops"][o]
         with_flops = o & (np.nan_to_num(num["flops"]) > 0)
-        dtype = _dominant_dtype(ops.loc[with_flops, ["flops", "dtype"]] if "dtype" in ops.columns else ops.iloc[:0])
-        peak, psrc = chips_mod.peak_flops(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
+        dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
+        dtype = _dominant_dtype(ops.loc[with_flops, dcols])
+        peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
         comp = np.where(np.isnan(num["roofline_ps"][w]), dur[w], num["roofline_ps"][w]).sum()
         netw = np.nansum(num["network_ps"][o & coll])
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
@@ -129,21 +139,17 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
         hostt = np.nansum(num["network_ps"][o & hostx]) / 2
         parts = {"compute": comp, "interconnect": netw, "host link": hostt}
         bound = max(parts, key=lambda k: parts[k])
-        tot["flops"] += fl.sum()
-        tot["model"] += np.nansum(mf)
-        tot["model_rows"] += int((~np.isnan(num["trace_model_flops"]) & with_flops).sum())
-        tot["flop_rows"] += int(with_flops.sum())
-        tot["hbm"] += np.nansum(num["bytes_accessed"][w])
-        tot["net"] += np.nansum(num["net_bytes"][o & coll])
-        tot["hostb"] += np.nansum(num["net_bytes"][o & hostx])
+        tot = {"flops": fl.sum(), "model": np.nansum(mf),
+               "model_rows": int((~np.isnan(num["trace_model_flops"]) & with_flops).sum()),
+               "flop_rows": int(with_flops.sum()), "hbm": np.nansum(num["bytes_accessed"][w]),
+               "net": np.nansum(num["net_bytes"][o & coll]), "hostb": np.nansum(num["net_bytes"][o & hostx]),
+               "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0}
         if ch is not None:
-            tot["peak"] += peak if peak == peak else 0.0
-            tot["bw"] += ch.hbm_bw_bytes_per_s if ch.hbm_bw_bytes_per_s == ch.hbm_bw_bytes_per_s else 0.0
-            tot["egress"] += ch.egress_bw_bytes_per_s if ch.egress_bw_bytes_per_s == ch.egress_bw_bytes_per_s else 0
-            tot["hostw"] += 2 * ch.host_link_bw_bytes_per_s if ch.host_link_bw_bytes_per_s == \
+            tot["peak"] = peak if peak == peak else 0.0
+            tot["bw"] = ch.hbm_bw_bytes_per_s if ch.hbm_bw_bytes_per_s == ch.hbm_bw_bytes_per_s else 0.0
+            tot["egress"] = ch.egress_bw_bytes_per_s if ch.egress_bw_bytes_per_s == ch.egress_bw_bytes_per_s else 0
+            tot["hostw"] = 2 * ch.host_link_bw_bytes_per_s if ch.host_link_bw_bytes_per_s == \
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
-        srcs.add(psrc)
-        dtypes.add(dtype)
         mean = float(g["step_ps"].mean())
         f_step = fl.sum() / n
         rows.append({"host": h, "device": d, "steps": n, "step_mean_ps": mean, "step_total_ps": int(g["step_ps"].sum()),
@@ -152,8 +158,29 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
                      "mfu": f_step / (peak * mean / 1e12) if peak == peak and peak > 0 and mean > 0 else np.nan,
                      "possible_step_ps": parts[bound] / n, "bound_by": bound,
                      "host_link_per_step_ps": hostt / n, "offload_wait_per_step_ps": float(g["offload_wait_ps"].mean())
-                     if "offload_wait_ps" in g.columns else 0.0})
-    dev = pd.DataFrame(rows, columns=DEVICE_COLUMNS)
+                     if "offload_wait_ps" in g.columns else 0.0,
+                     **{f"tot_{k}": v for k, v in tot.items()}, "peak_source": psrc, "dominant_dtype": dtype})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
+           model_flops_per_step: float | None = None) -> Overview:
+    """The headline from the steps breakdown and the devices' :func:`device_parts`."""
+    if steps is None or not len(steps):
+        return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
+    per_step = steps.assign(step=steps["step"].astype(np.int64)).groupby("step")["step_ps"].max()
+    t_mean = float(per_step.mean())
+    step = {"steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
+            "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
+            "source": step_source, "definition": "per step the slowest device's step time"}
+    tot = {}
+    for k in TOTALS:
+        acc = 0.0 if k not in ("model_rows", "flop_rows") else 0
+        for v in parts[f"tot_{k}"]:
+            acc += v
+        tot[k] = acc
+    srcs, dtypes = set(parts["peak_source"]), set(parts["dominant_dtype"])
+    dev = parts[DEVICE_COLUMNS].reset_index(drop=True)
     n_steps = len(per_step)
     t_s = t_mean / 1e12
     if model_flops_per_step is not None:

@@ -22,41 +22,20 @@ Savings, and how overlapping claims are handled
 """
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import unique_rows
 from tracekit.errors import TraceError
-from tracekit.units import fmt_time
+from tracekit.analysis import evidence
+from tracekit.analysis.evidence import top_rows
 from tracekit.analysis.rule_checks import CHECKS
 from tracekit.analysis.claims import claim_intervals
-from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding, Rule, params_for
+from tracekit.analysis.rule_model import TIME_COLUMN, Rule, params_for
 from tracekit.analysis.rule_expr import ExprError
 
 # ------------------------------------------------------------------------------------------------------- running
-class _Values(dict):
-    """Template values: fixed keys, ``sum_/mean_/min_/max_/median_<column>`` of the evidence, ``top_<column>`` of
-    the evidence row with the largest savings, and ``t_`` in front of any of those for the value formatted as a
-    duration (``{t_sum_exposed_ps}`` -> ``1.5 ms``)."""
-
-    def __init__(self, evidence: pd.DataFrame, base: dict):
-        super().__init__(base)
-        self.ev = evidence
-
-    def __missing__(self, key: str):
-        if key.startswith("t_"):
-            return fmt_time(self[key[2:]])
-        if key.startswith("top_") and key[4:] in self["top"]:
-            return self["top"][key[4:]]
-        agg, _, col = key.partition("_")
-        if agg in ("sum", "mean", "min", "max", "median") and col in self.ev.columns:
-            return getattr(pd.to_numeric(self.ev[col], errors="coerce"), agg)()
-        raise KeyError(key)
-
-
 def applicable(rule: Rule, frames: dict) -> str | None:
     """Why ``rule`` cannot run on ``frames`` (a missing or empty frame), or None when it can."""
     for name in (rule.frame, *rule.needs):
@@ -68,26 +47,11 @@ def applicable(rule: Rule, frames: dict) -> str | None:
 def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """The evidence rows of ``rule`` with a ``savings_ps`` column (clipped to [0, row time]), largest savings
     first (ties in frame order)."""
-    ev = _evidence(rule, frames, params)
+    ev = evidence_rows(rule, frames, params)
     return ev.take(top_rows(ev["savings_ps"].to_numpy(), len(ev))).reset_index(drop=True) if len(ev) else ev
 
 
-def top_rows(savings: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` largest savings, largest first, ties in row order (what a stable descending sort
-    gives), without sorting every row when ``k`` is small."""
-    n = len(savings)
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros(0, np.int64)
-    if k < n // 4:
-        kth = np.partition(savings, n - k)[n - k]  # the k-th largest value
-        cand = np.nonzero(savings >= kth)[0]  # every row at or above it (ties included), in row order
-    else:
-        cand = np.arange(n)
-    return cand[np.argsort(-savings[cand], kind="stable")][:k]
-
-
-def _evidence(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
+def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """:func:`evaluate` before the sort: the evidence rows in frame order."""
     df = _narrow(rule, frames[rule.frame])
     for name in rule.derive:
@@ -134,53 +98,19 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
     return df[cols] if len(cols) < len(df.columns) else df
 
 
-def _per_device(ev: pd.DataFrame) -> pd.Series:
-    """Savings summed per (host, device), keys as text, sorted; one ("*", "*") entry without those columns."""
-    if {"host", "device"} <= set(ev.columns):
-        inv, rows = unique_rows(ev, ["host", "device"])
-        tot = np.bincount(inv, weights=ev["savings_ps"].to_numpy(np.float64), minlength=len(rows))
-        # in the order a sorted groupby gives: categories by their code, other values by value
-        rank = []
-        for col in ("host", "device"):
-            s = ev[col]
-            rank.append({v: i for i, v in enumerate(s.cat.categories)} if isinstance(s.dtype, pd.CategoricalDtype)
-                        else None)
-        order = sorted(range(len(rows)), key=lambda i: tuple(
-            r[rows[i][j]] if r is not None else rows[i][j] for j, r in enumerate(rank)))
-        return pd.Series(tot[order], index=pd.MultiIndex.from_tuples(
-            [(str(rows[i][0]), str(rows[i][1])) for i in order]))
-    return pd.Series({("*", "*"): ev["savings_ps"].sum()})
-
-
-def _report(rule: Rule, values: _Values, params: dict) -> bool:
-    """Evaluate ``report_if`` over the finding's aggregates."""
-    ok = rule.exprs["report_if"].evaluate(values, params)
-    return bool(np.asarray(ok).ravel()[0])
-
-
 def run_rules(frames: dict, rules: list, params_override: dict | None = None, *, max_evidence: int = 10) -> list:
     """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`tracekit.analysis.rule_checks.frames_for_rules` builds). ``params_override``
     maps a rule id or name to {param: value}. Rules whose frames are missing or empty are skipped (see
     :func:`applicable`). Returns findings sorted by savings, largest first."""
-    params_override = dict(params_override or {})
-    known = {k.casefold() for r in rules for k in (r.id, r.name)}
-    unknown = sorted(k for k in params_override if str(k).casefold() not in known)
-    if unknown:
-        raise TraceError(f"parameters given for unknown rule {unknown[0]!r}")
-    devs = frames.get("devices")
-    if devs is not None and len(devs) and "span_ps" in devs.columns:
-        span = dict(zip(zip(devs["host"].astype(str), devs["device"].astype(str)), devs["span_ps"].astype(float)))
-        profiled = float(sum(span.values()))
-    else:
-        span, profiled = {}, math.inf
-    pending = []
+    params_override = check_params(rules, params_override)
+    span, profiled = evidence.spans(frames.get("devices"))
     todo = [(rule, rule.resolve(params_for(rule, params_override))) for rule in rules]
     todo = [(rule, params) for rule, params in todo if not applicable(rule, frames)]
 
     def run_one(item):
         rule, params = item
         try:
-            return _evidence(rule, frames, params), None
+            return evidence_rows(rule, frames, params), None
         except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError) as e:  # ExprError is a ValueError
             return None, e
     # the rules are independent pure functions of the frames: NumPy's row selections and sorts release the GIL,
@@ -190,42 +120,28 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
     from tracekit.threads import default_threads
     with ThreadPoolExecutor(max_workers=max(1, min(2, default_threads()))) as pool:
         results = list(pool.map(run_one, todo))
+    items = []
     for (rule, params), (ev, err) in zip(todo, results):
         if err is not None:
-            raise TraceError(f"rule {rule.id} ({rule.name}) failed on frame {rule.frame!r}: {err}", rule.path,
-                             "check the column names its where/savings/derive use") from None
+            raise failed(rule, err)
         if ev.empty:
             continue
-        per_dev = _per_device(ev)
-        per_dev = pd.Series([min(v, span.get(k, math.inf)) for k, v in per_dev.items()], index=per_dev.index)
-        savings = min(float(per_dev.sum()), profiled)
-        share = savings / profiled if 0 < profiled < math.inf else math.nan
-        # the evidence shown: the rows with the largest savings (the rest only feed counts and aggregates)
-        top = ev.take(top_rows(ev["savings_ps"].to_numpy(), max(max_evidence, 1))).reset_index(drop=True)
-        values = _Values(ev, {**params, "count": len(ev), "savings_ps": savings, "savings": fmt_time(savings),
-                              "share": share, "profiled_ps": profiled, "top": top.iloc[0].to_dict(),
-                              "devices": len(per_dev) if {"host", "device"} <= set(ev.columns) else 0,
-                              "hosts": ev["host"].nunique() if "host" in ev.columns else 0})
-        if rule.report_if and not _report(rule, values, params):
-            continue
-        cols = [c for c in (rule.evidence or DEFAULT_EVIDENCE + [rule.time or TIME_COLUMN[rule.frame]])
-                if c in ev.columns and c != "savings_ps"]
-        try:
-            message, fix = rule.message.format_map(values), rule.fix.format_map(values)
-        except (KeyError, IndexError, ValueError) as e:
-            raise TraceError(f"bad message or fix template ({e!r})", rule.path) from None
-        pending.append((Finding(rule.id, rule.name, rule.severity, message, fix, params,
-                                top[cols + ["savings_ps"]].head(max_evidence), len(ev), int(round(savings)), 0,
-                                share, profiled, rule.groups, rule.why,
-                                claims=claim_intervals(rule.frame, ev, frames)), per_dev))
-    pending.sort(key=lambda fp: (-fp[0].savings_ps, SEVERITIES.index(fp[0].severity) * -1, fp[0].rule_id))
-    used, total_used = {}, 0.0
-    for f, per_dev in pending:  # greedy: larger findings claim device time first
-        want = {k: max(0.0, min(v, span.get(k, math.inf) - used.get(k, 0.0))) for k, v in per_dev.items()}
-        total = sum(want.values())
-        scale = min(1.0, (profiled - total_used) / total) if total > 0 else 0.0
-        for k, v in want.items():
-            used[k] = used.get(k, 0.0) + v * scale
-        total_used += total * scale
-        f.claimed_ps = int(math.floor(total * scale))
-    return [f for f, _ in pending]
+        items.append((rule, params, evidence.summarize(rule, ev, max_evidence,
+                                                       claims=claim_intervals(rule.frame, ev, frames))))
+    return evidence.findings(items, span, profiled, max_evidence)
+
+
+def check_params(rules: list, params_override: dict | None) -> dict:
+    """``params_override`` as a dict, refused (TraceError) when it names a rule that is not in ``rules``."""
+    params_override = dict(params_override or {})
+    known = {k.casefold() for r in rules for k in (r.id, r.name)}
+    unknown = sorted(k for k in params_override if str(k).casefold() not in known)
+    if unknown:
+        raise TraceError(f"parameters given for unknown rule {unknown[0]!r}")
+    return params_override
+
+
+def failed(rule: Rule, err: Exception) -> TraceError:
+    """The one-line error of a rule whose expressions failed on its frame."""
+    return TraceError(f"rule {rule.id} ({rule.name}) failed on frame {rule.frame!r}: {err}", rule.path,
+                      "check the column names its where/savings/derive use")

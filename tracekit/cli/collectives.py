@@ -58,7 +58,7 @@ def collectives_cmd(path, run, chip, topology, fmt, executions, limit, max_size,
 
 
 def _format(df, executions: bool):
-    from tracekit.units import fmt_num, fmt_pct, fmt_time
+    from tracekit.units import fmt_eff, fmt_num, fmt_time
     cols = ["host", "device", "op", "kind"] if executions else ["op", "kind", "group_size", "span", "executions"]
     out = df[cols].copy()
     if not executions:
@@ -68,6 +68,6 @@ def _format(df, executions: bool):
     out["algbw"] = df["algbw_bytes_per_s"].map(lambda b: fmt_num(b, "B/s"))
     out["busbw"] = df["busbw_bytes_per_s"].map(lambda b: fmt_num(b, "B/s"))
     out["predicted"] = df["predicted_ps"].map(fmt_time)
-    out["efficiency"] = df["efficiency"].map(fmt_pct)
+    out["efficiency"] = df["efficiency"].map(fmt_eff)
     out["bound"] = df["bound"].astype(str)
     return out.rename(columns={"group_size": "N"})

@@ -122,9 +122,9 @@ def _params(values: tuple[str, ...]) -> dict:
 @topology_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Load and roofline-join the hosts of a run folder in this many processes (0 = one per core).")
+              help="Analyze the hosts of a run folder in this many processes, each host summarized by its worker (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
-              help="Load the hosts on this Dask cluster, e.g. tcp://HOST:8786 (needs tracekit[dask]).")
+              help="Analyze the hosts on this Dask cluster, e.g. tcp://HOST:8786, or `local` for a local cluster (needs tracekit[dask]).")
 @quiet_opt
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,

@@ -12,7 +12,7 @@ from tracekit.errors import TraceError
 
 #: The work a trace may need (``tracekit.ingest.wire.WEIGHTS``: about the bytes of memory each plane, metadata
 #: entry, line, event and stat takes through the pipeline) is at most this many bytes per byte of (decompressed)
-#: trace, plus WORK_FLOOR. Real traces need 7-14 (the project's fixtures and the third-party TPU/GPU traces); a file
+#: trace, plus WORK_FLOOR. Real traces need 3-14 (the CPU fixtures and the third-party TPU/GPU traces); a file
 #: of empty lines needs 1,536, of empty events 160. ``max_bytes=None`` or ``TRACEKIT_WORK_PER_BYTE=0`` lifts it.
 WORK_PER_BYTE = 64
 WORK_FLOOR = 32 << 20
@@ -64,7 +64,7 @@ def limit_error(args, size: int, where: str) -> TraceError:
                           "raise the limit with --max-events (or max_events=None)")
     return TraceError(f"a {size_text(size)} trace that needs more than {size_text(limit)} of work ({planes:,} planes, "
                       f"{lines:,} lines, {events:,} events, {stats:,} stats counted): over {work_per_byte():g} bytes "
-                      "of work per byte, where real traces need 7-14 (crafted or corrupt?)", where,
+                      "of work per byte, where real traces need 3-14 (crafted or corrupt?)", where,
                       "if it is a real trace, set TRACEKIT_WORK_PER_BYTE=0 (or load it with max_bytes=None)")
 
 

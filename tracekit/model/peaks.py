@@ -159,10 +159,19 @@ def _pass_factor(ch, cdt: str) -> float:
     return 1.0
 
 
-def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int = 20) -> list[dict]:
+def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int | None = 20) -> list[dict]:
     """Ops measured more than 5 % faster than their roofline, one entry per (module, op, bound), largest time
     first: op, module, executions, time_ps (their self time), share_of_op_time, efficiency_max, bound_by, the
     measured rate and the peak it beat (unit, value, source), and a one-line message."""
+    if not len(ops) or "efficiency" not in ops:
+        return []
+    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
+    return finish_warnings(warning_groups(ops, dchips), float(t[~ops["is_async"].to_numpy(bool)].sum()), limit)
+
+
+def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
+    """The entries of :func:`model_warnings` before the share and the message, every group: entries of disjoint
+    devices merge in :func:`finish_warnings` (executions and time summed, the fastest execution kept)."""
     if not len(ops) or "efficiency" not in ops:
         return []
     eff = ops["efficiency"].to_numpy(float)
@@ -170,8 +179,6 @@ def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int = 20) -> list[dic
     if not over.any():
         return []
     t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
-    sync = ~ops["is_async"].to_numpy(bool)
-    total = float(t[sync].sum()) or 1.0
     o = ops[over].assign(_t=t[over], _e=eff[over])
     out = []
     for (mod, op, bound), g in o.groupby([o["module"].astype(str), o["op"].astype(str), o["bound_by"].astype(str)],
@@ -179,15 +186,37 @@ def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int = 20) -> list[dic
         r = g.loc[g["_e"].idxmax()]
         ch = dchips.get((r["host"], r["device"]))
         rate, peak, unit, src = _rate_and_peak(r, bound, ch)
-        msg = (f"model: {op} ({mod}) ran {r['_e']:.0%} of its roofline ({len(g)} execution(s) above it, "
-               f"{fmt_time(g['_t'].sum())}): measured {fmt_num(rate, unit)} against a peak of {fmt_num(peak, unit)} "
-               f"({src}); its efficiency is shown above 100 %: the peak, its cost or its time is wrong")
         out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(len(g)),
-                    "time_ps": int(g["_t"].sum()), "share_of_op_time": float(g["_t"].sum() / total),
-                    "efficiency_max": float(r["_e"]), "measured_rate": rate, "peak": peak, "unit": unit,
-                    "peak_source": src, "message": msg})
+                    "time_ps": float(g["_t"].sum()), "efficiency_max": float(r["_e"]), "measured_rate": rate,
+                    "peak": peak, "unit": unit, "peak_source": src})
+    return out
+
+
+def finish_warnings(groups: list, total: float, limit: int | None = 20) -> list[dict]:
+    """:func:`model_warnings` from the :func:`warning_groups` of one or more sets of devices (in device order)
+    and the total sync self time ``total``."""
+    merged: dict = {}
+    for g in groups:
+        key = (g["module"], g["op"], g["bound_by"])
+        m = merged.get(key)
+        if m is None:
+            merged[key] = dict(g)
+            continue
+        keep = g if g["efficiency_max"] > m["efficiency_max"] else m
+        merged[key] = {**keep, "executions": m["executions"] + g["executions"], "time_ps": m["time_ps"] + g["time_ps"]}
+    total = total or 1.0
+    out = []
+    for w in merged.values():
+        msg = (f"model: {w['op']} ({w['module']}) ran {w['efficiency_max']:.0%} of its roofline ({w['executions']} "
+               f"execution(s) above it, {fmt_time(w['time_ps'])}): measured {fmt_num(w['measured_rate'], w['unit'])} "
+               f"against a peak of {fmt_num(w['peak'], w['unit'])} ({w['peak_source']}); its efficiency is shown "
+               "above 100 %: the peak, its cost or its time is wrong")
+        out.append({"module": w["module"], "op": w["op"], "bound_by": w["bound_by"], "executions": w["executions"],
+                    "time_ps": int(w["time_ps"]), "share_of_op_time": float(w["time_ps"] / total),
+                    "efficiency_max": w["efficiency_max"], "measured_rate": w["measured_rate"], "peak": w["peak"],
+                    "unit": w["unit"], "peak_source": w["peak_source"], "message": msg})
     out.sort(key=lambda w: (-w["time_ps"], w["module"], w["op"]))
-    return out[:limit]
+    return out if limit is None else out[:limit]
 
 
 def _rate_and_peak(r, bound: str, ch) -> tuple[float, float, str, str]:

@@ -85,6 +85,12 @@ def device_chips(tr: Trace, chip: str | None = None) -> dict:
     return cache[chip]
 
 
+def remember_device_chips(tr: Trace, chip: str | None, dchips: dict) -> None:
+    """Let :func:`device_chips` of ``tr`` answer ``dchips`` for ``chip``: a trace without its events (a pod's
+    skeleton) whose devices' chips were resolved, host by host, where the events are."""
+    tr.__dict__.setdefault("_device_chips", {})[chip] = dict(dchips)
+
+
 @dataclass(frozen=True)
 class ChipUse:
     """One chip of an analysis and the devices that ran on it (``host/device`` when there are several hosts)."""

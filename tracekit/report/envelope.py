@@ -142,6 +142,34 @@ class Analysis:
     interconnect: dict | None = None  #: topology and collectives measured vs predicted (:func:`tracekit.pipeline.interconnect`)
     model_warnings: tuple = ()  #: ops faster than their roofline (:func:`tracekit.model.peaks.model_warnings`)
     headline: dict | None = None  #: the findings' union of claims and the roofline floor (:mod:`tracekit.analysis.claims`)
+    totals: Totals | None = None  #: the ops' and collectives' totals when ``ops`` does not hold every op (a pod)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What the summary reads of every op and every collective: sync op time and executions, op time by
+    ``bound_by``, hosts with ops, collective executions and their exposed time. Totals of disjoint hosts add up."""
+
+    op_time_ps: int = 0
+    op_executions: int = 0
+    time_by_bound_ps: dict = field(default_factory=dict)
+    hosts: int = 0
+    collectives: int = 0
+    collective_exposed_ps: int = 0
+
+
+def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
+    """The :class:`Totals` of an ops frame and its collectives frame."""
+    sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
+    dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
+    by_bound = {}
+    if "bound_by" in ops and len(ops):
+        codes = ops["bound_by"].cat.codes.to_numpy()
+        cats = list(ops["bound_by"].cat.categories)
+        per = np.bincount(codes[sync_m & (codes >= 0)], weights=dur[sync_m & (codes >= 0)], minlength=len(cats))
+        by_bound = {str(c): int(v) for c, v in zip(cats, per) if v}
+    return Totals(int(dur[sync_m].sum()), int(sync_m.sum()), by_bound, int(ops["host"].nunique()) if len(ops) else 0,
+                  int(len(coll)), int(coll["exposed_ps"].sum()) if len(coll) else 0)
 
 
 def chip_entry(use) -> dict:
@@ -165,20 +193,13 @@ def build(a: Analysis) -> Report:
     step_stats, overview, memory = a.step_stats, a.overview, a.memory
     interconnect, model_warnings, headline = a.interconnect, a.model_warnings, a.headline
     chips = [chip_entry(u) for u in a.chips]
-    sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
-    dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
-    op_time = int(dur[sync_m].sum())
+    tot = a.totals if a.totals is not None else totals(ops, coll)
+    op_time = tot.op_time_ps
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
-    by_bound = pd.Series(dtype="int64")
-    coverage = 0.0
-    if "bound_by" in ops and len(ops):
-        codes = ops["bound_by"].cat.codes.to_numpy()
-        cats = list(ops["bound_by"].cat.categories)
-        per = np.bincount(codes[sync_m & (codes >= 0)], weights=dur[sync_m & (codes >= 0)], minlength=len(cats))
-        by_bound = pd.Series({str(c): int(v) for c, v in zip(cats, per) if v}).sort_index()
-        known = sum(int(v) for c, v in zip(cats, per) if c != "unknown")
-        coverage = known / op_time if op_time else 0.0
+    by_bound = dict(sorted(tot.time_by_bound_ps.items()))
+    known = sum(v for c, v in by_bound.items() if c != "unknown")
+    coverage = known / op_time if op_time and by_bound else 0.0
     top = op_stats.head(TOP_OPS).copy()
     if len(hlo) and len(top):
         src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
@@ -206,17 +227,17 @@ def build(a: Analysis) -> Report:
         "overview": clean(overview.to_dict()) if overview is not None else {},
         "memory": memory_section(memory) if memory is not None else {},
         "summary": clean({
-            "hosts": int(ops["host"].nunique()) if len(ops) else 0,
+            "hosts": tot.hosts,
             "devices": int(len(devices)),
             "steps": int(steps["step"].nunique()) if len(steps) else 0,
             "step_rows": int(len(steps)), "step_rows_in_report": int(min(len(steps), STEP_ROWS)),
             "step_source": list(a.step_source),
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
-            "op_executions": int(sync_m.sum()),
+            "op_executions": tot.op_executions,
             "roofline_coverage": coverage,
             "time_by_bound_ps": {k: int(v) for k, v in by_bound.items()},
-            "collectives": int(len(coll)),
-            "collective_exposed_ps": int(coll["exposed_ps"].sum()) if len(coll) else 0,
+            "collectives": tot.collectives,
+            "collective_exposed_ps": tot.collective_exposed_ps,
             "hlo_present": bool(len(hlo)),
             "findings": len(finding_dicts),
             "claimed_savings_ps": total_claimed,
@@ -229,7 +250,7 @@ def build(a: Analysis) -> Report:
         if len(steps) else [],
         "top_ops": records(top, OP_COLUMNS),
         "roofline": {"points": clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
-        "collectives": records(coll.sort_values("exposed_ps", ascending=False).head(50)) if len(coll) else [],
+        "collectives": records(coll.sort_values("exposed_ps", ascending=False, kind="stable").head(50)) if len(coll) else [],
         "interconnect": interconnect or {"topology": {}, "collectives": [], "collective_ops": 0},
         "findings": finding_dicts,
         "custom_calls": clean(a.custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,

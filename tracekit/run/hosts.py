@@ -243,11 +243,13 @@ def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
 
 def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = None, max_bytes=None, max_events=None,
             chip: str | None = None, topology: str | None = None, **kw):
-    """:func:`tracekit.pipeline.analyze` of a run folder (or logdir) with its hosts loaded and roofline-joined in
-    parallel by ``jobs`` processes or the Dask cluster ``dask``; the other keywords are ``pipeline.analyze``'s.
-    Same Report, byte for byte. A single file, or ``jobs == 1`` without ``dask``, takes the single-process path."""
+    """:func:`tracekit.pipeline.analyze` of a run folder (or logdir) with its hosts mapped to small summaries by
+    ``jobs`` processes or the Dask cluster ``dask`` (an address, ``"local"`` or a Client) and reduced in this
+    process (:mod:`tracekit.run.pod`); the other keywords are ``pipeline.analyze``'s. A single file, or
+    ``jobs == 1`` without ``dask``, takes the single-process path."""
     from tracekit import pipeline
     from tracekit.ingest.trace import Trace
+    from tracekit.run import pod
     if isinstance(source, Trace) or (dask is None and _jobs(jobs) == 1):
         return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip,
                                 topology=topology, **kw)
@@ -255,12 +257,8 @@ def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = Non
     if len(files) == 1:
         return pipeline.analyze(source, run=run, max_bytes=max_bytes, max_events=max_events, chip=chip,
                                 topology=topology, **kw)
-    mb = max_bytes if max_bytes is not None else _load.DEFAULT_MAX_BYTES
-    tr, ops = _combine(load_parts(files, jobs=jobs, dask=dask, max_bytes=mb, max_events=max_events, chip=chip,
-                                  topology=topology), files)
-    if ops is None:
-        return pipeline.analyze(tr, chip=chip, topology=topology, **kw)
-    return pipeline.analyze(tr, chip=chip, topology=topology, ops=ops, **kw)  # the per-host joins, combined
+    return pod.analyze(source, jobs=_jobs(jobs), dask=dask, run=run, max_bytes=max_bytes, max_events=max_events,
+                       chip=chip, topology=topology, **kw)
 
 
 def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html as _html
 
-from tracekit.units import fmt_num, fmt_pct, fmt_time
+from tracekit.units import EFF_MARKS_NOTE, fmt_eff, fmt_num, fmt_time
 
 ROWS = 12
 HEADERS = ["op", "kind", "N", "span", "n", "time", "skew", "algbw", "busbw", "predicted", "eff", "bound"]
@@ -13,7 +13,7 @@ KEYS = ["op", "kind", "group_size", "span", "executions", "time_ps", "skew_ps", 
         "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound"]  # the raw value behind each column
 NOTE = ("time = mean per execution; skew = waiting for the last participant to arrive (not bandwidth); algbw = "
         "size / (time - skew), busbw = algbw x 2(N-1)/N (all-reduce) or (N-1)/N (nccl-tests); predicted from the "
-        "chip table's links on this topology; eff = predicted / (time - skew)")
+        "chip table's links on this topology; eff = predicted / (time - skew); " + EFF_MARKS_NOTE)
 
 
 RIGHT = {2, 4, 5, 6, 7, 8, 9, 10}
@@ -27,7 +27,7 @@ def rows(ic: dict, limit: int = ROWS) -> list[list[str]]:
                     str(r.get("span") or "—"), str(r.get("executions") or 0), fmt_time(r.get("time_ps")),
                     fmt_time(r.get("skew_ps")), fmt_num(r.get("algbw_bytes_per_s"), "B/s"),
                     fmt_num(r.get("busbw_bytes_per_s"), "B/s"), fmt_time(r.get("predicted_ps")),
-                    fmt_pct(r.get("efficiency")), str(r.get("bound") or "—")])
+                    fmt_eff(r.get("efficiency")), str(r.get("bound") or "—")])
     return out
 
 

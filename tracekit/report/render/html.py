@@ -22,7 +22,7 @@ import math
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.render import timeline_html as tlh
-from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
+from tracekit.units import EFF_MARKS_NOTE, fmt_eff, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".html", ".htm")
 COLORS = {"compute": "#3b6fd4", "memory": "#d9480f", "network": "#2b8a3e", "host_link": "#8e44ad",
@@ -122,7 +122,7 @@ def roofline_svg(d: dict) -> str:
                f"{p.get('dtype') or '?'}\nintensity {fmt_num(p['intensity_flops_per_byte'], 'FLOP/B')} · achieved "
                f"{fmt_num(p['achieved_flops_per_s'], 'FLOP/s')}"
                + (f"\n{fmt_pct(p['achieved_flops_per_s'] / attain[0])} of the roof at this intensity" if attain else "")
-               + (f" · efficiency {fmt_pct(o['efficiency'])}" if o.get("efficiency") is not None else ""))
+               + (f" · efficiency {fmt_eff(o['efficiency'])}" if o.get("efficiency") is not None else ""))
         s.append(f'<circle class="op-point" cx="{X(p["intensity_flops_per_byte"]):.1f}" '
                  f'cy="{Y(p["achieved_flops_per_s"]):.1f}" r="{r:.1f}" fill="{COLORS.get(p.get("bound_by"), "#868e96")}"'
                  f' data-tip="{e(tip)}"><title>{e(tip)}</title></circle>')
@@ -373,7 +373,7 @@ def body(d: dict, *, top: int = 25) -> str:
         f"{custom_calls_html(d.get('custom_calls') or {})}"
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
-        f"click a header to sort.</p></section>\n"
+        f"click a header to sort. {e(EFF_MARKS_NOTE)}</p></section>\n"
         f"{coll_section.html_section(d)}")
 
 

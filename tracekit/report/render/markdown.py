@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from tracekit.report.render import collectives as coll_section
-from tracekit.units import ABOVE_MARK, ABOVE_ROOFLINE, fmt_num, fmt_pct, fmt_time
+from tracekit.units import EFF_MARKS_NOTE, eff_mark, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".md", ".markdown")
 MAX_CELL = 70
@@ -191,7 +191,8 @@ def top_ops_table(ops: list[dict]) -> list[str]:
             elif kind == "float":
                 cells.append("—" if v is None else fmt_num(v))
             elif kind == "eff":
-                cells.append(_scaled(v, div) + (esc(ABOVE_MARK) if v is not None and v > ABOVE_ROOFLINE else ""))
+                mark = eff_mark(v).strip()
+                cells.append(_scaled(v, div) + (f" {esc(mark)}" if mark else ""))
             else:
                 cells.append(_scaled(v, div))
         rows.append(cells)
@@ -235,6 +236,8 @@ def render(report, *, top: int = 12, **_) -> str:
     if ops:
         out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
                 OPS_NOTE, "", *top_ops_table(ops), ""]
+        if any(eff_mark(o.get("efficiency")) for o in ops):
+            out += [esc(EFF_MARKS_NOTE, None), ""]
     out += custom_calls_section(d.get("custom_calls") or {})
     out += coll_section.markdown_lines(d, esc, table)
     for w in d.get("warnings") or []:

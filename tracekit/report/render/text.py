@@ -16,7 +16,7 @@ import re
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
-from tracekit.units import ABOVE_MARK, fmt_eff, fmt_num, fmt_pct, fmt_time
+from tracekit.units import ABOVE_MARK, EFF_MARKS_NOTE, WITHIN_MARK, fmt_eff, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
 #: width of a text report written to a file or a pipe
@@ -212,8 +212,8 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
     o.table(f"Top ops by time (of {s['op_executions']:,} executions)",
             ["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"], rows,
             right={2, 3, 4, 5, 6, 8, 9}, shrink=(0, 1), drop=(10, 1, 6, 5, 9))
-    if any(ABOVE_MARK in r[8] for r in rows):
-        o.para(f"{ABOVE_MARK.strip()} above its roofline: the model is wrong for it (see the model warnings)")
+    if any(ABOVE_MARK in r[8] or WITHIN_MARK in r[8] for r in rows):
+        o.para(EFF_MARKS_NOTE)
 
 
 def _collectives(o: _Out, d: dict) -> None:
