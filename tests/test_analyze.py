@@ -64,18 +64,25 @@ def test_savings_add_up(case):
 
 
 def test_v6e_overlap_agrees_with_xprof_on_shared_windows():
+    """xprof takes TPU:0's windows from the trace's "Async XLA Ops" line, on the host clock; tracekit pairs them
+    from the device-clocked -start/-done ops. Where the two clocks agree on a window (same start within 1 ms, same
+    span within 50 us) the overlap class is the same; where they do not, xprof's host-clock window is the short one
+    (down to 0.14 ms for a 5.37 GB host-offload copy), while every device-clock window takes at least 182 ms."""
     pytest.importorskip("xprof")
+    import pandas as pd
     from tracekit.run import xprof
     path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
     ours = timeline.async_overlap(tracekit.load(path).ops)
     ref = xprof.async_overlap(path)
-    # TPU:0 is where both take the windows from the trace's "Async XLA Ops" line
-    o0 = ours[ours["device"] == "TPU:0"]
-    r0 = ref[ref["device"] == "/device:TPU:0"]
-    m = o0.merge(r0, left_on=["op", "start_ps"], right_on=["op_name", "start_ps"], suffixes=("", "_x"))
-    assert len(m) >= 0.99 * len(r0)
-    assert (m["span_ps"] == m["span_ps_x"]).all()
-    assert (m["overlap_class"] == m["class"]).mean() >= 0.98
+    o0 = ours[ours["device"] == "TPU:0"].astype({"op": str}).sort_values("start_ps")
+    r0 = ref[ref["device"] == "/device:TPU:0"].drop(columns="op").rename(columns={"op_name": "op"})
+    r0 = r0.astype({"op": str}).sort_values("start_ps")
+    assert len(o0) == len(r0) == 600 and set(r0["window_source"]) == {"Async XLA Ops"}
+    m = pd.merge_asof(o0, r0, on="start_ps", by="op", direction="nearest", tolerance=10**9, suffixes=("", "_x"))
+    same = (m["span_ps"] - m["span_ps_x"]).abs() < 50_000_000
+    assert same.sum() >= 0.4 * len(r0)
+    assert (m["overlap_class"] == m["class"])[same].mean() >= 0.98
+    assert o0["span_ps"].min() >= 182e9 and r0["span_ps"].min() < 1e9
 
 
 def test_cli_exit_codes(tmp_path):

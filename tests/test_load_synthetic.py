@@ -152,3 +152,37 @@ def test_multi_host_run_folder_and_logdir(tmp_path):
         tracekit.load(tmp_path / "logdir", run="nope")
     tr3 = tracekit.load(run / "2026_01_01_00_00_00")
     assert len(tr3.hosts) == 2 and np.array_equal(tr3.ops["duration_ps"].sum(), tr.ops["duration_ps"].sum())
+
+
+def test_tpu_device_clock_over_corrupt_host_stamps(tmp_path):
+    """XLA Ops carrying device_offset_ps / device_duration_ps: op starts come from the device clock, mapped onto the
+    plane's timeline (here the device runs 5 us behind the host), also where the host stamps are corrupt (run 2:
+    its -start stamped 3 ms late, after its -done; its fusion stamped 3 ms late with host duration 0, like the real
+    v6e trace). Every op stays in its module run, and every -start..-done window is the 6 ms the chip measured."""
+    ms = 1_000_000_000
+    b = synth.SpaceBuilder(hostname="tpuhost")
+    b.hlo_module(_tpu_module(), label="jit_step(77)")
+    p = b.plane("/device:TPU:0", {"device_type_string": "TPU v6 Lite"})
+    mods, ops = p.line("XLA Modules", timestamp_ns=0), p.line("XLA Ops", timestamp_ns=0)
+    text = {"fusion.1": "%fusion.1 = f32[1024]{0} fusion(f32[1024]{0} %p), kind=kLoop",
+            "all-reduce-start": "%all-reduce-start = f32[1024]{0} all-reduce-start(f32[1024]{0} %fusion.1)",
+            "all-reduce-done": "%all-reduce-done = f32[1024]{0} all-reduce-done(f32[1024]{0} %all-reduce-start)"}
+    for k in range(6):
+        t0 = k * 12 * ms
+        mods.event("jit_step(77)", t0, 10 * ms, stats={"run_id": 100 + k})
+        late = 3 * ms if k == 2 else 0
+        for op, at, dur, host_dur in (("fusion.1", ms // 10, ms, 0 if late else ms), ("all-reduce-start", 2 * ms, 0, 0),
+                                      ("all-reduce-done", 2 * ms, 6 * ms, 6 * ms)):
+            host_at = t0 + at + (late if op != "all-reduce-done" else 0)
+            ops.event(text[op], host_at, host_dur, display=op, md_stats={"program_id": 77},
+                      stats={"device_offset_ps": t0 + at - 5_000_000, "device_duration_ps": dur})
+    f = tmp_path / "clock.xplane.pb"
+    b.write(f)
+    tr = tracekit.load(f)
+    fu = tr.device_ops[tr.device_ops["op"] == "fusion.1"].sort_values("start_ps")
+    assert fu["start_ps"].tolist() == [k * 12 * ms + ms // 10 for k in range(6)]
+    assert fu["duration_ps"].tolist() == [ms] * 6
+    assert tr.device_ops.groupby("run_id").size().to_dict() == {100 + k: 3 for k in range(6)}
+    win = tr.ops[tr.ops["is_async"]].sort_values("start_ps")
+    assert win["start_ps"].tolist() == [k * 12 * ms + 2 * ms for k in range(6)]
+    assert (win["duration_ps"] == 6 * ms).all() and (win["run_id"] == [100 + k for k in range(6)]).all()

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.ingest import devclock
 from tracekit.ingest.events import Acc, Cat, intern, stat_floats, stat_ints, stat_strings
 from tracekit.ingest.wire import LineData, PlaneData
 from tracekit.ingest.xspace import as_float, as_int, device_of, stats_dict
@@ -172,6 +173,9 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
             devices.append({"host": host, "device": f"{dev[0]}:{dev[1]}", "device_kind": kind or dev[0],
                             "plane": plane.name, "stats": pstats})
         compile_ids = mem_ids = None
+        tpu = bool(dev) and dev[0] == "TPU"
+        stage = {k: Acc() for k in ("ops", "async", "modules", "steps")} if tpu else acc  # one plane's TPU lines
+        clock: list = []
         for line in plane.lines:
             if not _sanitize(line, issues):
                 continue
@@ -179,7 +183,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
             if dev and n:
                 device = f"{dev[0]}:{dev[1]}"
                 if dev[0] == "TPU":
-                    _tpu_line(head, line, names, host, device, acc, issues, odd)
+                    _tpu_line(head, line, names, host, device, stage, issues, odd, clock)
                 elif dev[0] == "GPU":
                     _gpu_line(head, line, names, host, device, acc, issues, odd)
             elif not dev and n and plane.name.startswith("/host:") and plane.name != "/host:metadata":
@@ -202,6 +206,10 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
             last = int((line.offset_ps + line.event_duration_ps).max()) + t0 if n else 0
             acc["lines"].add(host=host, plane=plane.name, line=line.name or line.display_name,
                              events=np.array([n]), start_ps=np.array([first]), end_ps=np.array([last]))
+        if tpu:  # op starts from the device clock where the ops carry it; then the staged rows join the rest
+            devclock.settle(stage, clock)
+            for k, a in stage.items():
+                acc[k].chunks.extend(a.chunks)
     out = {"ops": acc["ops"].frame(schema.OPS), "async": acc["async"].frame(schema.OPS),
            "modules": acc["modules"].frame(schema.MODULES), "steps": acc["steps"].frame(schema.STEPS),
            "host_steps": acc["host_steps"].frame(schema.STEPS), "lines": acc["lines"].frame(schema.LINES),
@@ -235,10 +243,10 @@ def _tpu_md(names, odd: dict | None = None):
     return f
 
 
-def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
+def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None, clock=None):
     lname = line.name
     if lname in ("XLA Ops", "Async XLA Ops"):
-        ids = _ids(names, "flops", "bytes_accessed", "model_flops", "device_duration_ps")
+        ids = _ids(names, "flops", "bytes_accessed", "model_flops", "device_duration_ps", "device_offset_ps")
         vals, inv = _md_values(head, line.metadata_id, _tpu_md(names, odd), issues)
         fl, by = _num(vals, inv, "flops", float), _num(vals, inv, "bytes_accessed", float)
         mf = _num(vals, inv, "model_flops", float)
@@ -255,11 +263,16 @@ def _tpu_line(head, line, names, host, device, acc, issues=None, odd=None):
             ddur = np.clip(ddur, 0, MAX_PS)
         dur[has] = ddur[has]
         sync = lname == "XLA Ops"
+        start = _start(line)
         acc["ops" if sync else "async"].add(
             host=host, device=device, line=lname, source="xla_ops" if sync else "async_xla_ops",
             op=_col(vals, inv, "op"), opcode=_col(vals, inv, "opcode"), category=_col(vals, inv, "category"),
-            program_id=_num(vals, inv, "program_id", np.uint64), start_ps=_start(line), duration_ps=dur,
+            program_id=_num(vals, inv, "program_id", np.uint64), start_ps=start, duration_ps=dur,
             is_async=np.full(line.n_events, not sync), trace_flops=fl, trace_bytes=by, trace_model_flops=mf)
+        has_off, doff = stat_ints(line, ids["device_offset_ps"], odd, "device_offset_ps")
+        both = has & has_off & (np.abs(doff) <= MAX_PS)
+        if sync and clock is not None and both.any():
+            clock.append((acc["ops"].chunks[-1], both, doff, start + line.event_duration_ps))
     elif lname == "XLA Modules":
         from tracekit.ingest.hlo import parse_module_label
         vals, inv = _md_values(head, line.metadata_id, lambda md: parse_module_label(md.name if md else ""), issues)
