@@ -190,9 +190,35 @@ def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:
 
 def cat_apply(s: pd.Series, fn) -> np.ndarray:
     """``fn(value)`` evaluated once per distinct value of ``s`` and spread to every row (NumPy array)."""
-    codes, uniq = codes_of(s)
+    codes, uniq = codes_of(s, compact=True)
     vals = np.array([fn(u) for u in uniq] + [fn("")])  # the last entry serves missing values
-    return vals[np.where(codes >= 0, codes, len(uniq))]
+    if vals.dtype == bool:
+        return spread_mask(vals[:-1], codes, bool(vals[-1]))
+    return vals[codes]  # code -1 picks the last entry
+
+
+#: a mask with at most this many codes on (or off) is made of comparisons instead of a gather
+_FEW = 8
+
+
+def spread_mask(hit: np.ndarray, codes: np.ndarray, missing: bool = False) -> np.ndarray:
+    """The rows whose code is on in ``hit`` (one bool per distinct value; code -1, a missing value, gives
+    ``missing``): ``hit[codes]``, as a few equality tests when few codes are on (or off), which costs far less
+    than a gather through a small table."""
+    hit = np.asarray(hit, bool)
+    on = np.flatnonzero(hit)
+    off = np.flatnonzero(~hit)
+    if len(on) <= _FEW:
+        out = codes < 0 if missing else np.zeros(len(codes), bool)
+        for c in on.tolist():
+            out |= codes == c
+        return out
+    if len(off) <= _FEW:
+        out = np.ones(len(codes), bool) if missing else codes >= 0
+        for c in off.tolist():
+            out &= codes != c
+        return out
+    return np.append(hit, missing)[codes]
 
 
 def with_columns(df: pd.DataFrame, new: dict) -> pd.DataFrame:
