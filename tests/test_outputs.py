@@ -206,3 +206,14 @@ def test_a_kill_leaves_a_temporary_that_the_next_run_removes(tmp_path):
     assert cli("analyze", trace(), "-o", out, "-q").returncode == 0
     assert temporaries(tmp_path) == [live.name]
     assert json.loads(out.read_text())["schema"] == "tracekit.report/1"
+
+
+def test_format_is_for_stdout_when_the_extension_says(tmp_path):
+    """``--format`` sets stdout's format and that of an -o without a known extension; a file's extension wins."""
+    p = cli("analyze", trace(), "-o", tmp_path / "r.json", "--format", "markdown")
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["schema"] == "tracekit.report/1"
+    assert p.stdout.startswith("#")  # stdout in the asked format
+    q = cli("analyze", trace(), "-o", tmp_path / "report", "--format", "json", "-q")
+    assert q.returncode == 0, q.stderr
+    assert json.loads((tmp_path / "report").read_text())["schema"] == "tracekit.report/1"

@@ -17,3 +17,20 @@ def default_threads() -> int:
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
     return max(1, min(n, 8))
+
+
+#: Commands that use BLAS themselves (``calibrate`` times a NumPy matmul) or hand the environment to the user's
+#: program (``capture`` runs a script): their BLAS keeps its threads.
+BLAS_COMMANDS = ("calibrate", "capture")
+
+
+def blas_one_thread() -> bool:
+    """Before NumPy is first imported: its BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise; True
+    when it took effect. tracekit's analysis does no BLAS work (no matmul, no linear algebra), while OpenBLAS
+    starts one thread per core when NumPy is imported: ~0.07 CPU-s of a 0.8 CPU-s ``analyze`` on a small trace
+    (2 cores). For the command line's one-shot processes only; a library caller's process is never changed."""
+    import sys
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return False
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    return True

@@ -14,10 +14,14 @@ from tracekit.cli.console import OneLineErrors
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracekit")
-def main():
+@click.pass_context
+def main(ctx):
     """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
+    from tracekit import threads
     from tracekit.run import alloc
     alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
+    if ctx.invoked_subcommand not in threads.BLAS_COMMANDS:
+        threads.blas_one_thread()  # no BLAS thread pool started with NumPy (see tracekit/threads.py)
 
 
 for _command in (commands.info, commands.ops, commands.analyze, commands.capture_cmd, commands.diff_cmd,

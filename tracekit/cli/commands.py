@@ -156,7 +156,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
 
 
 def _out_format(render, out: str, fmt: str | None, single: bool) -> str:
-    """The format of ``-o out``: its extension's (``--format`` for a single output); for stdout or a device,
+    """The format of ``-o out``: its extension's, else ``--format`` (for a single output); for stdout or a device,
     ``--format`` or text. A path that cannot take a report (a folder, a block device) is refused here, first."""
     from tracekit import fileio
     kind = fileio.target(out, what="the report").kind
@@ -164,6 +164,8 @@ def _out_format(render, out: str, fmt: str | None, single: bool) -> str:
         return render.format_for(None, fmt)
     if kind == "device" and not (single and fmt) and not any(out.lower().endswith(e) for e in render.EXTENSIONS):
         return render.format_for(None, fmt)  # /dev/null, a pipe without an extension: --format, or text
+    if any(out.lower().endswith(e) for e in render.EXTENSIONS):
+        return render.format_for(out, None)  # the extension says: --format is for stdout (and extensionless -o)
     return render.format_for(out, fmt if single and fmt else None)
 
 

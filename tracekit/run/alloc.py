@@ -12,7 +12,6 @@ turns it off.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -27,7 +26,9 @@ def tune() -> bool:
     if os.environ.get("TRACEKIT_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # the symbols already loaded into this process (libc's among them): ctypes.util.find_library would run
+        # ldconfig in a child process, ~10 ms of CPU per command
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
         if not hasattr(libc, "gnu_get_libc_version"):
             return False  # musl and others: mallopt is absent or a no-op

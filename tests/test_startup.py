@@ -1,0 +1,43 @@
+"""Start-up cost of the command line: what a command imports and how its process is set up (issue 18)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _run(code: str, env_extra: dict | None = None) -> str:
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+def test_cli_import_is_light():
+    """Importing the command line imports neither NumPy nor pandas: the group's callback can still set NumPy's
+    BLAS threads, and `tracekit --help` stays fast."""
+    out = _run("import sys, tracekit.cli.app; print(sorted(m for m in ('numpy', 'pandas', 'jax') if m in sys.modules))")
+    assert out == "[]"
+
+
+def test_blas_one_thread_before_numpy_only():
+    """One BLAS thread when NumPy is not imported yet and the user did not choose; never overrides a choice, and
+    does nothing once NumPy is loaded (a library caller's process)."""
+    probe = "import os; from tracekit import threads; print(threads.blas_one_thread(), os.environ.get('OPENBLAS_NUM_THREADS'))"
+    assert _run(probe) == "True 1"
+    assert _run(probe, {"OPENBLAS_NUM_THREADS": "4"}) == "False 4"
+    assert _run("import numpy; " + probe) == "False None"
+
+
+def test_cli_sets_blas_threads_except_for_blas_commands():
+    """Analysis commands run NumPy's BLAS on one thread; calibrate (a matmul benchmark) and capture (which runs the
+    user's script with this environment) keep the default."""
+    code = ("import click\nfrom tracekit.cli.app import main\nfrom tracekit import threads\nfrom tracekit.run import alloc\n"
+            "alloc.tune = lambda: None\n"
+            "threads.blas_one_thread = lambda: print('one-thread', end=' ')\n"
+            "for cmd in ('analyze', 'info', 'calibrate', 'capture'):\n"
+            "    ctx = click.Context(main, info_name='tracekit'); ctx.invoked_subcommand = cmd\n"
+            "    print(cmd, end=' ')\n"
+            "    with ctx: main.callback()\n")
+    assert _run(code).split() == ["analyze", "one-thread", "info", "one-thread", "calibrate", "capture"]
