@@ -7,20 +7,35 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+def gather(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a[idx]`` for indices known to be valid (0 <= idx < len(a)): NumPy's take without bounds checks, about
+    twice as fast as fancy indexing on millions of rows (an invalid index would be clipped, never read outside)."""
+    return np.take(a, idx, mode="clip")
+
+
+def code_dtype(n: int) -> np.dtype:
+    """The integer dtype pandas keeps a categorical's codes in for ``n`` categories (the narrowest that fits)."""
+    for dt in (np.int8, np.int16, np.int32):
+        if n < np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.int64)
+
+
 def _recode(codes: np.ndarray, cats, table: dict) -> np.ndarray:
     """``codes`` (into ``cats``; -1 missing) as codes into the growing ``table`` (value -> code), in one gather;
     no gather at all when the categories map to themselves."""
-    remap = np.fromiter((table.setdefault(c, len(table)) for c in cats), np.int32, len(cats))
+    remap = np.fromiter((table.setdefault(c, len(table)) for c in cats), np.int64, len(cats))
     if np.array_equal(remap, np.arange(len(remap))):
-        return codes if codes.dtype == np.int32 else codes.astype(np.int32)
-    return np.append(remap, np.int32(-1))[codes]  # code -1 picks the appended -1
+        return codes
+    return np.append(remap, -1).astype(code_dtype(len(table)))[codes]  # code -1 picks the appended -1
 
 
-def concat_categorical(parts: list, lens: list) -> pd.Categorical:
+def concat_categorical(parts: list, lens: list, order: np.ndarray | None = None) -> pd.Categorical:
     """Chunks of one column concatenated as one categorical, categories (as text) in first-seen order and codes
-    remapped in one gather per chunk. A chunk is a (codes, categories) pair (code -1 = missing; e.g.
-    :class:`tracekit.ingest.events.Cat`), a pandas Series (categorical or not), a single value for the chunk's
-    ``lens[i]`` rows, or None (empty text)."""
+    remapped in one gather per chunk (codes as narrow as the categories allow, never widened on the way). A chunk
+    is a (codes, categories) pair (code -1 = missing; e.g. :class:`tracekit.ingest.events.Cat`), a pandas Series
+    (categorical or not), a single value for the chunk's ``lens[i]`` rows, or None (empty text). ``order``: row
+    positions of the concatenation to keep, in that order."""
     table: dict = {}
     out = []
     for p, n in zip(parts, lens):
@@ -32,9 +47,12 @@ def concat_categorical(parts: list, lens: list) -> pd.Categorical:
         elif isinstance(p, tuple):
             codes, cats = p
         else:
-            codes, cats = np.zeros(n, np.int32), ["" if p is None else p]
+            codes, cats = np.zeros(n, np.int8), ["" if p is None else p]
         out.append(_recode(codes, [str(c) for c in cats], table))
-    return pd.Categorical.from_codes(np.concatenate(out), categories=list(table))
+    codes = np.concatenate(out, dtype=code_dtype(len(table)), casting="same_kind") if out else np.zeros(0, np.int8)
+    if order is not None:
+        codes = gather(codes, order)
+    return pd.Categorical.from_codes(codes, categories=list(table))
 
 
 # --------------------------------------------------------------------------- work per distinct value, not per row
@@ -123,7 +141,7 @@ def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
         rank = np.argsort(first, kind="stable")
         code = np.empty(space, np.int64)
         code[seen[rank]] = np.arange(len(seen))
-        return code[key], first[rank]
+        return gather(code, key), first[rank]
     inv, ku = pd.factorize(key)  # hash-based, first-seen order
     first = np.zeros(len(ku), np.int64)
     first[inv[::-1]] = np.arange(n)[::-1]  # the first row of each distinct key
@@ -249,15 +267,17 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
     for c in cols:
         present = [f[c] for f in frames if c in f.columns]
         if any(isinstance(s.dtype, pd.CategoricalDtype) for s in present):
-            data[c] = concat_categorical([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames])
-        elif len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
-                                                 for s in present):
+            data[c] = concat_categorical([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames],
+                                         order)
+            continue
+        if len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
+                                               for s in present):
             data[c] = np.concatenate([s.to_numpy() for s in present])
         else:  # strings, objects, or a column some frames lack: let pandas pick the dtype
             data[c] = pd.concat([f[c] if c in f.columns else pd.Series([None] * len(f)) for f in frames],
                                 ignore_index=True).array
-        if order is not None:
-            data[c] = data[c][order]
+        if order is not None:  # (a gather without bounds checks)
+            data[c] = gather(data[c], order) if isinstance(data[c], np.ndarray) else data[c][order]
     return pd.DataFrame(data, copy=False)
 
 

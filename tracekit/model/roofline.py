@@ -27,7 +27,7 @@ from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import calibrate, chips, execution, peaks, precision
 from tracekit.ingest import hlo
-from tracekit.columns import distinct_rows, unique_rows, with_columns
+from tracekit.columns import distinct_rows, gather, unique_rows, with_columns
 from tracekit.ingest.trace import Trace
 
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
@@ -167,14 +167,14 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     inv, first, rows = distinct_rows(ops, _IDENT)
     u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
-    execs = u["executions"][inv]
+    execs = gather(u["executions"], inv)
     share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
-        p = {k: (v[inv] if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+        p = {k: (gather(v, inv) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
     else:
-        p = _predict(lambda k: u[k][inv], tf, tb, share, n, u)
+        p = _predict(lambda k: gather(u[k], inv), tf, tb, share, n, u)
     del tf, tb, share
     _judge_done_over_windows(ops, p, u, inv)
     new: dict = {}
