@@ -61,23 +61,31 @@ def codes_of(s: pd.Series, compact: bool = False) -> tuple[np.ndarray, list]:
 
 
 def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
-    """One int64 key per row combining the codes of ``cols`` (mixed radix), the size of the key space, and the
-    (codes, distinct values) of each column. When the space would grow past :data:`_DENSE_SPACE` the key so far
-    is renumbered to its distinct values first (first-seen order), so the space stays small whatever the number
-    of columns; the final grouping (first-seen order) is the same."""
-    key = np.zeros(len(df), np.int64)
-    space = 1
-    parts = []
-    for c in cols:
-        codes, uniq = codes_of(df[c], compact=True)
-        parts.append((codes, uniq))
-        if space * (len(uniq) + 1) > _DENSE_SPACE and space > 1:
+    """One integer key per row combining the codes of ``cols`` (mixed radix over code + 1, so a missing value
+    has a key of its own), the size of the key space, and the (codes, distinct values) of each column. The key is
+    int32 while the space fits (half the memory traffic of int64). When the space would grow past
+    :data:`_DENSE_SPACE` the key so far is renumbered to its distinct values first (first-seen order), so the
+    space stays small whatever the number of columns; the final grouping (first-seen order) is the same."""
+    parts = [codes_of(df[c], compact=True) for c in cols]
+    key, space, offset = None, 1, 0
+    for codes, uniq in parts:
+        radix = len(uniq) + 1
+        if key is not None and space * radix > _DENSE_SPACE and space > 1:
+            key += offset  # the +1 of every column so far, added once
             key, first = _factorize(key, space)
-            space = len(first)
-        key *= len(uniq) + 1
-        key += codes
-        key += 1
-        space *= len(uniq) + 1
+            space, offset = len(first), 0
+        if key is None:
+            key = codes.astype(np.int32 if radix < 1 << 31 else np.int64)
+        else:
+            if space * radix >= 1 << 31 and key.dtype != np.int64:
+                key = key.astype(np.int64)
+            key *= radix
+            key += codes
+        offset = offset * radix + 1
+        space *= radix
+    if key is None:
+        return np.zeros(len(df), np.int32), 1, parts
+    key += offset
     return key, space, parts
 
 
@@ -85,23 +93,22 @@ def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
 _DENSE_SPACE = 1 << 20
 
 
-_CHUNK = 1 << 20
-
-
 def _first_rows(key: np.ndarray, space: int) -> np.ndarray:
-    """For each value in [0, space): the first row holding it (``len(key)`` when none). Scans in chunks (no
-    row-sized temporaries) and stops once every value present has been met."""
+    """For each value in [0, space): the first row holding it (``len(key)`` when none). A value first appears at
+    the start of a run of equal keys: when runs are long (a sorted frame) only their starts are scattered."""
     n = len(key)
     first_at = np.full(space, n, np.int64)
-    # the early stop needs a count per value: worth it for small spaces only
-    want = int(np.count_nonzero(np.bincount(key, minlength=space))) if space <= _CHUNK else -1
-    for lo in range(0, n, _CHUNK):
-        kc = key[lo:lo + _CHUNK]
-        new = np.nonzero(first_at[kc] == n)[0]  # rows whose value was not met in an earlier chunk
-        if len(new):
-            first_at[kc[new[::-1]]] = lo + new[::-1]  # duplicates: the last write (the first row) wins
-            if want >= 0 and int(np.count_nonzero(first_at < n)) == want:
-                break
+    if not n:
+        return first_at
+    starts = np.flatnonzero(key[1:] != key[:-1])
+    if len(starts) * 4 < n:
+        rows = np.empty(len(starts) + 1, np.int64)
+        rows[0] = 0
+        np.add(starts, 1, out=rows[1:])
+        first_at[key[rows[::-1]]] = rows[::-1]  # duplicates: the last write (the first row) wins
+    else:
+        del starts
+        first_at[key[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)
     return first_at
 
 
@@ -183,9 +190,35 @@ def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:
 
 def cat_apply(s: pd.Series, fn) -> np.ndarray:
     """``fn(value)`` evaluated once per distinct value of ``s`` and spread to every row (NumPy array)."""
-    codes, uniq = codes_of(s)
+    codes, uniq = codes_of(s, compact=True)
     vals = np.array([fn(u) for u in uniq] + [fn("")])  # the last entry serves missing values
-    return vals[np.where(codes >= 0, codes, len(uniq))]
+    if vals.dtype == bool:
+        return spread_mask(vals[:-1], codes, bool(vals[-1]))
+    return vals[codes]  # code -1 picks the last entry
+
+
+#: a mask with at most this many codes on (or off) is made of comparisons instead of a gather
+_FEW = 8
+
+
+def spread_mask(hit: np.ndarray, codes: np.ndarray, missing: bool = False) -> np.ndarray:
+    """The rows whose code is on in ``hit`` (one bool per distinct value; code -1, a missing value, gives
+    ``missing``): ``hit[codes]``, as a few equality tests when few codes are on (or off), which costs far less
+    than a gather through a small table."""
+    hit = np.asarray(hit, bool)
+    on = np.flatnonzero(hit)
+    off = np.flatnonzero(~hit)
+    if len(on) <= _FEW:
+        out = codes < 0 if missing else np.zeros(len(codes), bool)
+        for c in on.tolist():
+            out |= codes == c
+        return out
+    if len(off) <= _FEW:
+        out = np.ones(len(codes), bool) if missing else codes >= 0
+        for c in off.tolist():
+            out &= codes != c
+        return out
+    return np.append(hit, missing)[codes]
 
 
 def with_columns(df: pd.DataFrame, new: dict) -> pd.DataFrame:

@@ -72,16 +72,22 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     for c, v in flags.items():
         out[c] = v
     hx = ops["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in ops else np.zeros(n, bool)
-    out["is_host_transfer"] = gsum(hx) > 0
+    out["is_host_transfer"] = gsum(hx) > 0 if hx.any() else np.zeros(ng, bool)
     out["occurrences"] = gsum().astype(np.int64)
     dev, _ = group_index(ops, ["host", "device"])
     span = int(dev.max(initial=0)) + 1
-    pair = remap[gi[sync]] * span + dev[sync]  # (group, device) pairs
-    if ng * span <= 1 << 26:
-        out["devices"] = (np.bincount(pair, minlength=ng * span) > 0).reshape(ng, span).sum(axis=1).astype(np.int64)
+    # (group, device) pairs over every row: an async row's group is dropped with its group
+    if ng_all * span <= 1 << 26:
+        pair = gi * span
+        pair += dev
+        seen = np.bincount(pair, minlength=ng_all * span).reshape(ng_all, span)[keep] > 0
+        out["devices"] = seen.sum(axis=1).astype(np.int64)
     else:
+        pair = remap[gi[sync]] * span + dev[sync]
         out["devices"] = np.bincount(np.unique(pair) // span, minlength=ng).astype(np.int64)
+    del pair
     out["total_ps"] = np.bincount(gi, weights=np.where(sync, dur, 0), minlength=ng_all)[keep].round().astype(np.int64)
+    has = None  # (NaN rows, groups with a value) of the last column with NaN: columns often share them
     for c in (*_ROOF_SUMS, "headroom_ps"):
         if c not in ops.columns:
             out[c] = np.nan
@@ -89,9 +95,14 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         v = ops[c].to_numpy(np.float64)
         if c == "headroom_ps":
             v = np.clip(v, 0, None)
-        ok = ~np.isnan(v)
-        tot = gsum(np.where(ok, v, 0.0))
-        out[c] = np.where(gsum(ok) > 0, tot, np.nan)  # sum with min_count=1
+        nan = np.isnan(v)
+        if not nan.any():  # every kept group has rows, so a value
+            out[c] = gsum(v)
+            continue
+        tot = gsum(np.where(nan, 0.0, v))
+        if has is None or not np.array_equal(nan, has[0]):
+            has = (nan, gsum(~nan) > 0)
+        out[c] = np.where(has[1], tot, np.nan)  # sum with min_count=1
     return out, int(dur[sync].sum())
 
 

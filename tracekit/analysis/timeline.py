@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import concat_frames
-from tracekit.analysis.intervals import KEYS, covered, cut_points, device_index, merge, rows_view, sync_rows
+from tracekit.columns import concat_frames, spread_mask
+from tracekit.analysis.intervals import KEYS, covered, cut_points, device_index, merge, rows_view, sync_rows, union
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -42,8 +42,7 @@ def cat_mask(s: pd.Series, fn) -> np.ndarray:
     """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows."""
     c = s.astype("category") if s.dtype != "category" else s
     cats = pd.Series(c.cat.categories.astype(str))
-    hit = np.append(np.asarray(fn(cats), dtype=bool), False)  # code -1 (missing) -> False
-    return hit[c.cat.codes.to_numpy()]
+    return spread_mask(np.asarray(fn(cats), dtype=bool), c.cat.codes.to_numpy())  # missing -> False
 
 
 def _col(ops: pd.DataFrame, name: str) -> pd.Series:
@@ -272,54 +271,45 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     ``collective_level`` column, ``collective_exposed_<level>_ps`` splits the exposed time by level (sorted)."""
     ix, sx = device_index(ops), device_index(steps)
     ops, steps = ix.df, sx.df
-    coll = is_collective(ops)
-    sync = sync_rows(ops)
-    marker = is_async_marker(ops)
-    bound = _col(ops, "bound_by").astype(str).to_numpy() if "bound_by" in ops.columns else np.full(len(ops), "")
-    hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
-        np.zeros(len(ops), bool)
-    level = _col(ops, "collective_level").astype(str).to_numpy() if "collective_level" in ops.columns else None
+    cls, levels = _step_classes(ops)
     launched = cat_mask(_col(ops, "source"), lambda s: s.isin(HOST_LAUNCHED))
     og, mg = ix.groups(), device_index(modules).groups() if modules is not None and len(modules) else {}
     st, en = ops["start_ps"].to_numpy(np.int64), ix.ends()
+    sst, sdur, sno = (steps[c].to_numpy(np.int64) for c in ("start_ps", "duration_ps", "step"))
     parts = []
     for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
-        km = coll[oi]
-        wm = sync[oi] & ~km & marker[oi]
-        cm = sync[oi] & ~km & ~marker[oi]
-        xm = ~sync[oi] & ~km  # non-collective async windows
-        a = steps["start_ps"].to_numpy(np.int64)[si]
-        b = a + steps["duration_ps"].to_numpy(np.int64)[si]
-
-        def cov(mask):
-            return covered(*merge(st[oi][mask], en[oi][mask]), a, b)
-        c, k, u, w = cov(cm), cov(km), cov(cm | km), cov(cm | km | wm)
-        cb, cbm = cov(cm & (bound[oi] == "compute")), cov(cm & np.isin(bound[oi], ["compute", "memory"]))
-        off = cov(cm | km | ((wm | xm) & hostx[oi]))
-        act = cov(cm | km | wm | xm)
+        m = _class_unions(rows_view(cls, oi), rows_view(st, oi), rows_view(en, oi))
+        a = sst[si]
+        b = a + sdur[si]
+        c, k = covered(*m["c"], a, b), covered(*m["k"], a, b)
+        u, w = covered(*m["u"], a, b), covered(*m["w"], a, b)
+        cb, cbm = covered(*m["cb"], a, b), covered(*m["cbm"], a, b)
+        off, act = covered(*m["off"], a, b), covered(*m["act"], a, b)
         if (mi := mg.get((h, d))) is not None:
             mst = modules["start_ps"].to_numpy(np.int64)[mi]
-            mm = merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi])
-            am = merge(np.r_[st[oi][cm | km | wm | xm], mm[0]], np.r_[en[oi][cm | km | wm | xm], mm[1]])
+            am = union(m["act"], merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi]))
             outside = (b - a) - covered(*am, a, b)
         else:
             outside = np.zeros(len(a), np.int64)
         inside = (b - a) - act - outside
-        host_launched = bool(launched[oi].any()) and mi is not None
+        host_launched = bool(rows_view(launched, oi).any()) and mi is not None
         zero = np.zeros_like(inside)
-        row = {"host": h, "device": d, "step": steps["step"].to_numpy(np.int64)[si], "start_ps": a, "step_ps": b - a,
+        row = {"host": h, "device": d, "step": sno[si], "start_ps": a, "step_ps": b - a,
                "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
                "wait_ps": w - u, "idle_ps": (b - a) - w, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
                "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
                "host_idle_ps": outside, "launch_idle_ps": inside if host_launched else zero,
                "other_idle_ps": zero if host_launched else inside}
-        if level is not None:
-            done = c
-            for lv in sorted(set(level[oi][km]) - {""}):
-                now = cov(cm | (km & (level[oi] <= lv) & (level[oi] != "")))
-                row[f"collective_exposed_{lv}_ps"] = now - done
-                done = now
+        if levels is not None:
+            done, now = c, m["c"]
+            for r, lv in enumerate(levels):  # the levels of this device's collectives, in text order
+                if (lm := m["levels"].get(r)) is None:
+                    continue
+                now = union(now, lm)
+                cur = covered(*now, a, b)
+                row[f"collective_exposed_{lv}_ps"] = cur - done
+                done = cur
         parts.append(pd.DataFrame(row))
     cols = dict(_BREAKDOWN)
     if parts:
@@ -329,6 +319,63 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     return _frame(parts, cols).fillna({c: 0 for c in cols if c.startswith("collective_exposed_")}).astype(
         {c: "int64" for c in cols if c.startswith("collective_exposed_")}).sort_values(
         ["host", "device", "start_ps"], ignore_index=True)
+
+
+#: the row classes of :func:`step_breakdown` (disjoint): compute ops by bound, -start/-done waits and async
+#: windows by host transfer; collectives are _K + the rank of their level
+_CB, _CM, _CO, _WH, _WN, _XH, _XN, _K = range(1, 9)
+
+
+def _step_classes(ops: pd.DataFrame) -> tuple[np.ndarray, list | None]:
+    """Each row's class (:data:`_CB`...; a collective's is ``_K`` + its level's rank among the levels sorted as
+    text, '' first) and the levels other than '' (None without a ``collective_level`` column)."""
+    coll, sync, marker = is_collective(ops), sync_rows(ops), is_async_marker(ops)
+    hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
+        np.zeros(len(ops), bool)
+    if "bound_by" in ops.columns:
+        bound = _col(ops, "bound_by")
+        cm = cat_mask(bound, lambda s: s == "compute")
+        mm = cat_mask(bound, lambda s: s == "memory")
+    else:
+        cm = mm = np.zeros(len(ops), bool)
+    # one small code per row (sync, marker, host transfer, compute- and memory-bound as bits), classed by a table
+    bits = sync.view(np.uint8) | (marker.view(np.uint8) << 1)
+    bits |= hostx.view(np.uint8) << 2
+    bits |= cm.view(np.uint8) << 3
+    bits |= mm.view(np.uint8) << 4
+    table = np.array([(_XH if b & 4 else _XN) if not b & 1 else (_WH if b & 4 else _WN) if b & 2 else
+                      _CB if b & 8 else _CM if b & 16 else _CO for b in range(32)], np.int16)
+    cls = table[bits]
+    levels = None
+    if "collective_level" in ops.columns:
+        lv = _col(ops, "collective_level")
+        lv = lv if isinstance(lv.dtype, pd.CategoricalDtype) else lv.astype(str).astype("category")
+        names = sorted({str(v) for v in lv.cat.categories} | {""})
+        rank = np.array([names.index(str(v)) for v in lv.cat.categories] + [0], np.int16)  # missing: as ''
+        cls[coll] = _K + rank[lv.cat.codes.to_numpy()[coll]]
+        levels = names[1:]
+    else:
+        cls[coll] = _K
+    return cls, levels
+
+
+def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
+    """One device's merged unions of :func:`step_breakdown` (c, k, u, w, cb, cbm, off, act, and 'levels': level
+    rank -> its collectives), each class's rows gathered and merged once."""
+    order = np.argsort(cls, kind="stable")  # rows by class, in start order within each class
+    cnt = np.bincount(cls, minlength=_K + 1)
+    s, e = st[order], en[order]
+    bounds = np.r_[0, np.cumsum(cnt)]
+    cm = {c: merge(s[bounds[c]:bounds[c + 1]], e[bounds[c]:bounds[c + 1]]) for c in range(len(cnt)) if cnt[c]}
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    g = lambda *cs: union(*(cm.get(c, none) for c in cs))  # noqa: E731
+    out = {"cb": g(_CB), "cbm": g(_CB, _CM), "c": g(_CB, _CM, _CO), "k": g(*range(_K, len(cnt)))}
+    out["u"] = union(out["c"], out["k"])
+    out["w"] = union(out["u"], g(_WH, _WN))
+    out["off"] = union(out["u"], g(_WH, _XH))
+    out["act"] = union(out["w"], g(_XH, _XN))
+    out["levels"] = {c - _K - 1: cm[c] for c in cm if c > _K}  # rank 0 ('') is not a level
+    return out
 
 
 def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:
