@@ -117,9 +117,14 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
     # so a second core helps (TRACEKIT_THREADS=1: one after the other); results are taken in rule order
     from concurrent.futures import ThreadPoolExecutor
 
-    from tracekit.threads import default_threads
-    with ThreadPoolExecutor(max_workers=max(1, min(2, default_threads()))) as pool:
-        results = list(pool.map(run_one, todo))
+    from tracekit.threads import pool_threads
+    ops = frames.get("ops")
+    threads = pool_threads(len(ops) if ops is not None else 0)
+    if threads == 1:  # a small trace: each rule takes a millisecond or two, a pool would cost more than it wins
+        results = [run_one(item) for item in todo]
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            results = list(pool.map(run_one, todo))
     items = []
     for (rule, params), (ev, err) in zip(todo, results):
         if err is not None:

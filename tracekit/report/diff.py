@@ -6,7 +6,6 @@ significant digits, NaN as null, sorted keys); :func:`render` writes it as text,
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from tracekit.analysis.diff import STATUSES, Comparison
@@ -30,7 +29,8 @@ class Diff:
         return bool(self.data.get("failed"))
 
     def to_json(self) -> str:
-        return json.dumps(self.data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        from tracekit.report import jsontext
+        return jsontext.dumps(self.data) + "\n"
 
 
 def build(c: Comparison) -> Diff:

@@ -6,7 +6,6 @@ timestamps, no absolute paths beyond what the user typed, sorted keys).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -28,31 +27,66 @@ STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggrega
 
 def clean(v):
     """JSON-safe scalar: NaN/inf -> None, numpy -> Python, floats rounded to 6 significant digits (stable)."""
+    t = type(v)
+    if t is str or t is int or v is None:  # the common cases first (the checks below return them unchanged)
+        return v
+    if t is float:
+        return _clean_float(v)
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.bool_, bool)):
         return bool(v)
     if isinstance(v, (float, np.floating)):
-        f = float(v)
-        if not math.isfinite(f):
-            return None
-        if f == int(f) and abs(f) < 2**53:
-            return int(f)
-        return float(f"{f:.6g}")
+        return _clean_float(float(v))
     if isinstance(v, dict):
         return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [clean(x) for x in v]
-    if v is None or isinstance(v, (int, str)):
+    if isinstance(v, (int, str)):
         return v
     if v is pd.NA:
         return None
     return str(v)
 
 
+def _clean_float(f: float):
+    if not math.isfinite(f):
+        return None
+    if f == int(f) and abs(f) < 2**53:
+        return int(f)
+    return float(f"{f:.6g}")
+
+
+def _clean_column(s: pd.Series) -> list:
+    """:func:`clean` of every value of ``s``, as iterating it gives them; NumPy integer, bool and float columns
+    without a Python call per value where the result is known (ints and bools as they are; floats: None when not
+    finite, an int when integral, else 6 significant digits)."""
+    dt = s.dtype
+    kind = dt.kind if isinstance(dt, np.dtype) else ""
+    if kind and kind in "iub":
+        return s.to_numpy().tolist()
+    if kind == "f":
+        f = s.to_numpy().astype(np.float64, copy=False)
+        fin = np.isfinite(f)
+        whole = fin & (np.trunc(np.where(fin, f, 0.0)) == f) & (np.abs(np.where(fin, f, 0.0)) < 2**53)
+        if whole.all():
+            return f.astype(np.int64).tolist()
+        code = np.where(fin, np.where(whole, 1, 2), 0).tolist()
+        ints = np.where(whole, f, 0.0).astype(np.int64).tolist()
+        return [None if k == 0 else i if k == 1 else float(f"{x:.6g}")
+                for k, i, x in zip(code, ints, f.tolist())]
+    return [clean(v) for v in s]
+
+
 def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
+    """One dict per row of ``df`` (``columns`` of it when given, in that order), every value :func:`clean`."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    return [{c: clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+    if df.columns.has_duplicates:  # a name that selects several columns: the last one's value wins, as before
+        return [{c: clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+    if not len(df):
+        return []
+    values = [_clean_column(df[c]) for c in cols]
+    return [dict(zip(cols, row)) for row in zip(*values)]
 
 
 @dataclass
@@ -103,7 +137,8 @@ class Report:
         return any(SEVERITIES.index(f["severity"]) >= SEVERITIES.index(fail_on) for f in self.findings)
 
     def to_json(self) -> str:
-        return json.dumps(self.data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        from tracekit.report import jsontext
+        return jsontext.dumps(self.data) + "\n"
 
 
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",

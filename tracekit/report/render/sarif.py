@@ -11,7 +11,6 @@ timestamps, no invocation details.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import PurePosixPath
 from urllib.parse import quote
@@ -143,4 +142,5 @@ def build(report, root: str | None = None) -> dict:
 
 
 def render(report, *, root: str | None = None, **_) -> str:
-    return json.dumps(build(report, root), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    from tracekit.report import jsontext
+    return jsontext.dumps(build(report, root)) + "\n"
