@@ -162,3 +162,63 @@ def test_import_tracekit_is_light_and_load_resolves_on_use():
             "from tracekit import Trace, load; assert callable(load) and Trace.__name__ == 'Trace'; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+# ------------------------------------------------------------------------------ columns stored once (memory)
+def test_constant_columns_read_the_same_values(monkeypatch):
+    n = C.CONSTANT_MIN_ROWS
+    df = pd.DataFrame({"varies": np.arange(n), "nan": np.full(n, np.nan), "minus_one": np.full(n, -1),
+                       "flag": np.zeros(n, bool), "late": np.r_[np.zeros(n - 1), 1.0],
+                       "text": pd.Categorical(["a"] * n)})
+
+    def stored_once(frame):
+        return {c for c in frame.columns
+                if isinstance(frame[c].dtype, np.dtype) and frame[c].to_numpy().strides == (0,)}
+    assert C.constant_columns(df) is df  # a library caller's frames: as they are, writable
+    monkeypatch.setattr(C, "_store_once", True)
+    out = C.constant_columns(df)
+    if not C._COPY_ON_WRITE:
+        assert out is df
+        return
+    assert stored_once(out) == {"nan", "minus_one", "flag"}  # "late" differs only in its last row
+    pd.testing.assert_frame_equal(out, df)
+    assert stored_once(C.constant_columns(df.head(n - 1))) == set()  # short frames are left as they are
+
+
+def test_a_library_callers_frames_stay_writable():
+    """Frames handed to a library caller hold no read-only column (commands store constant columns once)."""
+    from tracekit import pipeline
+    from tracekit.ingest.trace import load
+    from conftest import cpu_fixture
+    tr = load(cpu_fixture("train_step"))
+    for df in (tr.ops, pipeline.with_roofline(tr)):
+        for c in df.columns:
+            df.loc[0, c] = df[c].iloc[1]  # raises on a read-only column
+
+
+def test_one_value():
+    assert C.one_value(np.array([])) is None
+    assert np.isnan(C.one_value(np.full(5000, np.nan)))
+    assert C.one_value(np.r_[np.full(5000, np.nan), 1.0]) is None
+    assert C.one_value(np.full(9000, 3)) == 3
+    assert C.one_value(np.r_[np.full(9000, 3), 4]) is None
+
+
+def _report_cases():
+    from conftest import FIXTURES, SHARED
+    cases = [FIXTURES / "cpu" / "train_step", FIXTURES / "collectives" / "mesh4x4",
+             SHARED / "tpu" / "v6e-4_jax_inference.xplane.pb", SHARED / "gpu" / "mi300x8_jax_conv3d.xplane.pb"]
+    return [pytest.param(p, id=p.name) for p in cases]
+
+
+@pytest.mark.parametrize("path", _report_cases())
+def test_reports_do_not_depend_on_how_columns_are_stored(path, monkeypatch):
+    """The report with every constant column of every frame stored once (however short the frame) equals the
+    report with every column stored per row: the storage saves memory, never changes a verdict."""
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    from tracekit import pipeline
+    per_row = pipeline.analyze(path).to_json()
+    monkeypatch.setattr(C, "_store_once", True)
+    monkeypatch.setattr(C, "CONSTANT_MIN_ROWS", 1)
+    assert pipeline.analyze(path).to_json() == per_row

@@ -281,11 +281,70 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
     return pd.DataFrame(data, copy=False)
 
 
-def self_time(ops: pd.DataFrame) -> np.ndarray:
+def self_time(ops: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
     """Each row's own time (int64 ps): ``self_ps`` (the duration minus nested events' time) where the frame has
-    it, else ``duration_ps``. Sums of op time use this, so nested events are not counted twice."""
+    it, else ``duration_ps``. Sums of op time use this, so nested events are not counted twice. ``rows``: only
+    those rows (positions), without a frame-sized temporary."""
     dur = ops["duration_ps"].to_numpy(np.int64)
+    if rows is not None:
+        dur = gather(dur, rows)
     if "self_ps" not in ops.columns:
         return dur
     s = ops["self_ps"].to_numpy(np.int64)
+    if rows is not None:
+        s = gather(s, rows)
     return np.where(s >= 0, s, dur)
+
+
+#: a numeric column at least this long whose rows all hold one value is kept as that value seen from every row
+CONSTANT_MIN_ROWS = 1 << 16
+#: pandas copies a column before writing to it only with copy-on-write, always on from pandas 3
+_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
+_store_once = False
+
+
+def store_constants_once(on: bool = True) -> None:
+    """Let :func:`constant_columns` (and the roofline's spread of per-op values) keep a column whose rows all hold
+    one value as that value seen from every row. Such a column is read-only: ``df.loc[i, col] = v`` on a frame
+    that holds it raises ('assignment destination is read-only') where pandas would write in place. So only
+    one-shot processes that hand no frame to a caller turn it on: tracekit's commands and the post-run hook's
+    analysis child; a library caller's frames stay writable."""
+    global _store_once
+    _store_once = bool(on)
+
+
+def stores_constants_once() -> bool:
+    """Whether :func:`store_constants_once` is on (and pandas copies before a write)."""
+    return _store_once and _COPY_ON_WRITE
+
+
+def one_value(a: np.ndarray):
+    """The value every element of ``a`` holds (NaN included), or None when they differ."""
+    if not len(a):
+        return None
+    v = a[0]
+    head = a[:4096]  # most columns differ early: reject them without a pass over every row
+    if a.dtype.kind == "f" and np.isnan(v):
+        return v if np.isnan(head).all() and np.isnan(a).all() else None
+    return v if (head == v).all() and (a == v).all() else None
+
+
+def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every long numeric column whose rows all hold one value stored once: a read-only view of that
+    value with stride 0 (8 bytes instead of 8 per row; every reader sees the same values, and copy-on-write
+    Traces leave many columns constant: no trace-reported cost on GPU and CPU traces, no collective model or
+    matmul shape on most ops. ``df`` as it is unless :func:`stores_constants_once`."""
+    if not stores_constants_once() or len(df) < CONSTANT_MIN_ROWS:
+        return df
+    new = {}
+    for c in df.columns:
+        s = df[c]
+        if not isinstance(s.dtype, np.dtype) or s.dtype.kind not in "biuf":
+            continue
+        a = s.to_numpy()
+        if a.ndim != 1 or a.strides[0] == 0:
+            continue
+        v = one_value(a)
+        if v is not None:
+            new[c] = np.broadcast_to(np.array([v], dtype=a.dtype), a.shape)
+    return with_columns(df, new) if new else df

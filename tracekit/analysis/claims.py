@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import distinct_rows, rows_by_text, self_time
+from tracekit.columns import distinct_rows, gather, rows_by_text, self_time, spread_mask
 
 
 def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = None,
@@ -39,16 +39,10 @@ def _key_text(keys: list[str], tup: tuple):
 
 def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
     """Claims of aggregated evidence (one row per op or per device) spread over the sync op executions they stand
-    for: every execution claims the same fraction of its own time, from its start. Works on the whole ops frame
-    (async rows weigh nothing) and on group codes: no row-sized copy of the frame, no string per row."""
+    for: every execution claims the same fraction of its own time, from its start. Works on group codes and on
+    the rows of the claimed groups only: no row-sized copy of the frame, no string per row."""
     if ops is None or not len(ev) or not set(keys) <= set(ops.columns):
         return {}
-    sync = ~ops["is_async"].to_numpy(bool)
-    if not sync.any():
-        return {}
-    t = np.where(sync, self_time(ops), 0).astype(np.float64)
-    inv, _, tuples = distinct_rows(ops, keys)
-    tot = np.bincount(inv, weights=t, minlength=len(tuples))
     ev_inv, _, ev_tuples = distinct_rows(ev, keys)
     ev_sav = np.bincount(ev_inv, weights=np.nan_to_num(ev["savings_ps"].to_numpy(np.float64)),
                          minlength=len(ev_tuples))
@@ -57,18 +51,33 @@ def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
         k = _key_text(keys, tup)
         if k is not None:
             claimed[k] = claimed.get(k, 0.0) + v
+    inv, _, tuples = distinct_rows(ops, keys)
+    group_keys = [_key_text(keys, tup) for tup in tuples]
+    on = np.array([k is not None and k in claimed for k in group_keys], bool)
+    if not on.any():
+        return {}
+    # the sync executions of the claimed groups (async rows weigh nothing)
+    rows = np.flatnonzero(spread_mask(on, inv) & ~ops["is_async"].to_numpy(bool))
+    if not len(rows):
+        return {}
+    t = self_time(ops, rows)
+    tf = t.astype(np.float64)
+    g = gather(inv, rows)
+    tot = np.bincount(g, weights=tf, minlength=len(tuples))
     frac = np.zeros(len(tuples))
-    for i, tup in enumerate(tuples):
-        k = _key_text(keys, tup)
-        if k in claimed:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                q = claimed[k] / tot[i]
-            frac[i] = 0.0 if np.isnan(q) else min(max(q, 0.0), 1.0)
-    f = frac[inv] * sync
+    for i in np.flatnonzero(on):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = claimed[group_keys[i]] / tot[i]
+        frac[i] = 0.0 if np.isnan(q) else min(max(q, 0.0), 1.0)
+    f = frac[g]
     hit = f > 0
     if not hit.any():
         return {}
-    return _rows(ops, t.astype(np.int64), savings=t * f, keep=hit)
+    rows, t, sav = rows[hit], t[hit], tf[hit] * f[hit]
+    sav = np.maximum(np.minimum(np.nan_to_num(sav), t).astype(np.int64), 0)
+    st = gather(ops["start_ps"].to_numpy(np.int64), rows)
+    where = ops[["host", "device"]].take(rows)
+    return {k: (st[idx], st[idx] + sav[idx]) for k, idx in rows_by_text(where, ["host", "device"]).items()}
 
 
 def claim_intervals(frame: str, ev: pd.DataFrame, frames: dict) -> dict:

@@ -20,6 +20,8 @@ def main(ctx):
     from tracekit import threads
     from tracekit.run import alloc
     alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
+    from tracekit.columns import store_constants_once
+    store_constants_once()  # ... that hands no frame to a caller: constant columns held once (tracekit/columns.py)
     if ctx.invoked_subcommand not in threads.BLAS_COMMANDS:
         threads.blas_one_thread()  # no BLAS thread pool started with NumPy (see tracekit/threads.py)
 

@@ -15,7 +15,8 @@ from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
-from tracekit.columns import cat_apply, cat_from, codes_of, concat_frames, runs, unique_rows, with_columns
+from tracekit.columns import (cat_apply, cat_from, codes_of, concat_frames, constant_columns, runs, unique_rows,
+                              with_columns)
 from tracekit.ingest.order import contain, frame_order, sorted_frame
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
@@ -154,19 +155,22 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
                       device_stats=dstats)
 
 
-def _self_ps(ops: pd.DataFrame) -> np.ndarray:
+def _self_ps(ops: pd.DataFrame) -> np.ndarray | pd.Series:
     """Self time of every op row: nested events on one line (sync rows only) leave their parent its own time.
     Only host-clock lines nest (XLA:CPU thunks, GPU streams): a TPU op's duration is the device clock's while its
     start is the line's, so TPU events may seem to overlap without nesting (xprof counts no child time there)."""
     dur = ops["duration_ps"].to_numpy(np.int64)
     sync = ~ops["is_async"].to_numpy(bool) & cat_apply(ops["source"], lambda v: str(v).startswith(("cpu", "gpu")))
+    if not sync.any():
+        return ops["duration_ps"]  # nothing can nest (TPU op lines): the durations' column, shared (copy-on-write)
+    idx = np.nonzero(sync)[0]
+    line = ops["line"].cat.codes.to_numpy() if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
+        pd.factorize(ops["line"])[0]
+    own = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx], dur[idx])[0]
+    if np.array_equal(own, dur[idx]):
+        return ops["duration_ps"]  # nothing nested (most GPU streams): shared as above
     out = dur.copy()
-    if sync.any():
-        idx = np.nonzero(sync)[0]
-        line = ops["line"].cat.codes.to_numpy() if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
-            pd.factorize(ops["line"])[0]
-        out[idx] = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx],
-                                      dur[idx])[0]
+    out[idx] = own
     return out
 
 
@@ -409,8 +413,7 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                 mods.append(m)
     h = [p.hlo for p in parts if len(p.hlo)]
     hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
-    ops = cat("ops", schema.OPS)
-    ops = sorted_frame(ops)
+    ops = constant_columns(sorted_frame(cat("ops", schema.OPS)))  # (no trace costs on GPU/CPU: stored once)
     devs = pd.concat([p.devices for p in parts], ignore_index=True)
     dstats = {}
     for p in parts:

@@ -27,7 +27,8 @@ from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import calibrate, chips, execution, peaks, precision
 from tracekit.ingest import hlo
-from tracekit.columns import distinct_rows, gather, unique_rows, with_columns
+from tracekit.columns import (constant_columns, distinct_rows, gather, one_value, stores_constants_once, unique_rows,
+                              with_columns)
 from tracekit.ingest.trace import Trace
 
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
@@ -172,9 +173,9 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
-        p = {k: (gather(v, inv) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+        p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
     else:
-        p = _predict(lambda k: gather(u[k], inv), tf, tb, share, n, u)
+        p = _predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u)
     del tf, tb, share
     _judge_done_over_windows(ops, p, u, inv)
     new: dict = {}
@@ -205,7 +206,21 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     order = [c for c in schema.ROOFLINE if c in new] + [c for c in new if c not in schema.ROOFLINE]
     # one frame sharing the loader's columns and the new arrays (in schema order: conform() has nothing to copy)
     out = with_columns(ops, {k: new.pop(k) for k in order})
-    return schema.conform(out, {**schema.OPS, **schema.ROOFLINE})
+    # columns no op of the trace uses (collective model, loop trips, matmul shape) hold one value: stored once
+    return constant_columns(schema.conform(out, {**schema.OPS, **schema.ROOFLINE}))
+
+
+#: the per-row arrays :func:`_predict` writes to (each must be a row-sized array of its own)
+_WRITTEN = frozenset({"flops", "nbytes", "net", "reason", "coll_ps", "host_x"})
+
+
+def _to_rows(v: np.ndarray, inv: np.ndarray, shared: bool = True) -> np.ndarray:
+    """A per-identity array spread to the rows (``v[inv]``); one value for every identity is stored once (a
+    read-only zero-stride view) when ``shared`` and :func:`tracekit.columns.stores_constants_once`: most traces
+    leave the collective and matmul columns unused."""
+    if shared and v.ndim == 1 and stores_constants_once() and one_value(v) is not None:
+        return np.broadcast_to(v[:1].copy(), inv.shape)
+    return gather(v, inv)
 
 
 def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
