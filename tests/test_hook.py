@@ -180,9 +180,10 @@ def test_fail_on_raises_only_at_the_end(tmp_path, monkeypatch):
     for i in range(6):  # the window closes at step 3 and the analysis runs; nothing raises mid-loop
         hook.step(i)
         work(1)
-    assert calls and calls[0][1]["fail_on"] == "warning"
     with pytest.raises(FindingsError, match="TK003 device-idle-gaps") as ei:
         hook.close()
+    # (checked after close, which waits for the analysis thread: on a loaded machine it may not have started yet)
+    assert calls and calls[0][1]["fail_on"] == "warning"
     assert ei.value.findings[0]["severity"] == "warning"
     hook.close()  # a second close does not raise again
     # no finding reached the severity: no raise

@@ -58,11 +58,12 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     remap[keep] = np.arange(len(keep))
     first = first[keep]
     ng = len(first)
+    out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
+    del keyed, linv, label  # (row-sized codes: freed before the sums below)
 
     def gsum(w=None):  # per kept group sum of ``w`` (count when None) over every row
         return np.bincount(gi, weights=w, minlength=ng_all)[keep]
     dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice
-    out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
     for c in ["opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "cost_source", "unknown_reason",
               *DOT_DIMS]:
         out[c] = ops[c].array[first] if c in ops.columns else (-1 if c in DOT_DIMS else "")
@@ -85,8 +86,8 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     else:
         pair = remap[gi[sync]] * span + dev[sync]
         out["devices"] = np.bincount(np.unique(pair) // span, minlength=ng).astype(np.int64)
-    del pair
-    out["total_ps"] = np.bincount(gi, weights=np.where(sync, dur, 0), minlength=ng_all)[keep].round().astype(np.int64)
+    del pair, dev  # (row-sized: freed before the sums below)
+    out["total_ps"] = gsum(dur).round().astype(np.int64)  # (a kept group holds sync rows only)
     has = None  # (NaN rows, groups with a value) of the last column with NaN: columns often share them
     for c in (*_ROOF_SUMS, "headroom_ps"):
         if c not in ops.columns:
@@ -103,7 +104,7 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         if has is None or not np.array_equal(nan, has[0]):
             has = (nan, gsum(~nan) > 0)
         out[c] = np.where(has[1], tot, np.nan)  # sum with min_count=1
-    return out, int(dur[sync].sum())
+    return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)
 
 
 #: the per-op columns :func:`op_sums` gives: identity, first-seen attributes, then sums over executions

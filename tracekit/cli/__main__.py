@@ -1,3 +1,3 @@
-from tracekit.cli.app import main
+from tracekit.cli.app import entry
 
-main()
+entry()

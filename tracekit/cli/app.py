@@ -20,8 +20,6 @@ def main(ctx):
     from tracekit import threads
     from tracekit.run import alloc
     alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
-    from tracekit.columns import store_constants_once
-    store_constants_once()  # ... that hands no frame to a caller: constant columns held once (tracekit/columns.py)
     if ctx.invoked_subcommand not in threads.BLAS_COMMANDS:
         threads.blas_one_thread()  # no BLAS thread pool started with NumPy (see tracekit/threads.py)
 
@@ -30,3 +28,12 @@ for _command in (commands.info, commands.ops, commands.analyze, commands.capture
                  commands.export_cmd, memory.memory_cmd, reference.chips_cmd, reference.calibrate,
                  reference.rules_cmd, collectives.collectives_cmd):
     main.add_command(_command)
+
+
+def entry():
+    """The ``tracekit`` command as a process (the console script, ``python -m tracekit.cli``): a process that hands
+    no frame to a caller, so its constant columns are held once (:func:`tracekit.columns.store_constants_once`);
+    :func:`main` called in a caller's process (click's test runner, a notebook) leaves its frames writable."""
+    from tracekit.columns import store_constants_once
+    store_constants_once()
+    main()

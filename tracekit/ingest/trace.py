@@ -118,7 +118,7 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     for p in planes:  # the decoded event columns are in the frames now: free them before the joins
         p.lines = []
     h = hlo.hlo_frame(mods)
-    ops = ex["ops"]
+    ops = ex.pop("ops")  # (popped: the frame before the joins is freed once they have replaced its columns)
     devs = pd.DataFrame([{k: d[k] for k in ("host", "device", "device_kind", "plane")} for d in ex["devices"]],
                         columns=["host", "device", "device_kind", "plane"])
     dstats = {(d["host"], d["device"]): d["stats"] for d in ex["devices"]}
@@ -134,12 +134,14 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     for name, pid in unique_rows(mx, ["module", "program_id"])[1] if len(mx) else []:
         names.setdefault(int(pid), str(name))
     ops = _fill_modules(ops, names)
-    asyncs = _fill_modules(ex["async"], names)
+    asyncs = _fill_modules(ex.pop("async"), names)
     ops = _join_hlo(ops, h)
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
         parts = [ops, *_async_windows(ops, asyncs, h)]
         ops = concat_frames(parts, order=frame_order(parts))
+        del parts  # (the columns before the sort: freed now, not when this returns)
+    del asyncs
     kinds = dict(zip(devs["device"], devs["device_kind"]))
     dinv, drows = unique_rows(ops, ["device"])
     ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
