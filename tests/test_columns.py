@@ -222,3 +222,18 @@ def test_reports_do_not_depend_on_how_columns_are_stored(path, monkeypatch):
     monkeypatch.setattr(C, "_store_once", True)
     monkeypatch.setattr(C, "CONSTANT_MIN_ROWS", 1)
     assert pipeline.analyze(path).to_json() == per_row
+
+
+@pytest.mark.parametrize("sort", [True, False])
+def test_row_parts_equal_pandas_groupby(sort):
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 500):
+        df = _frame(rng, n, sort)
+        got = {k: np.arange(n)[v] if isinstance(v, slice) else v for k, v in C.row_parts(df, ["host", "device"]).items()}
+        want = {(str(h), str(d)): np.sort(np.asarray(ix)) for (h, d), ix in
+                df.groupby(["host", "device"], observed=True).indices.items()}
+        assert got.keys() == want.keys()
+        for k in want:
+            assert np.array_equal(got[k], want[k])
+        if sort and n:
+            assert all(isinstance(v, slice) for v in C.row_parts(df, ["host", "device"]).values())

@@ -198,6 +198,23 @@ def rows_by_text(df: pd.DataFrame, cols, keep: np.ndarray | None = None) -> dict
     return {k: (v[0] if len(v) == 1 else np.sort(np.concatenate(v))) for k, v in out.items()}
 
 
+def row_parts(df: pd.DataFrame, cols) -> dict:
+    """(value of each of ``cols`` as text) -> the rows of that group: a slice (a view of every column, no copy)
+    when they are contiguous, as in a frame sorted by ``cols``, else their sorted positions. Rows with a missing
+    value in ``cols`` are left out."""
+    inv, _, keys = distinct_rows(df, cols)
+    parts: dict = {}
+    for code, part in runs(inv):
+        parts.setdefault(code, []).append(part)
+    out = {}
+    for code, ps in parts.items():
+        if any(v is None for v in keys[code]):
+            continue
+        out[tuple(str(v) for v in keys[code])] = ps[0] if len(ps) == 1 else np.sort(np.concatenate(
+            [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in ps]))
+    return out
+
+
 def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:
     """A categorical column from values given once per distinct key."""
     table: dict = {}  # text -> code, in first-seen order

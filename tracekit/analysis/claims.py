@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import distinct_rows, gather, rows_by_text, self_time, spread_mask
+from tracekit.columns import distinct_rows, gather, row_parts, rows_by_text, self_time, spread_mask
 
 
 def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = None,
@@ -130,9 +130,12 @@ def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
         return None
     sync = ~ops["is_async"].to_numpy(bool)
     roof = ops["roofline_ps"].to_numpy(np.float64)
-    t = self_time(ops).astype(np.float64)
-    floor = np.where(sync, np.where(np.isnan(roof), t, np.minimum(roof, t)), 0.0)
-    per = {k: float(floor[idx].sum()) for k, idx in rows_by_text(ops, ["host", "device"], sync).items()}
+    t = self_time(ops)
+    per = {}
+    for k, ix in row_parts(ops, ["host", "device"]).items():  # (a device's rows: a slice of a sorted frame)
+        s = sync[ix]
+        r, ti = roof[ix][s], t[ix][s].astype(np.float64)
+        per[k] = float(np.where(np.isnan(r), ti, np.minimum(r, ti)).sum())
     total = 0.0
     for h, d, span in zip(devices["host"].astype(str), devices["device"].astype(str), devices["span_ps"]):
         total += max(float(span) - per.get((h, d), 0.0), 0.0)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import distinct_rows
+from tracekit.columns import row_parts
 from tracekit.analysis import timeline as tl
 from tracekit.model import precision
 
@@ -77,6 +77,21 @@ def _dominant_dtype(df: pd.DataFrame) -> str:
     return str(tot.idxmax()) if len(tot) and tot.max() > 0 else "bf16"
 
 
+def _dominant_of_codes(flops: np.ndarray, codes: np.ndarray, names: list[str]) -> str:
+    """:func:`_dominant_dtype` of rows with FLOPs > 0 given as a dtype column's categorical codes (-1: missing)
+    and its categories as text: one weighted count per category, no string per row."""
+    ok = codes >= 0
+    if not ok.any():
+        return "bf16"
+    tot = np.bincount(codes[ok], weights=flops[ok], minlength=len(names))
+    present = np.bincount(codes[ok], minlength=len(names)) > 0
+    best, name = 0.0, None
+    for i in sorted(range(len(names)), key=lambda i: names[i]):  # ties: the first name in text order
+        if present[i] and names[i] not in ("", "nan") and tot[i] > best:
+            best, name = tot[i], names[i]
+    return name if name is not None else "bf16"
+
+
 def _floats(ops: pd.DataFrame, c: str) -> np.ndarray:
     """Column ``c`` as float64 (NaN where absent or not a number); a float64 column as it is (a view, no copy)."""
     if c not in ops.columns:
@@ -116,33 +131,43 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     work = once & sync & ~coll & ~hostx  # the compute path
     num = {c: _floats(ops, c) for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps",
                                        "trace_model_flops")}
-    dur = ops["duration_ps"].to_numpy(np.int64).astype(float)
-    dev_inv, _, dev_keys = distinct_rows(ops, ["host", "device"])  # devices as codes: no string per row
-    dev_code = {(str(h), str(d)): i for i, (h, d) in enumerate(dev_keys)}
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    dev_rows = row_parts(ops, ["host", "device"])  # one slice per device of a frame sorted by device
+    dcol = "compute_dtype" if "compute_dtype" in ops.columns else "dtype" if "dtype" in ops.columns else None
+    by_codes = dcol is not None and isinstance(ops[dcol].dtype, pd.CategoricalDtype)
+    if by_codes:
+        dcodes = ops[dcol].cat.codes.to_numpy()
+        dnames = [str(c) for c in ops[dcol].cat.categories]
     srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
     rows = []
     for (h, d), g in srows.groupby(["host", "device"], sort=True):
         n = len(g)
-        m = dev_inv == dev_code.get((h, d), -1)
+        ix = dev_rows.get((h, d), slice(0, 0))
         ch = device_chips.get((h, d))
-        w, o = m & work, m & once
-        fl = num["flops"][o & ~np.isnan(num["flops"])]
-        mf = num["trace_model_flops"][o]
-        with_flops = o & (np.nan_to_num(num["flops"]) > 0)
-        dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
-        dtype = _dominant_dtype(ops.loc[with_flops, dcols])
+        w, o = work[ix], once[ix]
+        nf, nm, nr, nn, nb = (num[c][ix] for c in ("flops", "trace_model_flops", "roofline_ps", "network_ps",
+                                                    "bytes_accessed"))
+        cl, hx, du = coll[ix], hostx[ix], dur[ix].astype(float)
+        fl = nf[o & ~np.isnan(nf)]
+        mf = nm[o]
+        with_flops = o & (np.nan_to_num(nf) > 0)
+        if by_codes:
+            dtype = _dominant_of_codes(np.nan_to_num(nf[with_flops]), dcodes[ix][with_flops], dnames)
+        else:
+            dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
+            dtype = _dominant_dtype(ops.iloc[np.arange(len(ops))[ix][with_flops]][dcols])
         peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
-        comp = np.where(np.isnan(num["roofline_ps"][w]), dur[w], num["roofline_ps"][w]).sum()
-        netw = np.nansum(num["network_ps"][o & coll])
+        comp = np.where(np.isnan(nr[w]), du[w], nr[w]).sum()
+        netw = np.nansum(nn[o & cl])
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
         # a lower bound on the busier direction's time
-        hostt = np.nansum(num["network_ps"][o & hostx]) / 2
+        hostt = np.nansum(nn[o & hx]) / 2
         parts = {"compute": comp, "interconnect": netw, "host link": hostt}
         bound = max(parts, key=lambda k: parts[k])
         tot = {"flops": fl.sum(), "model": np.nansum(mf),
-               "model_rows": int((~np.isnan(num["trace_model_flops"]) & with_flops).sum()),
-               "flop_rows": int(with_flops.sum()), "hbm": np.nansum(num["bytes_accessed"][w]),
-               "net": np.nansum(num["net_bytes"][o & coll]), "hostb": np.nansum(num["net_bytes"][o & hostx]),
+               "model_rows": int((~np.isnan(nm) & with_flops).sum()),
+               "flop_rows": int(with_flops.sum()), "hbm": np.nansum(nb[w]),
+               "net": np.nansum(num["net_bytes"][ix][o & cl]), "hostb": np.nansum(num["net_bytes"][ix][o & hx]),
                "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0}
         if ch is not None:
             tot["peak"] = peak if peak == peak else 0.0
