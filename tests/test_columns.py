@@ -237,3 +237,14 @@ def test_row_parts_equal_pandas_groupby(sort):
             assert np.array_equal(got[k], want[k])
         if sort and n:
             assert all(isinstance(v, slice) for v in C.row_parts(df, ["host", "device"]).values())
+
+
+def test_last_window_at_or_before_equals_searchsorted():
+    from tracekit.ingest.order import _last_at_or_before
+    rng = np.random.default_rng(11)
+    for n, m in ((0, 3), (5, 0), (2000, 1), (5000, 40), (5000, 3000)):
+        ws = np.sort(rng.integers(0, 1000, m))
+        tt = np.sort(np.r_[rng.integers(-50, 1050, n), ws[: n // 10]])[:n]  # ties with window starts
+        want = np.searchsorted(ws, tt, side="right") - 1
+        assert np.array_equal(_last_at_or_before(ws, tt), want)
+        assert np.array_equal(_last_at_or_before(ws, tt[::-1].copy()), want[::-1])  # unsorted times

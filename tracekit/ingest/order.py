@@ -34,10 +34,22 @@ def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "dev
             continue
         ws, we, wv = per_dev[i]
         tt = t[sl]
-        k = np.searchsorted(ws, tt, side="right") - 1
+        k = _last_at_or_before(ws, tt)
         kk = np.maximum(k, 0)
         res[sl] = np.where((k >= 0) & (tt < we[kk]), wv[kk], -1)
     return res
+
+
+def _last_at_or_before(ws: np.ndarray, tt: np.ndarray) -> np.ndarray:
+    """``searchsorted(ws, tt, "right") - 1``: for each time the last of the sorted starts ``ws`` at or before it
+    (-1: none). When the times are sorted too (a device's ops in a sorted frame) the few windows are searched in
+    the many times instead, and each time's count of windows is a running sum: O(n) rather than O(n log m)."""
+    if len(tt) < 1024 or not bool((tt[1:] >= tt[:-1]).all()):
+        return np.searchsorted(ws, tt, side="right") - 1
+    first = np.searchsorted(tt, ws, side="left")  # window j starts at or before tt[i] exactly when i >= first[j]
+    k = np.cumsum(np.bincount(first, minlength=len(tt) + 1)[:len(tt)])
+    k -= 1
+    return k
 
 
 def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
@@ -51,6 +63,8 @@ def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
     for col in ("host", "device"):
         values = sorted({str(v) for f in frames for v in (f[col].cat.categories if f[col].dtype == "category"
                                                            else f[col].unique())})
+        if len(values) == 1:
+            continue  # one value (one host): it orders nothing (a missing value ranks with the first value)
         pos = {v: i for i, v in enumerate(values)}
         parts = []
         for f in frames:
