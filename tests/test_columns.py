@@ -248,3 +248,10 @@ def test_last_window_at_or_before_equals_searchsorted():
         want = np.searchsorted(ws, tt, side="right") - 1
         assert np.array_equal(_last_at_or_before(ws, tt), want)
         assert np.array_equal(_last_at_or_before(ws, tt[::-1].copy()), want[::-1])  # unsorted times
+
+
+def test_distinct_values_equal_np_unique():
+    rng = np.random.default_rng(5)
+    for a in (np.array([], np.uint64), np.array([7], np.uint64), np.repeat(rng.integers(0, 2**63, 9, dtype=np.uint64), 1000),
+              rng.integers(0, 50, 3000), np.broadcast_to(np.array([3.5]), (100,))):
+        assert np.array_equal(C.distinct_values(a), np.unique(a))

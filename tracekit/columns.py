@@ -198,6 +198,18 @@ def rows_by_text(df: pd.DataFrame, cols, keep: np.ndarray | None = None) -> dict
     return {k: (v[0] if len(v) == 1 else np.sort(np.concatenate(v))) for k, v in out.items()}
 
 
+def distinct_values(a: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D array, sorted (``np.unique``), read from its runs of equal values when they
+    are few (the ids of a frame sorted by device): no hash table or sorted copy of every row."""
+    a = np.asarray(a)
+    if len(a) < 2 or a.strides == (0,):
+        return np.unique(a[:1])
+    starts = np.flatnonzero(a[1:] != a[:-1])
+    if len(starts) * 8 < len(a):
+        return np.unique(np.concatenate([a[:1], a[starts + 1]]))
+    return np.unique(a)
+
+
 def row_parts(df: pd.DataFrame, cols) -> dict:
     """(value of each of ``cols`` as text) -> the rows of that group: a slice (a view of every column, no copy)
     when they are contiguous, as in a frame sorted by ``cols``, else their sorted positions. Rows with a missing

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import rows_by_text
+from tracekit.columns import distinct_values, rows_by_text
 from tracekit.ingest import buffers as buf
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
@@ -340,7 +340,7 @@ def build(tr, chip: str | None = None) -> MemoryView:
     progs, curves = programs(tables, aliases(tr.hlo_modules))
     chips = roofline.device_chips(tr, chip)
     capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
-    ran = set(tr.ops["program_id"].astype(np.uint64).unique()) if len(tr.ops) else set()
+    ran = set(distinct_values(tr.ops["program_id"].to_numpy(np.uint64))) if len(tr.ops) else set()
     caps = [v for v in capacity.values() if v == v]
     cap_src = sorted({c.sources.get("hbm_bytes", "") for c in chips.values()})
     devices = device_peaks(progs[progs["program_id"].astype(np.uint64).isin(ran)] if ran else progs,
