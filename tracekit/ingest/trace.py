@@ -319,8 +319,8 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
                      for d, p, o in drows], np.int64)[dinv]
     t = ops["start_ps"].to_numpy()
-    end = t + ops["duration_ps"].to_numpy()
-    st, dt, de = t[s_idx], t[d_idx], end[d_idx]
+    st, dt = t[s_idx], t[d_idx]
+    de = dt + ops["duration_ps"].to_numpy()[d_idx]  # (the ends of the -done rows only)
     keep_s, keep_end = [], []
     dorder = np.lexsort((dt, dkey))
     dk_sorted = dkey[dorder]
