@@ -333,12 +333,12 @@ def _stages_child(trace: str, profile: bool) -> None:
     import resource
     t_imp = time.perf_counter()
     from tracekit import pipeline
-    from tracekit.columns import store_constants_once
     from tracekit.run import alloc
     from tracekit.report import render
+    from tracekit.threads import mark_one_shot
     import_s = time.perf_counter() - t_imp
     alloc.tune()  # as the CLI does
-    store_constants_once()  # as the CLI's process does (tracekit.cli.app.entry)
+    mark_one_shot()  # as the tracekit process does (tracekit.cli.app.entry)
     times: dict = {}
 
     def wrap(label, fn):

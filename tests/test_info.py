@@ -64,8 +64,8 @@ def test_stats_false_keeps_the_events_and_drops_only_the_stats(decoder):
 def test_info_counts_match_protobufs_own_parse():
     path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
     space = xplane_pb2.XSpace.FromString(path.read_bytes())
-    p = subprocess.run([sys.executable, "-c", "import sys; from tracekit.cli import main; sys.argv = ['tracekit', "
-                        f"'info', {str(path)!r}, '--format', 'json']\ntry:\n    main()\nfinally:\n"
+    p = subprocess.run([sys.executable, "-c", "import sys; from tracekit.cli import entry; sys.argv = ['tracekit', "
+                        f"'info', {str(path)!r}, '--format', 'json']\ntry:\n    entry()\nfinally:\n"
                         "    assert 'pandas' not in sys.modules, 'info imported pandas'"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

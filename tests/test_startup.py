@@ -41,3 +41,14 @@ def test_cli_sets_blas_threads_except_for_blas_commands():
             "    print(cmd, end=' ')\n"
             "    with ctx: main.callback()\n")
     assert _run(code).split() == ["analyze", "one-thread", "info", "one-thread", "calibrate", "capture"]
+
+
+def test_info_process_never_imports_pandas():
+    """`tracekit info` as the process runs it (the console script's entry) reads headers only: no pandas, no
+    NumPy frames. The entry marks the process one-shot without importing the frame code."""
+    from conftest import cpu_fixture
+    path = str(cpu_fixture("train_step"))
+    out = _run("import sys\nfrom tracekit.cli import entry\nsys.argv = ['tracekit', 'info', %r]\ntry:\n    entry()\n"
+               "except SystemExit as e:\n    assert not e.code, e.code\nfrom tracekit import threads\n"
+               "print('pandas' in sys.modules, threads.one_shot())" % path)
+    assert out.splitlines()[-1] == "False True"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.threads import one_shot
+
 def gather(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``a[idx]`` for indices known to be valid (0 <= idx < len(a)): NumPy's take without bounds checks, about
     twice as fast as fancy indexing on millions of rows (an invalid index would be clipped, never read outside)."""
@@ -337,14 +339,15 @@ def store_constants_once(on: bool = True) -> None:
     one value as that value seen from every row. Such a column is read-only: ``df.loc[i, col] = v`` on a frame
     that holds it raises ('assignment destination is read-only') where pandas would write in place. So only
     one-shot processes that hand no frame to a caller turn it on: tracekit's commands and the post-run hook's
-    analysis child; a library caller's frames stay writable."""
+    analysis child (through :func:`tracekit.threads.mark_one_shot`); a library caller's frames stay writable."""
     global _store_once
     _store_once = bool(on)
 
 
 def stores_constants_once() -> bool:
-    """Whether :func:`store_constants_once` is on (and pandas copies before a write)."""
-    return _store_once and _COPY_ON_WRITE
+    """Whether :func:`store_constants_once` is on, or this is a tracekit process (:func:`tracekit.threads.
+    mark_one_shot`), and pandas copies before a write."""
+    return (_store_once or one_shot()) and _COPY_ON_WRITE
 
 
 def one_value(a: np.ndarray):

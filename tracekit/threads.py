@@ -46,3 +46,19 @@ def blas_one_thread() -> bool:
         return False
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     return True
+
+
+_one_shot = False
+
+
+def mark_one_shot() -> None:
+    """This process is a tracekit command (or the post-run hook's analysis child): it analyzes, writes, exits and
+    hands no frame to a caller, so its frames may hold read-only columns stored once
+    (:func:`tracekit.columns.stores_constants_once`). Imports nothing: ``tracekit info`` never loads pandas."""
+    global _one_shot
+    _one_shot = True
+
+
+def one_shot() -> bool:
+    """Whether :func:`mark_one_shot` was called in this process."""
+    return _one_shot

@@ -32,8 +32,8 @@ for _command in (commands.info, commands.ops, commands.analyze, commands.capture
 
 def entry():
     """The ``tracekit`` command as a process (the console script, ``python -m tracekit.cli``): a process that hands
-    no frame to a caller, so its constant columns are held once (:func:`tracekit.columns.store_constants_once`);
+    no frame to a caller, so its constant columns are held once (:func:`tracekit.threads.mark_one_shot`);
     :func:`main` called in a caller's process (click's test runner, a notebook) leaves its frames writable."""
-    from tracekit.columns import store_constants_once
-    store_constants_once()
+    from tracekit.threads import mark_one_shot
+    mark_one_shot()  # (no pandas import here: `tracekit info` never loads it)
     main()

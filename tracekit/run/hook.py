@@ -362,10 +362,10 @@ def _analysis_main() -> None:
     from tracekit.report import render
     from tracekit import fileio
     fail_on = spec.get("fail_on") or "never"
-    from tracekit.columns import store_constants_once
     from tracekit.ingest.trace import load
     from tracekit.model import machine
-    store_constants_once()  # a one-shot child that hands no frame on: constant columns held once
+    from tracekit.threads import mark_one_shot
+    mark_one_shot()  # a one-shot child that hands no frame on: constant columns held once
     tr = load(run)
     if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
         machine.record_run(run)
