@@ -9,6 +9,7 @@ import pandas as pd
 
 from tracekit.threads import one_shot
 
+
 def gather(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``a[idx]`` for indices known to be valid (0 <= idx < len(a)): NumPy's take without bounds checks, about
     twice as fast as fancy indexing on millions of rows (an invalid index would be clipped, never read outside)."""
