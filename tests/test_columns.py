@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from tracekit import columns as C
+from tracekit import threads
 from tracekit.ingest.order import frame_order as _order
 
 
@@ -175,7 +176,7 @@ def test_constant_columns_read_the_same_values(monkeypatch):
         return {c for c in frame.columns
                 if isinstance(frame[c].dtype, np.dtype) and frame[c].to_numpy().strides == (0,)}
     assert C.constant_columns(df) is df  # a library caller's frames: as they are, writable
-    monkeypatch.setattr(C, "_store_once", True)
+    monkeypatch.setattr(threads, "_one_shot", True)  # a tracekit process
     out = C.constant_columns(df)
     if not C._COPY_ON_WRITE:
         assert out is df
@@ -219,7 +220,7 @@ def test_reports_do_not_depend_on_how_columns_are_stored(path, monkeypatch):
         pytest.skip(f"{path} not available")
     from tracekit import pipeline
     per_row = pipeline.analyze(path).to_json()
-    monkeypatch.setattr(C, "_store_once", True)
+    monkeypatch.setattr(threads, "_one_shot", True)  # a tracekit process
     monkeypatch.setattr(C, "CONSTANT_MIN_ROWS", 1)
     assert pipeline.analyze(path).to_json() == per_row
 

@@ -332,23 +332,15 @@ def self_time(ops: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
 CONSTANT_MIN_ROWS = 1 << 16
 #: pandas copies a column before writing to it only with copy-on-write, always on from pandas 3
 _COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
-_store_once = False
-
-
-def store_constants_once(on: bool = True) -> None:
-    """Let :func:`constant_columns` (and the roofline's spread of per-op values) keep a column whose rows all hold
-    one value as that value seen from every row. Such a column is read-only: ``df.loc[i, col] = v`` on a frame
-    that holds it raises ('assignment destination is read-only') where pandas would write in place. So only
-    one-shot processes that hand no frame to a caller turn it on: tracekit's commands and the post-run hook's
-    analysis child (through :func:`tracekit.threads.mark_one_shot`); a library caller's frames stay writable."""
-    global _store_once
-    _store_once = bool(on)
 
 
 def stores_constants_once() -> bool:
-    """Whether :func:`store_constants_once` is on, or this is a tracekit process (:func:`tracekit.threads.
-    mark_one_shot`), and pandas copies before a write."""
-    return (_store_once or one_shot()) and _COPY_ON_WRITE
+    """Whether :func:`constant_columns` (and the roofline's spread of per-op values) may keep a column whose rows
+    all hold one value as that value seen from every row. Such a column is read-only: ``df.loc[i, col] = v`` on a
+    frame that holds it raises where pandas would write in place. So only a one-shot process that hands no frame
+    to a caller does it (tracekit's commands, the post-run hook's analysis child: :func:`tracekit.threads.
+    mark_one_shot`), and only where pandas copies before a write; a library caller's frames stay writable."""
+    return one_shot() and _COPY_ON_WRITE
 
 
 def one_value(a: np.ndarray):
@@ -364,8 +356,8 @@ def one_value(a: np.ndarray):
 
 def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every long numeric column whose rows all hold one value stored once: a read-only view of that
-    value with stride 0 (8 bytes instead of 8 per row; every reader sees the same values, and copy-on-write
-    Traces leave many columns constant: no trace-reported cost on GPU and CPU traces, no collective model or
+    value with stride 0 (8 bytes instead of 8 per row; every reader sees the same values). Traces leave many
+    columns constant: no trace-reported cost on GPU and CPU traces, no collective model or
     matmul shape on most ops. ``df`` as it is unless :func:`stores_constants_once`."""
     if not stores_constants_once() or len(df) < CONSTANT_MIN_ROWS:
         return df
