@@ -332,6 +332,8 @@ def _stages_child(trace: str, profile: bool) -> None:
     import importlib
     import resource
     t_imp = time.perf_counter()
+    from tracekit import collector
+    collector.pause()  # as the tracekit process does (tracekit.cli.app.entry); load() resumes it
     from tracekit import pipeline
     from tracekit.run import alloc
     from tracekit.report import render

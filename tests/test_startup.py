@@ -52,3 +52,35 @@ def test_info_process_never_imports_pandas():
                "except SystemExit as e:\n    assert not e.code, e.code\nfrom tracekit import threads\n"
                "print('pandas' in sys.modules, threads.one_shot())" % path)
     assert out.splitlines()[-1] == "False True"
+
+
+_GC_PROBE = ("import gc, sys\nfrom tracekit.cli import entry\nsys.argv = ['tracekit'] + %r\ntry:\n    entry()\n"
+             "except SystemExit as e:\n    assert not e.code, e.code\n"
+             "print(gc.isenabled(), gc.get_threshold()[0], gc.get_freeze_count() > 0)")
+
+
+def test_cli_collector_paused_while_importing_and_tuned_for_the_analysis(tmp_path):
+    """The command line stops the cyclic collector while it imports and, once a trace is being loaded, freezes the
+    imported objects and collects again with a larger first-generation threshold (tracekit.collector)."""
+    from conftest import cpu_fixture
+    from tracekit import collector
+    path = str(cpu_fixture("train_step"))
+    out = _run(_GC_PROBE % ["analyze", path, "-o", str(tmp_path / "r.json"), "--quiet"])
+    assert out.splitlines()[-1] == f"True {collector.YOUNG_THRESHOLD} True"
+    assert (tmp_path / "r.json").stat().st_size > 0
+
+
+def test_library_and_user_code_keep_their_collector():
+    """A library caller's load leaves the collector as it was; a command that runs the user's code (capture,
+    calibrate) gets it back untouched, not frozen or re-tuned."""
+    from conftest import cpu_fixture
+    path = str(cpu_fixture("train_step"))
+    lib = _run("import gc\nimport tracekit\ntracekit.load(%r)\n"
+               "print(gc.isenabled(), gc.get_threshold()[0], gc.get_freeze_count())" % path)
+    assert lib == "True 700 0"
+    code = ("import click, gc\nfrom tracekit import collector\nfrom tracekit.cli.app import main\n"
+            "from tracekit.run import alloc\nalloc.tune = lambda: None\n"
+            "collector.pause()\nctx = click.Context(main, info_name='tracekit'); ctx.invoked_subcommand = 'capture'\n"
+            "with ctx: main.callback()\n"
+            "print(gc.isenabled(), gc.get_threshold()[0], gc.get_freeze_count(), collector.paused())")
+    assert _run(code) == "True 700 0 False"

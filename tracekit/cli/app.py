@@ -17,8 +17,10 @@ from tracekit.cli.console import OneLineErrors
 @click.pass_context
 def main(ctx):
     """Where your JAX/XLA program loses time, from a profiler trace, and what to do about it."""
-    from tracekit import threads
+    from tracekit import collector, threads
     from tracekit.run import alloc
+    if ctx.invoked_subcommand in threads.BLAS_COMMANDS:
+        collector.resume(tune=False)  # the user's program runs under this process's settings: leave them
     alloc.tune()  # a one-shot process: large arrays from the heap, freed memory reused (see tracekit/run/alloc.py)
     if ctx.invoked_subcommand not in threads.BLAS_COMMANDS:
         threads.blas_one_thread()  # no BLAS thread pool started with NumPy (see tracekit/threads.py)
@@ -32,8 +34,11 @@ for _command in (commands.info, commands.ops, commands.analyze, commands.capture
 
 def entry():
     """The ``tracekit`` command as a process (the console script, ``python -m tracekit.cli``): a process that hands
-    no frame to a caller, so its constant columns are held once (:func:`tracekit.threads.mark_one_shot`);
+    no frame to a caller, so its constant columns are held once (:func:`tracekit.threads.mark_one_shot`) and its
+    garbage collector waits while it imports (:mod:`tracekit.collector`);
     :func:`main` called in a caller's process (click's test runner, a notebook) leaves its frames writable."""
+    from tracekit import collector
     from tracekit.threads import mark_one_shot
     mark_one_shot()  # (no pandas import here: `tracekit info` never loads it)
+    collector.pause()  # no cyclic collection while the command imports; loading a trace resumes it
     main()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit import schema
+from tracekit import collector, schema
 from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
@@ -98,6 +98,7 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
               max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
+    collector.resume()  # a one-shot process's imports are done: collect again (nothing in a library caller's)
     from tracekit.ingest import formats, limits
     if formats.is_json_name(os.fspath(hf.path)) or formats.looks_json(os.fspath(hf.path)):
         from tracekit.ingest import tracejson

@@ -358,6 +358,8 @@ def _analysis_main() -> None:
         pass
     if os.environ.get("TRACEKIT_HOOK_FAIL", "") not in ("", "0"):
         raise RuntimeError("TRACEKIT_HOOK_FAIL is set: failing the analysis on purpose")
+    from tracekit import collector
+    collector.pause()  # as the tracekit command: no cyclic collection while importing; load() resumes it
     from tracekit import pipeline
     from tracekit.report import render
     from tracekit import fileio
