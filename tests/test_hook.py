@@ -286,7 +286,7 @@ def test_analysis_child_runs_on_one_thread(tmp_path, monkeypatch):
         h._analyze(run)
         seen = json.loads(out.read_text())
         assert seen["decode_threads"] and set(seen["decode_threads"]) == {want}, seen
-        # A small trace runs its stages without a pool (threads.SMALL_ROWS); any pool that does start is bounded.
+        # the analysis starts no pool of its own; any pool that does start is bounded by the setting
         assert all(w is not None and w <= want for w in seen["pool_workers"]), seen
         assert h.result and h.result["written"], h.result
     env = hook_mod._child_env()

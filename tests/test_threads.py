@@ -1,18 +1,19 @@
-"""How many threads a stage's pool gets: none on small traces, bounded by TRACEKIT_THREADS on large ones."""
+"""How many threads the decoder uses: TRACEKIT_THREADS when it is a number, else the CPUs (at most 8)."""
+import os
+
 from tracekit import threads
 
 
-def test_small_inputs_run_without_a_pool(monkeypatch):
-    monkeypatch.setenv("TRACEKIT_THREADS", "8")
-    assert threads.pool_threads(0) == 1
-    assert threads.pool_threads(threads.SMALL_ROWS - 1) == 1
+def test_setting_wins_when_readable(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_THREADS", "3")
+    assert threads.default_threads() == 3
+    monkeypatch.setenv("TRACEKIT_THREADS", "0")  # at least one
+    assert threads.default_threads() == 1
 
 
-def test_large_inputs_are_bounded_by_the_setting_and_the_stage(monkeypatch):
-    monkeypatch.setenv("TRACEKIT_THREADS", "8")
-    assert threads.pool_threads(threads.SMALL_ROWS) == 2          # the stage's own bound
-    assert threads.pool_threads(threads.SMALL_ROWS, most=4) == 4
-    monkeypatch.setenv("TRACEKIT_THREADS", "1")                  # the hook's child: one thread
-    assert threads.pool_threads(10 * threads.SMALL_ROWS, most=4) == 1
-    monkeypatch.setenv("TRACEKIT_THREADS", "junk")                # unreadable: the CPUs this process may use
-    assert 1 <= threads.pool_threads(threads.SMALL_ROWS) <= 2
+def test_unreadable_setting_falls_back_to_the_cpus(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_THREADS", "junk")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    assert threads.default_threads() == max(1, min(cpus, 8))
+    monkeypatch.delenv("TRACEKIT_THREADS")
+    assert threads.default_threads() == max(1, min(cpus, 8))

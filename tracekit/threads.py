@@ -1,4 +1,4 @@
-"""How many threads tracekit's parallel parts use: the decoder's lines, the timeline frames, the rules."""
+"""Threads: how many the decoder uses for its lines, NumPy's BLAS on one; and the one-shot process flag."""
 from __future__ import annotations
 
 import os
@@ -17,18 +17,6 @@ def default_threads() -> int:
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
     return max(1, min(n, 8))
-
-
-#: Below this many rows a stage's independent jobs run one after the other: a pool's threads cost more CPU
-#: (start-up, hand-offs, the GIL passed back and forth) than they win on jobs of a few milliseconds each
-#: (the v6e trace, 27 k events: ~20 ms of CPU less without the pools).
-SMALL_ROWS = 200_000
-
-
-def pool_threads(rows: int, most: int = 2) -> int:
-    """Threads for a stage's independent jobs over ``rows`` rows: 1 below :data:`SMALL_ROWS`, else up to ``most``
-    (and :func:`default_threads`)."""
-    return 1 if rows < SMALL_ROWS else max(1, min(most, default_threads()))
 
 
 #: Commands that use BLAS themselves (``calibrate`` times a NumPy matmul) or hand the environment to the user's

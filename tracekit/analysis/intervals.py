@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pandas as pd
@@ -65,19 +64,16 @@ class DeviceIndex:
     """One frame's rows by device, worked out on first use and kept only as long as this object (the caller
     passes it to every stage that reads the same frame, then drops it): :meth:`groups` the row positions of each
     (host, device), :meth:`ends` each row's end, :meth:`busy` the merged busy intervals of each device's sync ops
-    (an ops frame). Thread-safe: the rule frames are built on threads, and a second thread asking for a part
-    another is computing waits for it rather than computing it again."""
+    (an ops frame)."""
 
     def __init__(self, df: pd.DataFrame):
         self.df = df
         self._parts: dict = {}
-        self._locks = {k: threading.Lock() for k in ("groups", "ends", "busy")}
 
     def _once(self, key: str, compute):
-        with self._locks[key]:
-            if key not in self._parts:
-                self._parts[key] = compute()
-            return self._parts[key]
+        if key not in self._parts:
+            self._parts[key] = compute()
+        return self._parts[key]
 
     def groups(self) -> dict:
         """(host, device) -> row positions (sorted by key); keys are plain strings whatever the columns' dtype."""
