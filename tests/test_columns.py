@@ -256,3 +256,25 @@ def test_distinct_values_equal_np_unique():
     for a in (np.array([], np.uint64), np.array([7], np.uint64), np.repeat(rng.integers(0, 2**63, 9, dtype=np.uint64), 1000),
               rng.integers(0, 50, 3000), np.broadcast_to(np.array([3.5]), (100,))):
         assert np.array_equal(C.distinct_values(a), np.unique(a))
+
+
+def test_group_sums_equal_one_bincount_bit_for_bit(monkeypatch):
+    """op stats' chunked group sums give exactly the sums of one np.bincount over the NaN-free values (same
+    order of additions), and the count of rows with a value; chunk edges fall inside groups."""
+    from tracekit.analysis import opstats
+    monkeypatch.setattr(opstats, "SUM_CHUNK", 1000)
+    rng = np.random.default_rng(8)
+    for n, groups in ((0, 3), (999, 1), (5003, 40)):
+        gi = rng.integers(0, groups, n)
+        v = rng.normal(0, 1e9, n) * rng.random(n)
+        v[rng.random(n) < 0.3] = np.nan
+        for positive in (False, True):
+            w = np.where(np.isnan(v), 0.0, np.maximum(v, 0.0) if positive else v)
+            tot, cnt = opstats.group_sums(gi, v, groups, positive=positive)
+            assert np.array_equal(tot, np.bincount(gi, weights=w, minlength=groups))
+            assert np.array_equal(cnt, np.bincount(gi, weights=~np.isnan(v), minlength=groups).astype(np.int64))
+        ints = rng.integers(0, 10**15, n)  # int64 times: cast to float as bincount casts its weights
+        assert np.array_equal(opstats.group_sums(gi, ints, groups)[0], np.bincount(gi, weights=ints, minlength=groups))
+        const = np.broadcast_to(np.array([2.5]), (n,))  # a column stored once (a zero-stride view)
+        assert np.array_equal(opstats.group_sums(gi, const, groups)[0], np.bincount(gi, weights=np.full(n, 2.5),
+                                                                                     minlength=groups))

@@ -316,16 +316,18 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -
 def self_time(ops: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
     """Each row's own time (int64 ps): ``self_ps`` (the duration minus nested events' time) where the frame has
     it, else ``duration_ps``. Sums of op time use this, so nested events are not counted twice. ``rows``: only
-    those rows (positions), without a frame-sized temporary."""
-    dur = ops["duration_ps"].to_numpy(np.int64)
-    if rows is not None:
-        dur = gather(dur, rows)
-    if "self_ps" not in ops.columns:
-        return dur
-    s = ops["self_ps"].to_numpy(np.int64)
+    those rows (positions), without a frame-sized temporary. Read it only: it may be the frame's own column."""
+    col = "self_ps" if "self_ps" in ops.columns else "duration_ps"
+    s = ops[col].to_numpy(np.int64)
     if rows is not None:
         s = gather(s, rows)
-    return np.where(s >= 0, s, dur)
+    if col == "duration_ps":
+        return s
+    missing = s < 0  # -1: a frame without self times for these rows
+    if not missing.any():
+        return s  # the column itself (no copy): callers only read it
+    dur = ops["duration_ps"].to_numpy(np.int64)
+    return np.where(missing, gather(dur, rows) if rows is not None else dur, s)
 
 
 #: a numeric column at least this long whose rows all hold one value is kept as that value seen from every row

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import cat_from, group_index, self_time, unique_rows
+from tracekit.columns import cat_from, group_index, row_parts, self_time, unique_rows
 from tracekit.schema import Bound, labels
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
@@ -54,16 +54,13 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     real = sync[first]  # the groups of sync rows, in first-seen order
     keep = np.nonzero(real)[0]
     ng_all = len(first)
-    remap = np.full(ng_all, -1, np.int64)
-    remap[keep] = np.arange(len(keep))
     first = first[keep]
     ng = len(first)
     out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
     del keyed, linv, label  # (row-sized codes: freed before the sums below)
 
     def gsum(w=None):  # per kept group sum of ``w`` (count when None) over every row
-        return np.bincount(gi, weights=w, minlength=ng_all)[keep]
-    dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice
+        return np.bincount(gi, minlength=ng_all)[keep] if w is None else group_sums(gi, w, ng_all)[0][keep]
     for c in ["opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "cost_source", "unknown_reason",
               *DOT_DIMS]:
         out[c] = ops[c].array[first] if c in ops.columns else (-1 if c in DOT_DIMS else "")
@@ -75,36 +72,49 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     hx = ops["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in ops else np.zeros(n, bool)
     out["is_host_transfer"] = gsum(hx) > 0 if hx.any() else np.zeros(ng, bool)
     out["occurrences"] = gsum().astype(np.int64)
-    dev, _ = group_index(ops, ["host", "device"])
-    span = int(dev.max(initial=0)) + 1
-    # (group, device) pairs over every row: an async row's group is dropped with its group
-    if ng_all * span <= 1 << 26:
-        pair = gi * span
-        pair += dev
-        seen = np.bincount(pair, minlength=ng_all * span).reshape(ng_all, span)[keep] > 0
-        out["devices"] = seen.sum(axis=1).astype(np.int64)
-    else:
-        pair = remap[gi[sync]] * span + dev[sync]
-        out["devices"] = np.bincount(np.unique(pair) // span, minlength=ng).astype(np.int64)
-    del pair, dev  # (row-sized: freed before the sums below)
+    # devices per group: one count per device's rows (a slice of the sorted frame: no row-sized temporary)
+    devices = np.zeros(ng_all, np.int64)
+    for ix in row_parts(ops, ["host", "device"]).values():
+        g = gi[ix]
+        if ng_all <= 4 * len(g) + 1024:
+            devices += np.bincount(g, minlength=ng_all) > 0
+        else:  # few rows, many groups
+            devices[np.unique(g)] += 1
+        del g
+    out["devices"] = devices[keep]
+    dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice
     out["total_ps"] = gsum(dur).round().astype(np.int64)  # (a kept group holds sync rows only)
-    has = None  # (NaN rows, groups with a value) of the last column with NaN: columns often share them
     for c in (*_ROOF_SUMS, "headroom_ps"):
         if c not in ops.columns:
             out[c] = np.nan
             continue
-        v = ops[c].to_numpy(np.float64)
-        if c == "headroom_ps":
-            v = np.clip(v, 0, None)
-        nan = np.isnan(v)
-        if not nan.any():  # every kept group has rows, so a value
-            out[c] = gsum(v)
-            continue
-        tot = gsum(np.where(nan, 0.0, v))
-        if has is None or not np.array_equal(nan, has[0]):
-            has = (nan, gsum(~nan) > 0)
-        out[c] = np.where(has[1], tot, np.nan)  # sum with min_count=1
+        tot, cnt = group_sums(gi, ops[c].to_numpy(np.float64), ng_all, positive=c == "headroom_ps")
+        out[c] = np.where(cnt[keep] > 0, tot[keep], np.nan)  # sum with min_count=1
     return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)
+
+
+#: rows per pass of :func:`group_sums`: temporaries of a few MB instead of a column's size
+SUM_CHUNK = 1 << 18
+
+
+def group_sums(gi: np.ndarray, v: np.ndarray, n_groups: int, *, positive: bool = False) -> tuple[np.ndarray,
+                                                                                                np.ndarray]:
+    """Per group (``gi``: each row's group): the sum of ``v``'s non-NaN values (``positive``: of max(v, 0)) and
+    how many rows have one. Added chunk by chunk in row order, so the sums are bit for bit those of one
+    ``np.bincount`` over the rows, without its row-sized float64 temporaries (a cast, a NaN-free copy)."""
+    tot = np.zeros(n_groups)
+    cnt = np.zeros(n_groups, np.int64)
+    for a in range(0, len(v), SUM_CHUNK):
+        x = np.asarray(v[a:a + SUM_CHUNK], np.float64)
+        g = gi[a:a + SUM_CHUNK]
+        ok = ~np.isnan(x)
+        if not ok.all():
+            x, g = x[ok], g[ok]
+        if positive:
+            x = np.maximum(x, 0.0)
+        np.add.at(tot, g, x)
+        cnt += np.bincount(g, minlength=n_groups)
+    return tot, cnt
 
 
 #: the per-op columns :func:`op_sums` gives: identity, first-seen attributes, then sums over executions
