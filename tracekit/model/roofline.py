@@ -27,8 +27,8 @@ from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import calibrate, chips, execution, peaks, precision
 from tracekit.ingest import hlo
-from tracekit.columns import (constant_columns, distinct_rows, gather, one_value, stores_constants_once, unique_rows,
-                              with_columns)
+from tracekit.columns import (constant_columns, distinct_rows, gather, one_value, self_time, stores_constants_once,
+                              unique_rows, with_columns)
 from tracekit.ingest.trace import Trace
 
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
@@ -180,8 +180,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     _judge_done_over_windows(ops, p, u, inv)
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
-    dur = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy().astype(float)
-    dur = np.where(dur >= 0, dur, ops["duration_ps"].to_numpy().astype(float))  # -1: a frame without self times
+    dur = self_time(ops).astype(float)  # (one new array: the self times, durations where a frame has none)
     new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0)
     new["intensity_flops_per_byte"] = p.pop("intensity_flops_per_byte")
     head = np.subtract(dur, roof, out=dur)  # NaN where the roofline is unknown
@@ -244,7 +243,12 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         coll = b("coll_ps")  # the collective model's predicted time (NaN: not a collective, or not priced)
         if share is not None:
             coll *= share
-        network = np.where(np.isfinite(coll), coll, np.where(net > 0, np.nan, np.where(np.isnan(net), np.nan, 0.0)))
+        # the collective model's time where it priced the op, else 0 for an op that moves nothing over the
+        # network and unknown (NaN) for one that does or may (NaN bytes)
+        network = np.where(net <= 0, 0.0, np.nan)
+        priced = np.isfinite(coll)
+        network[priced] = coll[priced]
+        del priced
         net_fast = b("net_fast") * (share if share is not None else 1.0)
         del coll
         host_x = b("host_x")
@@ -258,16 +262,16 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
             hostlink = None
         intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
     # bound-by: the largest term (ties: compute, then memory, then network, then host link)
+    # (an unknown term counts as -1: it never wins, and a NaN compares false without a copy of the term)
     roof = np.nan_to_num(compute, nan=-1.0)
     best = np.full(n, Bound.COMPUTE, np.int8)
     for code, term in ((Bound.MEMORY, memory), (Bound.NETWORK, network), (Bound.HOST_LINK, hostlink)):
         if term is None:
             continue
-        t = np.nan_to_num(term, nan=-1.0)
-        better = t > roof
+        better = term > roof
         best[better] = code
-        np.maximum(roof, t, out=roof)
-        del t, better
+        np.fmax(roof, term, out=roof)  # (fmax keeps roof where the term is NaN)
+        del better
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
     best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
