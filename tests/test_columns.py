@@ -278,3 +278,10 @@ def test_group_sums_equal_one_bincount_bit_for_bit(monkeypatch):
         const = np.broadcast_to(np.array([2.5]), (n,))  # a column stored once (a zero-stride view)
         assert np.array_equal(opstats.group_sums(gi, const, groups)[0], np.bincount(gi, weights=np.full(n, 2.5),
                                                                                      minlength=groups))
+
+
+def test_without_columns_shares_the_rest():
+    df = pd.DataFrame({"a": np.arange(5), "b": np.ones(5), "c": np.zeros(5)})
+    out = C.without_columns(df, ["b", "missing"])
+    assert list(out.columns) == ["a", "c"] and list(df.columns) == ["a", "b", "c"]
+    assert np.shares_memory(out["a"].to_numpy(), df["a"].to_numpy())

@@ -283,6 +283,13 @@ def with_columns(df: pd.DataFrame, new: dict) -> pd.DataFrame:
                          for c, v in cols.items()}, index=df.index, copy=False)
 
 
+def without_columns(df: pd.DataFrame, cols) -> pd.DataFrame:
+    """``df`` less ``cols`` (those it has), as one new frame that shares every other column array: the dropped
+    arrays are freed once nothing else holds them. ``df`` itself is left unchanged."""
+    drop = set(cols)
+    return pd.DataFrame({c: df[c] for c in df.columns if c not in drop}, index=df.index, copy=False)
+
+
 def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -> pd.DataFrame:
     """Concatenate frames column by column (one allocation per column), keeping categorical columns categorical
     (categories unioned, codes remapped). Columns follow the first frame; a column missing from a frame is filled

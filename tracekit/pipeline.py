@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pandas as pd
 
+from tracekit.columns import without_columns
 from tracekit.ingest.trace import Trace, load
 from tracekit.report import envelope as report_mod
 
@@ -73,7 +74,13 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
     cost_table = roofline.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
-    ops = with_roofline(tr, chip, topology, cost_table) if ops is None else ops  # a roofline join done already
+    if ops is None:
+        ops = with_roofline(tr, chip, topology, cost_table)
+        if not isinstance(source, Trace):  # a trace loaded here: its cost stats have served (16 B per op row)
+            ops = without_columns(ops, roofline.TRACE_COST_COLUMNS)
+            spent = replace(tr, ops=without_columns(tr.ops, roofline.TRACE_COST_COLUMNS))
+            roofline.remember_device_chips(spent, chip, roofline.device_chips(tr, chip))  # (worked out by the join)
+            tr = spent
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)

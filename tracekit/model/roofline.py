@@ -209,6 +209,10 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     return constant_columns(schema.conform(out, {**schema.OPS, **schema.ROOFLINE}))
 
 
+#: the trace's own cost stats: :func:`join` reads them and nothing after it does (the pipeline drops them then)
+TRACE_COST_COLUMNS = ("trace_flops", "trace_bytes")
+
+
 #: the per-row arrays :func:`_predict` writes to (each must be a row-sized array of its own)
 _WRITTEN = frozenset({"flops", "nbytes", "net", "reason", "coll_ps", "host_x"})
 
