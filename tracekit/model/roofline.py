@@ -170,6 +170,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
     execs = gather(u["executions"], inv)
     share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
+    del execs  # (row-sized; each array below is freed as soon as it has served: this stage sets the peak)
     per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
     if per_identity:  # predict once per identity, spread each column with one gather
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
@@ -178,6 +179,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         p = _predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u)
     del tf, tb, share
     _judge_done_over_windows(ops, p, u, inv)
+    del inv, first
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
     dur = self_time(ops).astype(float)  # (one new array: the self times, durations where a frame has none)
@@ -190,7 +192,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
     new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=labels(CostSource) + u["models"])
-    new["unknown_reason"] = pd.Categorical.from_codes(p["reason"].astype(np.int32),
+    new["unknown_reason"] = pd.Categorical.from_codes(p.pop("reason").astype(np.int32),
                                                       categories=u["reasons"] + ["no work (zero flops and bytes)"])
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
         p["compute"], p["memory"], p["network"], roof
