@@ -134,7 +134,8 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     # two jobs' temporaries at once (15 M events: peak RSS 4.65 -> 4.27 GB serial, kernel time 9.9 -> 5.2 s)
     # one index per frame, handed to every job that reads it by device: grouped once, dropped when this returns
     ix, sx = DeviceIndex(narrow), DeviceIndex(steps)
-    done = {"devices": tl.device_summary(ix, sx), "op_stats": op_stats(ops),
+    # (op stats first: their grouping's temporaries come before the device index holds its parts)
+    done = {"op_stats": op_stats(ops), "devices": tl.device_summary(ix, sx),
             "collectives": tl.collective_overlap(ix, hidden, exposed),
             "steps": tl.step_breakdown(ix, sx, modules), "gaps": tl.gaps(ix, sx, min_gap_ps),
             "in_step": in_steps(ix, sx)}

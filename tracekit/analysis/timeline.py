@@ -130,9 +130,8 @@ def busy_intervals(ops) -> pd.DataFrame:
 def windows(ops, steps=None) -> dict:
     """(host, device) -> (window_start_ps, window_end_ps) for every device with ops or steps (module docstring)."""
     spans: dict = {}
-    ix = device_index(ops)
-    ops = ix.df
-    for x in (ix, steps):
+    host_first: dict = {}  # host -> its first op start (every device's window starts no later)
+    for of_ops, x in ((True, ops), (False, steps)):
         if x is None:
             continue
         x = device_index(x)
@@ -144,11 +143,9 @@ def windows(ops, steps=None) -> dict:
             lo, hi = int(rows_view(st, idx).min()), int(rows_view(en, idx).max())
             old = spans.get(key, (lo, hi))
             spans[key] = (min(lo, old[0]), max(hi, old[1]))
-    if len(ops):
-        hosts = pd.Series(ops["start_ps"].to_numpy(np.int64)).groupby(ops["host"].to_numpy() if ops["host"].dtype != "category" else ops["host"].cat.codes.to_numpy()).min()
-        if ops["host"].dtype == "category":
-            hosts.index = [str(ops["host"].cat.categories[i]) for i in hosts.index]
-        spans = {k: (min(v[0], int(hosts.get(k[0], v[0]))), v[1]) for k, v in spans.items()}
+            if of_ops:  # (the ops' groups cover every row)
+                host_first[key[0]] = min(lo, host_first.get(key[0], lo))
+    spans = {k: (min(v[0], host_first.get(k[0], v[0])), v[1]) for k, v in spans.items()}
     return dict(sorted(spans.items()))
 
 
