@@ -240,6 +240,21 @@ def test_row_parts_equal_pandas_groupby(sort):
             assert all(isinstance(v, slice) for v in C.row_parts(df, ["host", "device"]).values())
 
 
+@pytest.mark.parametrize("sort", [True, False])
+def test_rows_by_text_equal_pandas_groupby_of_kept_rows(sort):
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 9, 600):
+        df = _frame(rng, n, sort)
+        keep = rng.random(n) < 0.4
+        got = C.rows_by_text(df, ["host", "device"], keep)
+        kept = df[keep]
+        want = {(str(h), str(d)): np.sort(np.flatnonzero(keep)[np.asarray(ix)]) for (h, d), ix in
+                kept.groupby(["host", "device"], observed=True).indices.items()}
+        assert got.keys() == want.keys()
+        for k in want:
+            assert np.array_equal(got[k], want[k])
+
+
 def test_last_window_at_or_before_equals_searchsorted():
     from tracekit.ingest.order import _last_at_or_before
     rng = np.random.default_rng(11)

@@ -187,18 +187,17 @@ def distinct_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray, list[
 
 
 def rows_by_text(df: pd.DataFrame, cols, keep: np.ndarray | None = None) -> dict:
-    """(value of each of ``cols`` as text) -> sorted row indices of ``df`` (only rows where ``keep``), grouped
-    on the columns' codes: what ``df.groupby([df[c].astype(str) for c in cols])`` gives, without a string per
-    row. Rows with a missing value in ``cols`` are left out."""
-    inv, _, keys = distinct_rows(df, cols)
-    rows = np.arange(len(df)) if keep is None else np.nonzero(keep)[0]
+    """(value of each of ``cols`` as text) -> sorted row indices of ``df`` (only rows where ``keep``; a group with
+    none is left out): :func:`row_parts` as index arrays. What ``df.groupby([df[c].astype(str) for c in cols])``
+    gives, without a string per row. Rows with a missing value in ``cols`` are left out."""
     out: dict = {}
-    for code, idx in runs(inv[rows]):
-        if any(v is None for v in keys[code]):
-            continue
-        k = tuple(str(v) for v in keys[code])
-        out.setdefault(k, []).append(rows[idx])
-    return {k: (v[0] if len(v) == 1 else np.sort(np.concatenate(v))) for k, v in out.items()}
+    for k, part in row_parts(df, cols).items():
+        idx = np.arange(part.start, part.stop) if isinstance(part, slice) else part
+        if keep is not None:
+            idx = idx[keep[idx]]
+        if len(idx):
+            out[k] = idx
+    return out
 
 
 def distinct_values(a: np.ndarray) -> np.ndarray:
