@@ -4,9 +4,9 @@ analysis child).
 Importing pandas, NumPy and tracekit allocates a few hundred thousand objects (modules, classes, functions) that
 live as long as the process, and the collector walks them again and again while they are being created and, after
 that, in every full collection of the analysis. A one-shot process therefore stops the collector while it imports
-(:func:`pause`) and, when the analysis starts (:func:`resume`, called by :func:`tracekit.ingest.trace.load_host`), moves
-everything allocated so far into the permanent generation (``gc.freeze``) and turns it back on with a larger
-first-generation threshold. Measured with callgrind on ``tracekit analyze``: 2.90 -> 2.74 G instructions (-5.7 %)
+(:func:`pause`) and, when the analysis starts (:func:`resume`, called by :func:`tracekit.ingest.trace.load_host`),
+moves everything allocated so far into the permanent generation (``gc.freeze``) and turns it back on with a
+larger first-generation threshold. Measured with callgrind on ``tracekit analyze``: 2.90 -> 2.74 G instructions (-5.7 %)
 on the 26.7 k-event v6e trace, 15.41 -> 15.24 G (-1.1 %) at 1.5 M events; the reports are the same.
 
 A library caller's process is never changed: nothing here acts unless :func:`pause` was called, and only the

@@ -97,8 +97,7 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 SUM_CHUNK = 1 << 18
 
 
-def group_sums(gi: np.ndarray, v: np.ndarray, n_groups: int, *, positive: bool = False) -> tuple[np.ndarray,
-                                                                                                np.ndarray]:
+def group_sums(gi: np.ndarray, v: np.ndarray, n_groups: int, *, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per group (``gi``: each row's group): the sum of ``v``'s non-NaN values (``positive``: of max(v, 0)) and
     how many rows have one. Added chunk by chunk in row order, so the sums are bit for bit those of one
     ``np.bincount`` over the rows, without its row-sized float64 temporaries (a cast, a NaN-free copy)."""
