@@ -76,11 +76,9 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     cost_table = roofline.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
     if ops is None:
         ops = with_roofline(tr, chip, topology, cost_table)
-        if not isinstance(source, Trace):  # a trace loaded here: its cost stats have served (16 B per op row)
+        if not isinstance(source, Trace):  # a trace loaded here (ours): its cost stats have served (16 B per row)
             ops = without_columns(ops, roofline.TRACE_COST_COLUMNS)
-            spent = replace(tr, ops=without_columns(tr.ops, roofline.TRACE_COST_COLUMNS))
-            roofline.remember_device_chips(spent, chip, roofline.device_chips(tr, chip))  # (worked out by the join)
-            tr = spent
+            tr.ops = without_columns(tr.ops, roofline.TRACE_COST_COLUMNS)
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
