@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.columns import concat_categorical
+from tracekit.columns import concat_categorical, gather
 from tracekit.ingest.wire import KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, LineData
 
 
@@ -67,23 +67,24 @@ _STR_KINDS = (KIND_STR, KIND_BYTES, KIND_REF)
 
 def _odd(odd, label: str, kind: np.ndarray, allowed: tuple) -> None:
     """Count, in ``odd[label]``, the values of a stat stored with a type it should not have."""
-    if odd is not None:
-        k = int(np.count_nonzero(~np.isin(kind, allowed)))
+    if odd is not None:  # (a few equality counts over the int8 kinds: far cheaper than np.isin)
+        k = len(kind) - sum(int(np.count_nonzero(kind == a)) for a in allowed)
         if k:
             odd[label] = odd.get(label, 0) + k
 
 
 def _entries(line: LineData, sid: int, odd: dict | None, label: str, allowed: tuple):
-    """(mask, event index, kind) of the entries of stat ``sid`` in ``line``, or None when it has none; kinds
-    outside ``allowed`` are counted in ``odd``."""
+    """(positions, event index, kind) of the entries of stat ``sid`` in ``line`` (positions into its flattened
+    stats, in order), or None when it has none; kinds outside ``allowed`` are counted in ``odd``. One pass over
+    the line's stat ids, then gathers of the entries found (not a boolean mask over every entry per column)."""
     if sid < 0 or not len(line.stat_id):
         return None
-    m = line.stat_id == sid
-    if not m.any():
+    at = np.flatnonzero(line.stat_id == sid)
+    if not len(at):
         return None
-    kind = line.stat_kind[m]
+    kind = gather(line.stat_kind, at)
     _odd(odd, label, kind, allowed)
-    return m, line.stat_event[m], kind
+    return at, gather(line.stat_event, at), kind
 
 
 def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> tuple[np.ndarray, np.ndarray]:
@@ -96,11 +97,11 @@ def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = ""
     found = _entries(line, sid, odd, label, _INT_KINDS)
     if found is not None:
         m, ev, kind = found
-        iv = line.stat_int[m].copy()
+        iv = gather(line.stat_int, m)  # (a new array: written below)
         ok = np.ones(len(iv), bool)
         dbl = kind == KIND_DOUBLE
         if dbl.any():
-            d = line.stat_double[m][dbl]
+            d = gather(line.stat_double, m)[dbl]
             fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
             iv[dbl] = np.where(fin, d, 0).astype(np.int64)
             ok[dbl] = fin
@@ -109,8 +110,10 @@ def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = ""
             parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
             iv[txt] = [0 if p is None else p for p in parsed]
             ok[txt] = [p is not None for p in parsed]
-        has[ev[ok]] = True
-        val[ev[ok]] = iv[ok]
+        if not ok.all():
+            ev, iv = ev[ok], iv[ok]
+        has[ev] = True
+        val[ev] = iv
     return has, val
 
 
@@ -142,14 +145,15 @@ def stat_floats(line: LineData, sid: int, odd: dict | None = None, label: str = 
     found = _entries(line, sid, odd, label, _NUM_KINDS)
     if found is not None:
         m, ev, kind = found
-        v = np.where(kind == KIND_DOUBLE, line.stat_double[m], line.stat_int[m].astype(np.float64))
+        iv = gather(line.stat_int, m)
+        v = np.where(kind == KIND_DOUBLE, gather(line.stat_double, m), iv.astype(np.float64))
         u = kind == 3  # uint64 bits
         if u.any():
-            v[u] = line.stat_int[m][u].astype(np.uint64).astype(np.float64)
+            v[u] = iv[u].astype(np.uint64).astype(np.float64)
         v[kind == KIND_REF] = np.nan  # a name is not a number
         txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
         if len(txt):  # a number stored as text counts; any other text does not
-            v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in line.stat_int[m][txt]]
+            v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in iv[txt]]
         out[ev] = v
     return out
 
@@ -163,7 +167,7 @@ def stat_strings(line: LineData, sid: int, names: dict, odd: dict | None = None,
     found = _entries(line, sid, odd, label, _STR_KINDS)
     if found is not None:
         m, ev, kind = found
-        iv = line.stat_int[m]
+        iv = gather(line.stat_int, m)
         has[ev] = (kind == KIND_REF) | (kind == KIND_STR) | (kind == KIND_BYTES)  # a number is not a name
         # encode: ref ids as themselves (>= 0), inline strings as -(index+2)
         keys[ev] = np.where(kind == KIND_REF, iv, np.where((kind == KIND_STR) | (kind == KIND_BYTES), -(iv + 2), -1))
