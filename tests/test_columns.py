@@ -46,29 +46,6 @@ def test_order_none_when_sorted_and_concat_applies_it():
     assert isinstance(out["device"].dtype, pd.CategoricalDtype)
 
 
-@pytest.mark.parametrize("n_frames", [1, 3])
-def test_consumed_concat_equals_pandas_and_frees_its_inputs(n_frames):
-    """``consume=True`` gives what ``pd.concat`` + ``iloc[order]`` gives, and leaves the input frames without
-    the columns it has copied (so their memory is freed as the output grows), text and missing columns included."""
-    rng = np.random.default_rng(11)
-    frames = [_frame(rng, 50, False) for _ in range(n_frames)]
-    for i, f in enumerate(frames):
-        f["name"] = [f"op{i}.{j}" for j in range(len(f))]  # an object column
-    if n_frames > 1:
-        frames[1] = frames[1].drop(columns=["x"])  # a numeric column one frame lacks: NaN there
-    order = rng.permutation(sum(len(f) for f in frames))
-    ref = pd.concat([f.astype({"device": str, "host": str}) for f in frames],
-                    ignore_index=True).iloc[order].reset_index(drop=True)
-    out = C.concat_frames(frames, order=order, consume=True)
-    assert list(out.columns) == list(ref.columns)
-    for c in ref.columns:
-        got, want = out[c].astype(str if c in ("device", "host") else object), ref[c].astype(object)
-        assert got.isna().tolist() == want.isna().tolist(), c
-        assert got[want.notna()].tolist() == want[want.notna()].tolist(), c
-    assert isinstance(out["device"].dtype, pd.CategoricalDtype)
-    assert all(len(f.columns) == 0 for f in frames)  # every column handed over
-
-
 def test_dense_and_hashed_factorize_agree():
     rng = np.random.default_rng(0)
     key = rng.integers(0, 5000, 100_000)

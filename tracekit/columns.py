@@ -289,47 +289,34 @@ def without_columns(df: pd.DataFrame, cols) -> pd.DataFrame:
     return pd.DataFrame({c: df[c] for c in df.columns if c not in drop}, index=df.index, copy=False)
 
 
-def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None, *,
-                  consume: bool = False) -> pd.DataFrame:
+def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None) -> pd.DataFrame:
     """Concatenate frames column by column (one allocation per column), keeping categorical columns categorical
     (categories unioned, codes remapped). Columns follow the first frame; a column missing from a frame is filled
     with missing values (the column then holds objects) or the empty category. ``order``: row positions of the
     concatenation to keep, in that order (a sort applied column by column, so only one column's temporary is
-    alive at a time). ``consume``: the caller hands the frames over: each input column is deleted from its frame
-    once it has been copied, so the input's memory is freed while the output grows (the frames are left without
-    those columns)."""
+    alive at a time)."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame()
-    if len(frames) == 1 and not (consume and order is not None):
+    if len(frames) == 1:
         return (frames[0].take(order) if order is not None else frames[0]).reset_index(drop=True)
     cols = list(frames[0].columns) + [c for f in frames[1:] for c in f.columns if c not in frames[0].columns]
     cols = list(dict.fromkeys(cols))
-    lens = [len(f) for f in frames]
     data = {}
     for c in cols:
         present = [f[c] for f in frames if c in f.columns]
         if any(isinstance(s.dtype, pd.CategoricalDtype) for s in present):
-            data[c] = concat_categorical([f[c] if c in f.columns else None for f in frames], lens, order)
-        else:
-            if len(frames) == 1:
-                col = present[0].array
-                col = col.to_numpy() if isinstance(col.dtype, np.dtype) else col
-            elif len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
-                                                     for s in present):
-                col = np.concatenate([s.to_numpy() for s in present])
-            else:  # strings, objects, or a column some frames lack: let pandas pick the dtype
-                col = pd.concat([f[c] if c in f.columns else pd.Series([None] * len(f)) for f in frames],
+            data[c] = concat_categorical([f[c] if c in f.columns else None for f in frames], [len(f) for f in frames],
+                                         order)
+            continue
+        if len(present) == len(frames) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
+                                               for s in present):
+            data[c] = np.concatenate([s.to_numpy() for s in present])
+        else:  # strings, objects, or a column some frames lack: let pandas pick the dtype
+            data[c] = pd.concat([f[c] if c in f.columns else pd.Series([None] * len(f)) for f in frames],
                                 ignore_index=True).array
-            if order is not None:  # (a gather without bounds checks)
-                col = gather(col, order) if isinstance(col, np.ndarray) else col[order]
-            data[c] = col
-            del col
-        del present
-        if consume:
-            for f in frames:
-                if c in f.columns:
-                    del f[c]
+        if order is not None:  # (a gather without bounds checks)
+            data[c] = gather(data[c], order) if isinstance(data[c], np.ndarray) else data[c][order]
     return pd.DataFrame(data, copy=False)
 
 

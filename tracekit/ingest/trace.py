@@ -140,7 +140,7 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
         parts = [ops, *_async_windows(ops, asyncs, h)]
-        ops = concat_frames(parts, order=frame_order(parts), consume=True)
+        ops = concat_frames(parts, order=frame_order(parts))
         del parts  # (the columns before the sort: freed now, not when this returns)
     del asyncs
     kinds = dict(zip(devs["device"], devs["device_kind"]))
