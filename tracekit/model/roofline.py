@@ -244,8 +244,10 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         net *= share
     gsize = b("gsize")
     with np.errstate(divide="ignore", invalid="ignore"):
-        compute = flops / b("peak_f") * 1e12
-        memory = nbytes / b("bw") * 1e12
+        compute = flops / b("peak_f")
+        compute *= 1e12  # (in place: one row-sized array, not two)
+        memory = nbytes / b("bw")
+        memory *= 1e12
         coll = b("coll_ps")  # the collective model's predicted time (NaN: not a collective, or not priced)
         if share is not None:
             coll *= share
@@ -255,35 +257,39 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
         priced = np.isfinite(coll)
         network[priced] = coll[priced]
         del priced
-        net_fast = b("net_fast") * (share if share is not None else 1.0)
+        net_fast = b("net_fast")
+        if not (net_fast.strides == (0,) and np.isnan(net_fast[:1]).all()):  # (unused, held once: stays so)
+            net_fast = net_fast * (share if share is not None else 1.0)
         del coll
+        # host transfers (few rows): their time over the host link, where the chip's link bandwidth is known
         host_x = b("host_x")
-        if host_x.any():
-            xfer = b("xfer") * (share if share is not None else 1.0)
-            hostlink = np.where(host_x, xfer / b("hostw") * 1e12, 0.0)
-            host_x &= ~np.isnan(hostlink)
-            net = np.where(host_x, xfer, net)
-            del xfer
-        else:
-            hostlink = None
+        hx = np.flatnonzero(host_x)
+        xfer = gather(b("xfer"), hx) * (gather(share, hx) if share is not None else 1.0)
+        hostlink = xfer / gather(b("hostw"), hx) * 1e12
+        priced = ~np.isnan(hostlink)
+        host_x[hx[~priced]] = False
+        hx, xfer, hostlink = hx[priced], xfer[priced], hostlink[priced]
+        net[hx] = xfer  # (after ``network`` above: what a host transfer moves is not network traffic)
+        del xfer, priced
         intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
     # bound-by: the largest term (ties: compute, then memory, then network, then host link)
     # (an unknown term counts as -1: it never wins, and a NaN compares false without a copy of the term)
     roof = np.nan_to_num(compute, nan=-1.0)
     best = np.full(n, Bound.COMPUTE, np.int8)
-    for code, term in ((Bound.MEMORY, memory), (Bound.NETWORK, network), (Bound.HOST_LINK, hostlink)):
-        if term is None:
-            continue
+    for code, term in ((Bound.MEMORY, memory), (Bound.NETWORK, network)):
         better = term > roof
         best[better] = code
         np.fmax(roof, term, out=roof)  # (fmax keeps roof where the term is NaN)
         del better
+    if len(hx):  # the host link, on the host transfers' rows only (elsewhere it is no term at all)
+        r = roof[hx]
+        best[hx[hostlink > r]] = Bound.HOST_LINK
+        roof[hx] = np.fmax(r, hostlink)
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
     best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
     reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
-    if hostlink is not None:
-        network = np.where(host_x, hostlink, network)
+    network[hx] = hostlink
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,
             "host_x": host_x, "intensity_flops_per_byte": intensity, "dtype_codes": b("dtype_codes"),
