@@ -15,12 +15,16 @@ def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "dev
     res = np.full(len(ops), -1, dtype=np.int64)
     if not len(ops) or not len(windows):
         return res
-    codes, cats = codes_of(ops[by])
+    codes, cats = codes_of(ops[by], compact=True)
     t = ops["start_ps"].to_numpy()
-    wdev = windows[by].astype(str).to_numpy()
+    wcodes, wcats = codes_of(windows[by], compact=True)  # (windows matched by name: codes per distinct name)
+    wnames = [str(w) for w in wcats]
     per_dev = {}
     for i, d in enumerate(cats):
-        m = wdev == str(d)
+        js = [j for j, w in enumerate(wnames) if w == str(d)]
+        if not js:
+            continue
+        m = wcodes == js[0] if len(js) == 1 else np.isin(wcodes, js)
         if not m.any():
             continue
         ws0 = windows["start_ps"].to_numpy()[m]
@@ -59,7 +63,7 @@ def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
     if not frames:
         return None
     t = np.concatenate([f["start_ps"].to_numpy(np.int64) for f in frames])
-    rank = np.zeros(len(t), np.int64)
+    rank = None  # (None: every row ranks 0 so far)
     for col in ("host", "device"):
         values = sorted({str(v) for f in frames for v in (f[col].cat.categories if f[col].dtype == "category"
                                                            else f[col].unique())})
@@ -70,16 +74,18 @@ def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
         for f in frames:
             codes, uniq = codes_of(f[col])
             parts.append(np.append(np.array([pos[str(u)] for u in uniq], np.int64), 0)[codes])
-        rank = rank * (len(values) + 1) + np.concatenate(parts)
+        rank = np.concatenate(parts) if rank is None else rank * (len(values) + 1) + np.concatenate(parts)
     if not len(t):
         return None
     t0, span = int(t.min()), int(t.max()) - int(t.min()) + 1
-    if (int(rank.max()) + 1) * span >= 1 << 62:  # no room for one int64 key: sort on two
+    if rank is not None and (int(rank.max()) + 1) * span >= 1 << 62:  # no room for one int64 key: sort on two
         same = rank[1:] == rank[:-1]
         if bool(((rank[1:] > rank[:-1]) | (same & (t[1:] >= t[:-1]))).all()):
             return None
         return np.lexsort((t, rank))
-    key = rank * span + (t - t0)
+    key = t - t0
+    if rank is not None:
+        key += rank * span
     if bool((key[1:] >= key[:-1]).all()):
         return None
     n0 = len(frames[0])
