@@ -256,14 +256,26 @@ def test_rows_by_text_equal_pandas_groupby_of_kept_rows(sort):
 
 
 def test_last_window_at_or_before_equals_searchsorted():
-    from tracekit.ingest.order import _last_at_or_before
+    from tracekit.ingest.order import last_at_or_before
     rng = np.random.default_rng(11)
     for n, m in ((0, 3), (5, 0), (2000, 1), (5000, 40), (5000, 3000)):
         ws = np.sort(rng.integers(0, 1000, m))
         tt = np.sort(np.r_[rng.integers(-50, 1050, n), ws[: n // 10]])[:n]  # ties with window starts
         want = np.searchsorted(ws, tt, side="right") - 1
-        assert np.array_equal(_last_at_or_before(ws, tt), want)
-        assert np.array_equal(_last_at_or_before(ws, tt[::-1].copy()), want[::-1])  # unsorted times
+        assert np.array_equal(last_at_or_before(ws, tt), want)
+        assert np.array_equal(last_at_or_before(ws, tt[::-1].copy()), want[::-1])  # unsorted times
+
+
+def test_clock_fit_band_counts_equal_searchsorted():
+    """The device-clock fit's band counts (a merge of two sorted runs) equal ``searchsorted(r, q, "right")``,
+    ties between ``r`` and ``q`` included."""
+    from tracekit.ingest import devclock
+    rng = np.random.default_rng(12)
+    for n in (0, 1, 7, 5000):
+        r = np.sort(rng.integers(0, 300, n).astype(np.float64))
+        for tol in (0.0, 1.0, 25.0, 1e9):
+            q = r + tol
+            assert np.array_equal(devclock._counts_up_to(r, q), np.searchsorted(r, q, "right"))
 
 
 def test_distinct_values_equal_np_unique():

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracekit.ingest.order import last_at_or_before
+
 #: residual (ps) beyond which an event's host stamp does not follow the plane's clock mapping (1 ms; the host and
 #: device clocks of a sane TPU trace agree within tens of microseconds after the fit)
 TOL_PS = 1_000_000_000
@@ -61,7 +63,7 @@ def fit(host_ps: np.ndarray, device_ps: np.ndarray) -> ClockFit | None:
     d0, h0 = int(np.median(d)), int(np.median(h))
     x, y = (d - d0).astype(np.float64), (h - h0).astype(np.float64)
     r = np.sort(y - x)
-    ends = np.searchsorted(r, r + TOL_PS, "right")
+    ends = _counts_up_to(r, r + TOL_PS)
     k = int(np.argmax(ends - np.arange(n)))
     slope, icpt = 1.0, float(np.median(r[k:ends[k]]))
     inl = np.abs(y - x - icpt) <= TOL_PS
@@ -82,6 +84,14 @@ def fit(host_ps: np.ndarray, device_ps: np.ndarray) -> ClockFit | None:
     return ClockFit(d0=d0, h0=h0 + int(round(icpt)), slope=slope, inliers=int(inl.sum()), events=n)
 
 
+def _counts_up_to(r: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(r, q, "right")`` for sorted ``r`` and sorted ``q`` of the same length, as one stable
+    merge of the two runs (linear, where the search is n log n): each ``q[i]`` lands after every ``r`` value at or
+    below it and after ``q[:i]``, so its place in the merge less ``i`` is the count."""
+    merged = np.argsort(np.concatenate([r, q]), kind="stable")
+    return np.flatnonzero(merged >= len(r)) - np.arange(len(q))
+
+
 def respan(start: np.ndarray, dur: np.ndarray, host_start: np.ndarray, host_end: np.ndarray,
            new_start: np.ndarray, new_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """New (start, duration) of host-clock containers (module executions, steps: ``start``/``dur``) whose ops
@@ -93,7 +103,7 @@ def respan(start: np.ndarray, dur: np.ndarray, host_start: np.ndarray, host_end:
         return start.copy(), end - start
     order = np.argsort(start, kind="stable")
     s_sorted = start[order]
-    pos = np.searchsorted(s_sorted, host_start, "right") - 1
+    pos = last_at_or_before(s_sorted, host_start)  # (linear when the op starts are in order, as they are)
     ok = pos >= 0
     cont = np.where(ok, order[np.maximum(pos, 0)], 0)
     ok &= host_start <= end[cont]

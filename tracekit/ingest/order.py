@@ -38,13 +38,13 @@ def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "dev
             continue
         ws, we, wv = per_dev[i]
         tt = t[sl]
-        k = _last_at_or_before(ws, tt)
+        k = last_at_or_before(ws, tt)
         kk = np.maximum(k, 0)
         res[sl] = np.where((k >= 0) & (tt < we[kk]), wv[kk], -1)
     return res
 
 
-def _last_at_or_before(ws: np.ndarray, tt: np.ndarray) -> np.ndarray:
+def last_at_or_before(ws: np.ndarray, tt: np.ndarray) -> np.ndarray:
     """``searchsorted(ws, tt, "right") - 1``: for each time the last of the sorted starts ``ws`` at or before it
     (-1: none). When the times are sorted too (a device's ops in a sorted frame) the few windows are searched in
     the many times instead, and each time's count of windows is a running sum: O(n) rather than O(n log m)."""
