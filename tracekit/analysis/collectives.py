@@ -20,11 +20,16 @@ order), so a trace cut mid-step can misalign one execution at the edge.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import cat_apply
+from tracekit.columns import cat_apply, unique_rows
+
+#: an async collective's ``-done`` op named as its ``-start`` (the model knows collectives by their start)
+_START = re.compile(r"-done(\.\d+)?$")
 
 #: nccl-tests busbw factor per kind, as a function of N
 BUSBW = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
@@ -46,6 +51,19 @@ def busbw_factor(kind: str, n: int) -> float:
     return float(f(n)) if f is not None and n > 0 else 1.0
 
 
+def _text(v) -> str:
+    """A frame value as ``astype(str)`` shows it (a missing value reads "nan")."""
+    return "nan" if v is None else str(v)
+
+
+def _members(o, g: int, model) -> tuple:
+    """The devices of op ``o``'s replica group that holds device group id ``g``: its send/recv pairs' devices,
+    else its group of ``g``, else every device of the topology."""
+    if o.pairs:
+        return tuple(sorted({x for pr in o.pairs for x in pr}))
+    return o.group_of(g) if o.groups else tuple(range(model.topology.size))
+
+
 def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
     """One row per collective execution of the roofline-joined ``ops`` whose op the collective ``model``
     (:class:`tracekit.model.collective_model.Model`) knows; columns :data:`EXEC_COLUMNS`."""
@@ -55,35 +73,38 @@ def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
                & ~tl.is_async_marker(ops)]
     if not len(rows):
         return pd.DataFrame(columns=EXEC_COLUMNS)
-    key = rows["op"].astype(str).str.replace(r"-done(\.\d+)?$", lambda m: "-start" + (m.group(1) or ""),
-                                              regex=True).to_numpy()
-    pid = rows["program_id"].to_numpy().astype(np.uint64)
-    known = np.array([model.op(int(p), k) is not None for p, k in zip(pid, key)], bool)
-    rows, key, pid = rows[known], key[known], pid[known]
+    # the model is asked once per distinct (program, op) and (host, device), not once per execution
+    oinv, pairs = unique_rows(rows, ["program_id", "op"])
+    okey = [_START.sub(lambda m: "-start" + (m.group(1) or ""), _text(o)) for _, o in pairs]
+    omodel = [model.op(int(p), k) for (p, _), k in zip(pairs, okey)]
+    known = np.array([o is not None for o in omodel], bool)[oinv]
+    rows, oinv = rows[known], oinv[known]
     if not len(rows):
         return pd.DataFrame(columns=EXEC_COLUMNS)
     out = pd.DataFrame({
         "host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
-        "module": rows["module"].astype(str).to_numpy(), "program_id": pid, "op": key,
+        "module": rows["module"].astype(str).to_numpy(),
+        "program_id": rows["program_id"].to_numpy().astype(np.uint64), "op": np.array(okey, object)[oinv],
         "step": rows["step"].to_numpy() if "step" in rows else -1,
         "start_ps": rows["start_ps"].to_numpy(np.int64), "duration_ps": rows["duration_ps"].to_numpy(np.int64),
         "is_async": rows["is_async"].to_numpy(bool),
         "predicted_ps": rows["network_ps"].to_numpy(float) if "network_ps" in rows else np.nan,
         "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else "",
     })
-    ops_of = [model.op(int(p), k) for p, k in zip(pid, key)]
-    gid = [model.ids.get((h, d), -1) for h, d in zip(out["host"], out["device"])]
-    out["kind"] = [o.kind for o in ops_of]
-    out["size_bytes"] = [o.size_bytes for o in ops_of]
-    group = []
-    for o, g in zip(ops_of, gid):
-        if o.pairs:
-            members = tuple(sorted({x for pr in o.pairs for x in pr}))
-        else:
-            members = o.group_of(g) if o.groups else tuple(range(model.topology.size))
-        group.append(members)
-    out["group_size"] = [len(m) if m else -1 for m in group]
-    out["_group"] = [hash(m) for m in group]
+    dinv, devs = unique_rows(rows, ["host", "device"])
+    dgid = np.array([model.ids.get((_text(h), _text(d)), -1) for h, d in devs], np.int64)
+    # each execution's replica group: per distinct (op, device group id)
+    _, gfirst, ginv = np.unique(oinv.astype(np.int64) * (len(devs) + 1) + dinv, return_index=True,
+                                return_inverse=True)
+    groups = [_members(omodel[oinv[i]], int(dgid[dinv[i]]), model) for i in gfirst.tolist()]
+    gkind = [omodel[oinv[i]].kind for i in gfirst.tolist()]
+    gsize = np.array([len(m) if m else -1 for m in groups], np.int64)
+    ginv = ginv.ravel()  # (flat whatever NumPy's version)
+    out["kind"] = [gkind[i] for i in ginv.tolist()]
+    out["size_bytes"] = [omodel[i].size_bytes for i in oinv.tolist()]
+    out["group_size"] = gsize[ginv]
+    out["_group"] = np.array([hash(m) for m in groups], np.int64)[ginv]
+    out["_factor"] = np.array([busbw_factor(k, int(x)) for k, x in zip(gkind, gsize)], float)[ginv]
     # the k-th execution of an op on each device (in time order) is the k-th execution of the collective
     out = out.sort_values(["host", "device", "program_id", "op", "is_async", "start_ps"], kind="stable")
     out["_k"] = out.groupby(["host", "device", "program_id", "op", "is_async"], sort=False).cumcount()
@@ -95,8 +116,7 @@ def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
     skew[out["traced_participants"].to_numpy() < 2] = np.nan
     out["skew_ps"] = skew
     out["transfer_ps"] = dur - np.nan_to_num(skew)
-    n = out["group_size"].to_numpy()
-    factor = np.array([busbw_factor(k, int(x)) for k, x in zip(out["kind"], n)])
+    factor = out["_factor"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         tr = out["transfer_ps"].to_numpy().astype(float)
         out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"].to_numpy(float) / (tr / 1e12), np.nan)
