@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import group_index, unique_rows
+from tracekit.columns import gather, group_index, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -63,14 +63,16 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | N
     key = group_index(ops, ["host", "device", "program_id", "op", "run_id"])[0][idx]  # no copy of the frame
     count = np.bincount(key)
     ex = executions[idx]
-    over = count[key] > ex + 1e-9
-    if not over.any():
+    cnt = gather(count, key)  # (each row's group size, gathered once)
+    over = np.flatnonzero(cnt > ex + 1e-9)
+    if not len(over):
         return None
     dur = ops["duration_ps"].to_numpy(np.float64)[idx]
-    tot = np.bincount(key, weights=dur)
-    frac = np.where(tot[key] > 0, dur / np.where(tot[key] > 0, tot[key], 1), 1.0 / count[key])
+    tot = gather(np.bincount(key, weights=dur), key)
+    has = tot > 0
+    frac = np.where(has, dur / np.where(has, tot, 1), 1.0 / cnt)
     share = np.ones(n)
-    share[idx[over]] = (ex * frac)[over]
+    share[idx[over]] = gather(ex, over) * gather(frac, over)
     return share
 
 
