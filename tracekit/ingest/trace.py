@@ -340,7 +340,8 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     rows = np.concatenate(keep_s)
     order = np.argsort(rows, kind="stable")
     rows, ends = rows[order], np.concatenate(keep_end)[order]
-    win = ops.iloc[s_idx[rows]]
+    replaced = ("duration_ps", "is_async", "source", "line")  # (the window's own: not gathered from the -start rows)
+    win = ops[[c for c in ops.columns if c not in replaced]].iloc[s_idx[rows]]
     win = with_columns(win.reset_index(drop=True), {
         "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
         "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
