@@ -238,13 +238,13 @@ def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFram
         live = sorted({name[p] for p in np.unique(pids[(st <= at) & (at < en)])} or {name[pids[0]]})
         peak = int(run[k]) if len(run) else 0
         peak = max(peak, int(fp.max()))
-        distinct = set(np.unique(pids).tolist())
+        distinct = np.unique(pids)  # (each program once: the names below are looked up per program, not per run)
         others = sum(args[p] for p in distinct) - min(args[p] for p in distinct)
         cap = capacity.get((h, d), np.nan)
         rows.append({"host": h, "device": d, "peak_bytes": peak, "programs_at_peak": ", ".join(live),
                      "upper_bytes": peak + int(others), "capacity_bytes": cap,
                      "share": peak / cap if cap and cap == cap else np.nan,
-                     "programs": ", ".join(sorted({name[p] for p in pids}))})
+                     "programs": ", ".join(sorted({name[p] for p in distinct}))})
     return pd.DataFrame(rows, columns=cols)
 
 
