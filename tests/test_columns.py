@@ -300,6 +300,8 @@ def test_group_sums_equal_one_bincount_bit_for_bit(monkeypatch):
             tot, cnt = opstats.group_sums(gi, v, groups, positive=positive)
             assert np.array_equal(tot, np.bincount(gi, weights=w, minlength=groups))
             assert np.array_equal(cnt, np.bincount(gi, weights=~np.isnan(v), minlength=groups).astype(np.int64))
+            given = opstats.group_sums(gi, v, groups, positive=positive, counts=np.bincount(gi, minlength=groups))
+            assert np.array_equal(given[0], tot) and np.array_equal(given[1], cnt)  # the caller's row counts
         ints = rng.integers(0, 10**15, n)  # int64 times: cast to float as bincount casts its weights
         assert np.array_equal(opstats.group_sums(gi, ints, groups)[0], np.bincount(gi, weights=ints, minlength=groups))
         const = np.broadcast_to(np.array([2.5]), (n,))  # a column stored once (a zero-stride view)

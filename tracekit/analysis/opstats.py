@@ -59,8 +59,10 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     out = keyed[["module", "program_id", "op"]].iloc[first].reset_index(drop=True)
     del keyed, linv, label  # (row-sized codes: freed before the sums below)
 
+    rows_per_group = np.bincount(gi, minlength=ng_all)
+
     def gsum(w=None):  # per kept group sum of ``w`` (count when None) over every row
-        return np.bincount(gi, minlength=ng_all)[keep] if w is None else group_sums(gi, w, ng_all)[0][keep]
+        return rows_per_group[keep] if w is None else group_sums(gi, w, ng_all, counts=rows_per_group)[0][keep]
     for c in ["opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "cost_source", "unknown_reason",
               *DOT_DIMS]:
         out[c] = ops[c].array[first] if c in ops.columns else (-1 if c in DOT_DIMS else "")
@@ -88,7 +90,8 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         if c not in ops.columns:
             out[c] = np.nan
             continue
-        tot, cnt = group_sums(gi, ops[c].to_numpy(np.float64), ng_all, positive=c == "headroom_ps")
+        tot, cnt = group_sums(gi, ops[c].to_numpy(np.float64), ng_all, positive=c == "headroom_ps",
+                              counts=rows_per_group)
         out[c] = np.where(cnt[keep] > 0, tot[keep], np.nan)  # sum with min_count=1
     return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)
 
@@ -97,23 +100,25 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 SUM_CHUNK = 1 << 18
 
 
-def group_sums(gi: np.ndarray, v: np.ndarray, n_groups: int, *, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def group_sums(gi: np.ndarray, v: np.ndarray, n_groups: int, *, positive: bool = False,
+               counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per group (``gi``: each row's group): the sum of ``v``'s non-NaN values (``positive``: of max(v, 0)) and
     how many rows have one. Added chunk by chunk in row order, so the sums are bit for bit those of one
-    ``np.bincount`` over the rows, without its row-sized float64 temporaries (a cast, a NaN-free copy)."""
+    ``np.bincount`` over the rows, without its row-sized float64 temporaries (a cast, a NaN-free copy).
+    ``counts``: the rows per group (``np.bincount(gi)``), when the caller has it already (it is not copied)."""
     tot = np.zeros(n_groups)
-    cnt = np.zeros(n_groups, np.int64)
+    missing = np.zeros(n_groups, np.int64)  # rows without a value, per group (counted where a chunk has any)
     for a in range(0, len(v), SUM_CHUNK):
         x = np.asarray(v[a:a + SUM_CHUNK], np.float64)
         g = gi[a:a + SUM_CHUNK]
         ok = ~np.isnan(x)
         if not ok.all():
+            missing += np.bincount(g[~ok], minlength=n_groups)
             x, g = x[ok], g[ok]
         if positive:
             x = np.maximum(x, 0.0)
         np.add.at(tot, g, x)
-        cnt += np.bincount(g, minlength=n_groups)
-    return tot, cnt
+    return tot, (np.bincount(gi, minlength=n_groups) if counts is None else counts) - missing
 
 
 #: the per-op columns :func:`op_sums` gives: identity, first-seen attributes, then sums over executions
