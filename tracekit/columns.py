@@ -44,7 +44,7 @@ def concat_categorical(parts: list, lens: list, order: np.ndarray | None = None)
     for p, n in zip(parts, lens):
         if isinstance(p, pd.Series):
             if isinstance(p.dtype, pd.CategoricalDtype):
-                codes, cats = p.cat.codes.to_numpy(), list(p.cat.categories)
+                codes, cats = p.array.codes, list(p.cat.categories)
             else:
                 codes, cats = pd.factorize(p.astype(str), use_na_sentinel=True)
         elif isinstance(p, tuple):
@@ -62,9 +62,10 @@ def concat_categorical(parts: list, lens: list, order: np.ndarray | None = None)
 def codes_of(s: pd.Series, compact: bool = False) -> tuple[np.ndarray, list]:
     """(int codes, -1 for missing; distinct values) of a column: categorical codes as they are, anything else
     factorized (integer codes, int16 or int64). Codes are int64 unless ``compact``: then categorical codes keep
-    their stored width and booleans are a uint8 view (no copy), for callers that only add them up."""
+    their stored width (the column's own codes, read-only) and booleans are a uint8 view (no copy), for callers
+    that only read them."""
     if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = s.cat.codes.to_numpy()
+        codes = s.array.codes
         return (codes if compact else codes.astype(np.int64)), list(s.cat.categories)
     if s.dtype == bool:
         v = s.to_numpy()

@@ -136,7 +136,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     dcol = "compute_dtype" if "compute_dtype" in ops.columns else "dtype" if "dtype" in ops.columns else None
     by_codes = dcol is not None and isinstance(ops[dcol].dtype, pd.CategoricalDtype)
     if by_codes:
-        dcodes = ops[dcol].cat.codes.to_numpy()
+        dcodes = ops[dcol].array.codes
         dnames = [str(c) for c in ops[dcol].cat.categories]
     srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
     rows = []

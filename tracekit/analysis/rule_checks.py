@@ -167,7 +167,7 @@ def level_of(net_level: pd.Series) -> pd.Categorical:
     if "" not in cats:
         cats = cats + [""]
         codes[-1] = len(cats) - 1
-    return pd.Categorical.from_codes(codes[c.cat.codes.to_numpy()], categories=cats)
+    return pd.Categorical.from_codes(codes[c.array.codes], categories=cats)
 
 
 def _step_levels(steps: pd.DataFrame) -> np.ndarray:

@@ -42,7 +42,7 @@ def cat_mask(s: pd.Series, fn) -> np.ndarray:
     """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows."""
     c = s.astype("category") if s.dtype != "category" else s
     cats = pd.Series(c.cat.categories.astype(str))
-    return spread_mask(np.asarray(fn(cats), dtype=bool), c.cat.codes.to_numpy())  # missing -> False
+    return spread_mask(np.asarray(fn(cats), dtype=bool), c.array.codes)  # missing -> False
 
 
 def _col(ops: pd.DataFrame, name: str) -> pd.Series:
@@ -349,7 +349,7 @@ def _step_classes(ops: pd.DataFrame) -> tuple[np.ndarray, list | None]:
         lv = lv if isinstance(lv.dtype, pd.CategoricalDtype) else lv.astype(str).astype("category")
         names = sorted({str(v) for v in lv.cat.categories} | {""})
         rank = np.array([names.index(str(v)) for v in lv.cat.categories] + [0], np.int16)  # missing: as ''
-        cls[coll] = _K + rank[lv.cat.codes.to_numpy()[coll]]
+        cls[coll] = _K + rank[lv.array.codes[coll]]
         levels = names[1:]
     else:
         cls[coll] = _K

@@ -167,7 +167,7 @@ def _self_ps(ops: pd.DataFrame) -> np.ndarray | pd.Series:
     if not sync.any():
         return ops["duration_ps"]  # nothing can nest (TPU op lines): the durations' column, shared (copy-on-write)
     idx = np.nonzero(sync)[0]
-    line = ops["line"].cat.codes.to_numpy() if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
+    line = ops["line"].array.codes if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
         pd.factorize(ops["line"])[0]
     own = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx], dur[idx])[0]
     if np.array_equal(own, dur[idx]):

@@ -199,7 +199,7 @@ def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
     dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     by_bound = {}
     if "bound_by" in ops and len(ops):
-        codes = ops["bound_by"].cat.codes.to_numpy()
+        codes = ops["bound_by"].array.codes
         cats = list(ops["bound_by"].cat.categories)
         per = np.bincount(codes[sync_m & (codes >= 0)], weights=dur[sync_m & (codes >= 0)], minlength=len(cats))
         by_bound = {str(c): int(v) for c, v in zip(cats, per) if v}

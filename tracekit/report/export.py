@@ -181,7 +181,7 @@ def _escaped(o: pd.DataFrame, name: str) -> tuple[np.ndarray, list, list]:
         return np.full(len(o), -1), [], ['""']
     c = o[name] if isinstance(o[name].dtype, pd.CategoricalDtype) else o[name].astype(str).astype("category")
     cats = [str(v) for v in c.cat.categories]
-    return c.cat.codes.to_numpy(), cats, [json.dumps(v, ensure_ascii=False) for v in cats] + ['""']
+    return c.array.codes, cats, [json.dumps(v, ensure_ascii=False) for v in cats] + ['""']
 
 
 def _write_ops(w: Writer, o: pd.DataFrame, pid: dict, tids: dict) -> int:
