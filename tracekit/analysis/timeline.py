@@ -225,7 +225,7 @@ def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:
             "host": pd.Categorical.from_codes(z, [h]), "device": pd.Categorical.from_codes(z, [d]),
             "start_ps": ps, "duration_ps": pe - ps,
             "kind": pd.Categorical.from_codes(kind, ["before_first_op", "inside_step", outside]),
-            "step": np.where(inside, np.r_[sno, -1][kk], -1)}))
+            "step": np.where(inside, np.r_[sno, -1][kk], -1)}, copy=False))
     out = concat_frames(parts)
     if not len(out):
         return _frame([], _GAPS)
