@@ -25,3 +25,27 @@ def test_benchmark_quick_prints_table(tmp_path):
         assert stage in out
     assert (tmp_path / "results.json").exists() and (tmp_path / "table.txt").exists()
     assert not list(ROOT.glob("benchmarks/*.xplane.pb"))  # nothing written into the repository
+
+
+def test_tiled_trace_is_more_steps_of_the_same_work(tmp_path):
+    """benchmarks/tile.py's copies are new executions later in time on both clocks: three copies give exactly
+    three times the op rows, steps and trace-reported FLOPs of the source, each device's ops stay in time order,
+    and every copy's module executions carry run ids of their own (so no execution looks three times as long)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tile
+    from tracekit.ingest.trace import load
+
+    src = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
+    a = load(src)
+    out = tmp_path / "t3.xplane.pb"
+    out.write_bytes(tile.tile(src.read_bytes(), 3 * int((a.ops["source"] == "xla_ops").sum())))
+    b = load(out)
+    assert len(b.ops) == 3 * len(a.ops) and len(b.steps) == 3 * len(a.steps)
+    assert np.nansum(b.ops["trace_flops"]) == 3 * np.nansum(a.ops["trace_flops"])
+    runs_a = a.ops.groupby("device", observed=True)["run_id"].nunique()
+    runs_b = b.ops.groupby("device", observed=True)["run_id"].nunique()
+    assert (runs_b > 2.5 * runs_a).all()
+    st, dev = b.ops["start_ps"].to_numpy(), b.ops["device"].array.codes
+    assert not ((st[1:] < st[:-1]) & (dev[1:] == dev[:-1])).any()  # the device clock moved with the copy
