@@ -136,9 +136,10 @@ def _first_rows(key: np.ndarray, space: int) -> np.ndarray:
 
 def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     """(inverse index, first row of each distinct key), distinct keys in first-seen order. A dense table when
-    the key space is small next to the rows (its cost grows with the space), else a hash table."""
+    the key space is no larger than the rows (its cost and memory grow with the space: at most those of a row-sized
+    column; at 1.7 M rows in 1.4 M possible groups it takes half the time of the hash table), else a hash table."""
     n = len(key)
-    if 0 < space <= max(_DENSE_SPACE, n // 2) and space < (1 << 31):
+    if 0 < space <= max(_DENSE_SPACE, n) and space < (1 << 31):
         first_at = _first_rows(key, space)
         seen = np.nonzero(first_at < n)[0]
         first = first_at[seen]
