@@ -406,19 +406,26 @@ def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarra
     d_idx, w_idx = execution.pair_done_windows(ops, done, u["d2s"])
     if not len(d_idx):
         return
-    for k in ("compute", "memory", "network", "roofline_ps", "best", "src", "host_x", "reason", "net",
-              "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
-        if isinstance(p[k], np.ndarray) and not p[k].flags.writeable:
-            p[k] = p[k].copy()
+    same = ("best", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize")  # window's own
+    for k in ("compute", "memory", "network", "roofline_ps", "net", *same):
+        v = p[k]
+        if isinstance(v, np.ndarray) and not v.flags.writeable and not (k in same and _held_once(v)):
+            p[k] = v.copy()  # (a column held once gets its window's value, its own: it stays held once)
     wroof = p["roofline_ps"][w_idx]
     roof = execution.done_roofline(ops, d_idx, w_idx, wroof)
     scale = np.divide(roof, wroof, out=np.zeros(len(roof)), where=wroof > 0)
     for k in ("compute", "memory", "network"):
         p[k][d_idx] = p[k][w_idx] * scale
     p["roofline_ps"][d_idx] = np.where(np.isnan(wroof), np.nan, roof)
-    for k in ("best", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize"):
-        p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
+    for k in same:
+        if not _held_once(p[k]):
+            p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
     p["net"][d_idx] = 0.0
+
+
+def _held_once(v) -> bool:
+    """A read-only row-sized view of one value (:func:`_to_rows`' zero-stride constant)."""
+    return isinstance(v, np.ndarray) and v.ndim == 1 and v.strides == (0,) and not v.flags.writeable
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
