@@ -171,13 +171,28 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     execs = gather(u["executions"], inv)
     share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
     del execs  # (row-sized; each array below is freed as soon as it has served: this stage sets the peak)
-    per_identity = share is None and all(np.array_equal(v, v[first][inv], equal_nan=True) for v in (tf, tb))
-    if per_identity:  # predict once per identity, spread each column with one gather
+    # rows whose prediction is not their identity's: split over kernels or events, or own trace costs
+    own = np.zeros(n, bool) if share is None else share != 1.0
+    for v in (tf, tb):
+        at_first = gather(v[first], inv)
+        own |= ~((v == at_first) | (np.isnan(v) & np.isnan(at_first)))
+        del at_first
+    rows = np.flatnonzero(own)
+    del own
+    if len(rows) * 4 > n:  # mostly per row: predict every row
+        p = _predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u)
+    else:  # predict once per identity, spread each column with one gather, then predict the few own rows
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
         p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
-    else:
-        p = _predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u)
-    del tf, tb, share
+        if len(rows):
+            at = gather(inv, rows)
+            sub = _predict(lambda k: gather(u[k], at), tf[rows], tb[rows], None if share is None else share[rows],
+                           len(rows), u)
+            for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
+                if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
+                    p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
+                    p[k][rows] = v
+    del tf, tb, share, rows
     _judge_done_over_windows(ops, p, u, inv)
     del inv, first
     new: dict = {}
@@ -421,6 +436,14 @@ def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarra
         if not _held_once(p[k]):
             p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
     p["net"][d_idx] = 0.0
+
+
+def _all_equal(v: np.ndarray, c) -> bool:
+    """Every value of ``v`` is ``c`` (NaN equal to NaN)."""
+    eq = v == c
+    if v.dtype.kind == "f":
+        eq |= np.isnan(v) & np.isnan(c)
+    return bool(eq.all())
 
 
 def _held_once(v) -> bool:
