@@ -278,6 +278,18 @@ def test_clock_fit_band_counts_equal_searchsorted():
             assert np.array_equal(devclock._counts_up_to(r, q), np.searchsorted(r, q, "right"))
 
 
+def test_unique_equals_np_unique():
+    """columns.unique (one sort) gives np.unique's values and dtype: signed, unsigned, bool, empty, one value,
+    round picosecond times, and floats with NaN (handed to np.unique)."""
+    rng = np.random.default_rng(13)
+    cases = [rng.integers(-5, 5, 1000), np.zeros(0, np.int64), np.array([7]), rng.integers(0, 2, 99).astype(bool),
+             rng.integers(0, 1 << 60, 5000).astype(np.uint64), rng.integers(0, 10**6, 20000) * 1_000_000,
+             np.array([1.0, np.nan, 2.0, np.nan])]
+    for a in cases:
+        got, want = C.unique(a), np.unique(a)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=a.dtype.kind == "f")
+
+
 def test_distinct_values_equal_np_unique():
     rng = np.random.default_rng(5)
     for a in (np.array([], np.uint64), np.array([7], np.uint64), np.repeat(rng.integers(0, 2**63, 9, dtype=np.uint64), 1000),

@@ -159,7 +159,7 @@ def runs(codes: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
     if not len(codes):
         return []
     cut = np.r_[0, np.nonzero(codes[1:] != codes[:-1])[0] + 1, len(codes)]
-    if len(cut) - 1 <= 64 + 4 * len(np.unique(codes[cut[:-1]])):
+    if len(cut) - 1 <= 64 + 4 * len(unique(codes[cut[:-1]])):
         return [(int(codes[a]), slice(int(a), int(b))) for a, b in zip(cut[:-1], cut[1:])]
     order = np.argsort(codes, kind="stable")
     sc = codes[order]
@@ -202,16 +202,27 @@ def rows_by_text(df: pd.DataFrame, cols, keep: np.ndarray | None = None) -> dict
     return out
 
 
+def unique(a) -> np.ndarray:
+    """``np.unique(a)`` (the sorted distinct values) for integer and boolean arrays by one sort: NumPy 2.3+ finds
+    them with a hash table, which on picosecond times (round multiples: the hash collides) is tens of times slower
+    (a 400 k-step trace: 441 ms against 9 ms). Other dtypes go to ``np.unique``."""
+    a = np.asarray(a).ravel()
+    if a.dtype.kind not in "iub" or a.size < 2:
+        return np.unique(a)
+    s = np.sort(a)
+    return s[np.r_[True, s[1:] != s[:-1]]]
+
+
 def distinct_values(a: np.ndarray) -> np.ndarray:
     """The distinct values of a 1-D array, sorted (``np.unique``), read from its runs of equal values when they
     are few (the ids of a frame sorted by device): no hash table or sorted copy of every row."""
     a = np.asarray(a)
     if len(a) < 2 or a.strides == (0,):
-        return np.unique(a[:1])
+        return unique(a[:1])
     starts = np.flatnonzero(a[1:] != a[:-1])
     if len(starts) * 8 < len(a):
-        return np.unique(np.concatenate([a[:1], a[starts + 1]]))
-    return np.unique(a)
+        return unique(np.concatenate([a[:1], a[starts + 1]]))
+    return unique(a)
 
 
 def row_parts(df: pd.DataFrame, cols) -> dict:

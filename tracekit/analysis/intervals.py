@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import group_index
+from tracekit.columns import group_index, unique
 
 KEYS = ["host", "device"]
 
@@ -131,7 +131,7 @@ def cut_points(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
     both[0::2], both[1::2] = s0, s1
     if len(both) and bool((both[1:] >= both[:-1]).all()):
         return both[np.r_[True, both[1:] != both[:-1]]]
-    return np.unique(both)
+    return unique(both)
 
 
 def rows_view(a: np.ndarray, idx: np.ndarray) -> np.ndarray:

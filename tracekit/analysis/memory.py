@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import distinct_values, rows_by_text
+from tracekit.columns import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
@@ -235,10 +235,10 @@ def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFram
         run = np.cumsum(delta[order])
         k = int(np.argmax(run)) if len(run) else 0
         at = t[order][k]
-        live = sorted({name[p] for p in np.unique(pids[(st <= at) & (at < en)])} or {name[pids[0]]})
+        live = sorted({name[p] for p in unique(pids[(st <= at) & (at < en)])} or {name[pids[0]]})
         peak = int(run[k]) if len(run) else 0
         peak = max(peak, int(fp.max()))
-        distinct = np.unique(pids)  # (each program once: the names below are looked up per program, not per run)
+        distinct = unique(pids)  # (each program once: the names below are looked up per program, not per run)
         others = sum(args[p] for p in distinct) - min(args[p] for p in distinct)
         cap = capacity.get((h, d), np.nan)
         rows.append({"host": h, "device": d, "peak_bytes": peak, "programs_at_peak": ", ".join(live),

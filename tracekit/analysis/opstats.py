@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import cat_from, group_index, row_parts, self_time, unique_rows
+from tracekit.columns import cat_from, group_index, row_parts, self_time, unique, unique_rows
 from tracekit.schema import Bound, labels
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
@@ -81,7 +81,7 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         if ng_all <= 4 * len(g) + 1024:
             devices += np.bincount(g, minlength=ng_all) > 0
         else:  # few rows, many groups
-            devices[np.unique(g)] += 1
+            devices[unique(g)] += 1
         del g
     out["devices"] = devices[keep]
     dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice

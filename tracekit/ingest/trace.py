@@ -15,8 +15,8 @@ from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
-from tracekit.columns import (cat_apply, cat_from, codes_of, concat_frames, constant_columns, runs, unique_rows,
-                              with_columns)
+from tracekit.columns import (cat_apply, cat_from, codes_of, concat_frames, constant_columns, runs, unique,
+                              unique_rows, with_columns)
 from tracekit.ingest.order import contain, frame_order, sorted_frame
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
@@ -325,7 +325,7 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     keep_s, keep_end = [], []
     dorder = np.lexsort((dt, dkey))
     dk_sorted = dkey[dorder]
-    for k in np.unique(skey):
+    for k in unique(skey):
         rows = np.nonzero(skey == k)[0]
         lo, hi = np.searchsorted(dk_sorted, k, "left"), np.searchsorted(dk_sorted, k, "right")
         if lo == hi:
