@@ -56,6 +56,21 @@ def test_dense_and_hashed_factorize_agree():
     assert (np.diff(first) > 0).all()  # groups in first-seen order
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_first_rows_in_chunks_equal_numpy(monkeypatch, chunk):
+    """Short runs are scattered a chunk at a time, the last chunk first: the first row of each key still wins."""
+    monkeypatch.setattr(C, "_CHUNK", chunk)
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 50, 1001):
+        key = rng.integers(0, 40, n).astype(np.int32)
+        values, first = np.unique(key, return_index=True)
+        want = np.full(40, n, np.int64)
+        want[values] = first
+        assert np.array_equal(C._first_rows(key, 40), want)
+        inv, _ = C._factorize(key, 40)
+        assert inv.dtype == np.int32 and (key[C._factorize(key, 40)[1]][inv] == key).all()
+
+
 def test_runs_groups_rows_sorted_or_not():
     rng = np.random.default_rng(1)
     for codes in (np.repeat([2, 0, 1], [5, 3, 4]), rng.integers(0, 4, 2000)):

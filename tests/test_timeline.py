@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import schema
-from tracekit.analysis import timeline as tl
+from tracekit.analysis import gaps as idle, timeline as tl
 
 
 def ops_frame(rows: list[dict]) -> pd.DataFrame:
@@ -62,12 +62,12 @@ def test_device_summary():
 
 
 def test_gaps_kinds_and_steps():
-    g = tl.gaps(OPS, STEPS)
+    g = idle.gaps(OPS, STEPS)
     assert g[["device", "start_ps", "duration_ps", "kind", "step"]].values.tolist() == [
         ["TPU:0", 0, 10, "before_first_op", 1], ["TPU:0", 40, 10, "inside_step", 1],
         ["TPU:0", 60, 10, "inside_step", 2], ["TPU:0", 80, 10, "inside_step", 2]]
-    assert tl.gaps(OPS, STEPS, min_gap_ps=11).empty
-    nosteps = tl.gaps(OPS)  # without steps, gaps after the first op are between_ops
+    assert idle.gaps(OPS, STEPS, min_gap_ps=11).empty
+    nosteps = idle.gaps(OPS)  # without steps, gaps after the first op are between_ops
     assert nosteps[["start_ps", "duration_ps", "kind"]].values.tolist()[:2] == [
         [5, 5, "before_first_op"], [40, 10, "between_ops"]]
 
@@ -75,7 +75,7 @@ def test_gaps_kinds_and_steps():
 def test_gap_cut_at_step_boundaries():
     ops = ops_frame([{"start_ps": 0, "duration_ps": 10}, {"start_ps": 100, "duration_ps": 10}])
     steps = steps_frame([{"step": 1, "start_ps": 0, "duration_ps": 30}, {"step": 2, "start_ps": 60, "duration_ps": 50}])
-    g = tl.gaps(ops, steps)
+    g = idle.gaps(ops, steps)
     assert g[["start_ps", "duration_ps", "kind", "step"]].values.tolist() == [
         [10, 20, "inside_step", 1], [30, 30, "between_steps", -1], [60, 40, "inside_step", 2]]
 
@@ -160,7 +160,7 @@ def test_stragglers():
 
 def test_empty_frames():
     empty = schema.empty(schema.OPS)
-    assert tl.busy_intervals(empty).empty and tl.device_summary(empty).empty and tl.gaps(empty).empty
+    assert tl.busy_intervals(empty).empty and tl.device_summary(empty).empty and idle.gaps(empty).empty
     assert tl.collective_overlap(empty).empty and tl.step_breakdown(empty, schema.empty(schema.STEPS)).empty
 
 
@@ -195,12 +195,18 @@ def test_properties(frames):
     coll = tl.is_collective(ops)
     sync = ~ops["is_async"].to_numpy(bool)
     summ = tl.device_summary(ops, steps).set_index("device")
-    gaps = tl.gaps(ops, steps)
+    gaps = idle.gaps(ops, steps)
     for dev, row in summ.iterrows():
         busy = _paint(ops, dev, sync)
         assert row["busy_ps"] == busy.sum()  # union length equals the painted oracle
         assert 0 <= row["busy_ps"] <= row["span_ps"]
         assert row["idle_ps"] == gaps.loc[gaps["device"] == dev, "duration_ps"].sum()
+    saved = idle.CHUNK
+    try:  # gaps cut one at a time (a pass per gap) give the same frame as one pass per device
+        idle.CHUNK = 1
+        pd.testing.assert_frame_equal(idle.gaps(ops, steps), gaps, check_exact=True)
+    finally:
+        idle.CHUNK = saved
     c = tl.collective_overlap(ops)
     assert ((c["overlap_ratio"] >= 0) & (c["overlap_ratio"] <= 1)).all()
     assert ((c["covered_ps"] >= 0) & (c["covered_ps"] <= c["span_ps"])).all()

@@ -122,16 +122,26 @@ def _first_rows(key: np.ndarray, space: int) -> np.ndarray:
     first_at = np.full(space, n, np.int64)
     if not n:
         return first_at
-    starts = np.flatnonzero(key[1:] != key[:-1])
-    if len(starts) * 4 < n:
+    change = key[1:] != key[:-1]
+    if np.count_nonzero(change) * 4 < n:
+        starts = np.flatnonzero(change)
+        del change
         rows = np.empty(len(starts) + 1, np.int64)
         rows[0] = 0
         np.add(starts, 1, out=rows[1:])
         first_at[key[rows[::-1]]] = rows[::-1]  # duplicates: the last write (the first row) wins
-    else:
-        del starts
-        first_at[key[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)
+        return first_at
+    del change
+    # short runs: every row is scattered, the last chunk first, so that earlier rows overwrite later ones (chunks
+    # bound the row numbers' temporary: a row-sized one was the rule stage's peak on large traces)
+    for a in range(((n - 1) // _CHUNK) * _CHUNK, -1, -_CHUNK):
+        b = min(a + _CHUNK, n)
+        first_at[key[a:b][::-1]] = np.arange(b - 1, a - 1, -1, dtype=np.int64)
     return first_at
+
+
+#: rows per pass of :func:`_first_rows`' scatter
+_CHUNK = 1 << 20
 
 
 def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
@@ -144,13 +154,19 @@ def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
         seen = np.nonzero(first_at < n)[0]
         first = first_at[seen]
         rank = np.argsort(first, kind="stable")
-        code = np.empty(space, np.int64)
+        code = np.empty(space, _inverse_dtype(len(seen)))
         code[seen[rank]] = np.arange(len(seen))
         return gather(code, key), first[rank]
     inv, ku = pd.factorize(key)  # hash-based, first-seen order
     first = np.zeros(len(ku), np.int64)
     first[inv[::-1]] = np.arange(n)[::-1]  # the first row of each distinct key
-    return inv.astype(np.int64), first
+    return inv.astype(_inverse_dtype(len(ku))), first
+
+
+def _inverse_dtype(groups: int) -> np.dtype:
+    """An inverse index's dtype: int32 while the groups fit (half the memory of a row-sized index: the rule and
+    overview stages group the whole ops frame), else int64."""
+    return np.dtype(np.int32 if groups < (1 << 31) else np.int64)
 
 
 def runs(codes: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
@@ -168,7 +184,8 @@ def runs(codes: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
 
 
 def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
-    """(inverse index, first row of each group) of ``df[cols]``, groups in first-seen order."""
+    """(inverse index (int32 while the groups fit), first row of each group) of ``df[cols]``, groups in first-seen
+    order."""
     key, space, _ = _key(df, cols)
     return _factorize(key, space)
 
@@ -229,6 +246,17 @@ def row_parts(df: pd.DataFrame, cols) -> dict:
     """(value of each of ``cols`` as text) -> the rows of that group: a slice (a view of every column, no copy)
     when they are contiguous, as in a frame sorted by ``cols``, else their sorted positions. Rows with a missing
     value in ``cols`` are left out."""
+    key, _, cp = _key(df, cols)
+    starts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1] if len(key) else np.zeros(0, np.int64)
+    if len(unique(key[starts])) == len(starts):  # one run per group (a frame sorted by ``cols``): no inverse index
+        del key
+        out = {}
+        for a, b in zip(starts.tolist(), np.r_[starts[1:], len(df)].tolist()):
+            k = tuple((u[codes[a]] if codes[a] >= 0 else None) for codes, u in cp)
+            if not any(v is None for v in k):
+                out[tuple(str(v) for v in k)] = slice(a, b)
+        return out
+    del key, cp
     inv, _, keys = distinct_rows(df, cols)
     parts: dict = {}
     for code, part in runs(inv):

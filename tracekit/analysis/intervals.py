@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -75,8 +76,9 @@ class DeviceIndex:
             self._parts[key] = compute()
         return self._parts[key]
 
-    def groups(self) -> dict:
-        """(host, device) -> row positions (sorted by key); keys are plain strings whatever the columns' dtype."""
+    def groups(self) -> Mapping:
+        """(host, device) -> row positions (sorted by key); keys are plain strings whatever the columns' dtype. A
+        frame grouped already (sorted by device) gives :class:`RowRanges`: each read makes its positions anew."""
         return {} if self.df.empty else self._once("groups", lambda: _groups(self.df))
 
     def ends(self) -> np.ndarray:
@@ -87,16 +89,22 @@ class DeviceIndex:
             return out
         return self._once("ends", compute)
 
+    def ends_at(self, idx: np.ndarray) -> np.ndarray:
+        """start + duration of the rows ``idx`` (sorted distinct positions, e.g. a group's): a new array each call,
+        so an index read group by group holds no row-sized ends (the ops frame's index: 8 B per row)."""
+        st, du = self.df["start_ps"].to_numpy(np.int64), self.df["duration_ps"].to_numpy(np.int64)
+        return rows_view(st, idx) + rows_view(du, idx)
+
     def busy(self) -> dict:
         """(host, device) -> merged busy intervals (starts, ends) of the device's sync ops."""
         return {} if self.df.empty else self._once("busy", self._busy)
 
     def _busy(self) -> dict:
-        sync, st, en = sync_rows(self.df), self.df["start_ps"].to_numpy(np.int64), self.ends()
+        sync, st = sync_rows(self.df), self.df["start_ps"].to_numpy(np.int64)
         out = {}
         for key, idx in self.groups().items():
             si = idx[sync[idx]]
-            out[key] = merge(st[si], en[si])
+            out[key] = merge(st[si], self.ends_at(si))
         return out
 
 
@@ -105,18 +113,34 @@ def device_index(x) -> DeviceIndex:
     return x if isinstance(x, DeviceIndex) else DeviceIndex(x)
 
 
-def _groups(df: pd.DataFrame) -> dict:
+def _groups(df: pd.DataFrame) -> Mapping:
     inv, first = group_index(df, KEYS)
-    if len(inv) < 2 or bool((inv[1:] >= inv[:-1]).all()):
-        order = np.arange(len(inv))  # rows already grouped (the ops frame is sorted by host, device, start)
-    else:
-        order = np.argsort(inv, kind="stable")
-    bounds = np.cumsum(np.bincount(inv, minlength=len(first)))
+    bounds = np.r_[0, np.cumsum(np.bincount(inv, minlength=len(first)))]
     keys = [(str(df[KEYS[0]].iat[i]), str(df[KEYS[1]].iat[i])) for i in first]
-    out = {}
-    for g in sorted(range(len(first)), key=lambda g: keys[g]):
-        out[keys[g]] = order[(bounds[g - 1] if g else 0):bounds[g]]
-    return out
+    spans = {keys[g]: (int(bounds[g]), int(bounds[g + 1])) for g in sorted(range(len(first)), key=lambda g: keys[g])}
+    if len(inv) < 2 or bool((inv[1:] >= inv[:-1]).all()):
+        return RowRanges(spans)  # rows already grouped (the ops frame is sorted by host, device, start)
+    order = np.argsort(inv, kind="stable")
+    return {k: order[a:b] for k, (a, b) in spans.items()}
+
+
+class RowRanges(Mapping):
+    """(host, device) -> row positions, for a frame whose groups are contiguous: each group's positions are made
+    when read (``np.arange``) and freed by the reader, so the index holds no row-sized array for them (8 B per row
+    of a frame of millions of rows, at the rule frames' peak)."""
+
+    def __init__(self, spans: dict):
+        self._spans = spans
+
+    def __getitem__(self, key) -> np.ndarray:
+        a, b = self._spans[key]
+        return np.arange(a, b)
+
+    def __iter__(self):
+        return iter(self._spans)
+
+    def __len__(self) -> int:
+        return len(self._spans)
 
 
 def sync_rows(ops: pd.DataFrame) -> np.ndarray:

@@ -8,7 +8,7 @@
 * ``collectives``: :func:`tracekit.analysis.timeline.collective_overlap`.
 * ``steps``: :func:`tracekit.analysis.timeline.step_breakdown` (``step_ps`` is the step's duration).
 * ``devices``: :func:`tracekit.analysis.timeline.device_summary` (its ``span_ps`` is the profiled time of a device).
-* ``gaps``: :func:`tracekit.analysis.timeline.gaps`.
+* ``gaps``: :func:`tracekit.analysis.gaps.gaps`.
 * ``host_events``: host-side events (:data:`tracekit.schema.HOST_EVENTS`) when the caller has them.
 
 A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check` together with the
@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import timeline as tl
+from tracekit.analysis import gaps as idle, timeline as tl
 from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
 from tracekit.analysis.opstats import op_stats
 from tracekit.columns import cat_apply, with_columns
@@ -137,7 +137,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     # (op stats first: their grouping's temporaries come before the device index holds its parts)
     done = {"op_stats": op_stats(ops), "devices": tl.device_summary(ix, sx),
             "collectives": tl.collective_overlap(ix, hidden, exposed),
-            "steps": tl.step_breakdown(ix, sx, modules), "gaps": tl.gaps(ix, sx, min_gap_ps),
+            "steps": tl.step_breakdown(ix, sx, modules), "gaps": idle.gaps(ix, sx, min_gap_ps),
             "in_step": in_steps(ix, sx)}
     flags = {"is_collective": tl.is_collective(ops), "is_matmul": tl.is_matmul(ops),
              "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops),

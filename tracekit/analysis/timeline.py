@@ -1,4 +1,5 @@
-"""Where device time goes on the timeline: busy/idle, gaps, step breakdown, collective overlap, stragglers.
+"""Where device time goes on the timeline: busy/idle, step breakdown, collective overlap, stragglers (the idle gaps:
+:mod:`tracekit.analysis.gaps`).
 
 Every function takes plain frames (``ops`` as declared by :data:`tracekit.schema.OPS`, ``steps`` as
 :data:`tracekit.schema.STEPS`) and returns a plain frame. A device is a ``(host, device)`` pair. All times are
@@ -15,7 +16,8 @@ Terms
 * **busy**: the union of sync op intervals (compute and sync collectives) of a device.
 * **window** of a device: from the earliest op start on its host (any device, sync or async) or the device's first
   step start, whichever is earlier, to the latest end of the device's ops (async included) or steps. ``span_ps`` is
-  its length; ``idle_ps = span_ps - busy_ps`` is exactly the sum of :func:`gaps` with ``min_gap_ps=0``.
+  its length; ``idle_ps = span_ps - busy_ps`` is exactly the sum of :func:`tracekit.analysis.gaps.gaps` with
+  ``min_gap_ps=0``.
 
 Not accounted for: ops of one device on several lines running concurrently are merged, never double counted;
 steps of one device are assumed not to overlap each other.
@@ -25,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import concat_frames, spread_mask
-from tracekit.analysis.intervals import KEYS, covered, cut_points, device_index, merge, rows_view, sync_rows, union
+from tracekit.columns import spread_mask
+from tracekit.analysis.intervals import KEYS, covered, device_index, merge, rows_view, sync_rows, union
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -138,9 +140,9 @@ def windows(ops, steps=None) -> dict:
         df = x.df
         if df.empty:
             continue
-        st, en = df["start_ps"].to_numpy(np.int64), x.ends()
+        st = df["start_ps"].to_numpy(np.int64)
         for key, idx in x.groups().items():
-            lo, hi = int(rows_view(st, idx).min()), int(rows_view(en, idx).max())
+            lo, hi = int(rows_view(st, idx).min()), int(x.ends_at(idx).max())
             old = spans.get(key, (lo, hi))
             spans[key] = (min(lo, old[0]), max(hi, old[1]))
             if of_ops:  # (the ops' groups cover every row)
@@ -176,62 +178,6 @@ def device_summary(ops, steps=None) -> pd.DataFrame:
     return _frame([pd.DataFrame(rows, columns=list(_SUMMARY))] if rows else [], _SUMMARY)
 
 
-_GAPS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
-         "step": "int64"}
-
-
-def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:
-    """Idle gaps per device: the window minus busy, cut at every step start and end so that each gap lies
-    wholly inside one step or wholly outside all steps. ``kind`` is ``before_first_op`` (ends at or before the
-    device's first sync op, or the device has none), else ``inside_step``, else ``between_steps`` (or
-    ``between_ops`` on a device without steps). ``step`` is the step containing the gap, -1 outside steps. Gaps
-    shorter than ``min_gap_ps`` (and empty ones) are dropped."""
-    ix = device_index(ops)
-    busy = ix.busy()
-    if steps is None:
-        steps = pd.DataFrame({"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []})
-    sx = device_index(steps)
-    steps = sx.df
-    sg = sx.groups()
-    ss, se, sn = steps["start_ps"].to_numpy(np.int64), sx.ends(), steps["step"].to_numpy(np.int64)
-    none = np.array([], np.int64)
-    parts = []
-    for (h, d), (ws, we) in windows(ix, sx).items():
-        ms, me = busy.get((h, d), (none, none))
-        a, b = np.r_[ws, me], np.r_[ms, we]  # complement of busy inside the window
-        keep = b > a
-        a, b = a[keep], b[keep]
-        si = sg.get((h, d), none)
-        o = np.argsort(ss[si], kind="stable")
-        s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
-        bnd = cut_points(s0, s1)
-        lo, hi = np.searchsorted(bnd, a, "right"), np.searchsorted(bnd, b, "left")
-        n = hi - lo + 1  # pieces per gap
-        gi = np.repeat(np.arange(a.size), n)
-        pos = np.arange(gi.size) - np.repeat(np.cumsum(n) - n, n)
-        bb = np.r_[bnd, 0]
-        ps = np.where(pos == 0, a[gi], bb[np.clip(lo[gi] + pos - 1, 0, bnd.size)])
-        pe = np.where(pos == n[gi] - 1, b[gi], bb[np.clip(lo[gi] + pos, 0, bnd.size)])
-        k = np.searchsorted(s0, ps, "right") - 1
-        kk = np.maximum(k, 0)
-        inside = (k >= 0) & (ps < np.r_[s1, 0][kk])
-        first_op = ms[0] if ms.size else np.iinfo(np.int64).max
-        outside = "between_steps" if s0.size else "between_ops"
-        keep = (pe - ps > 0) & (pe - ps >= min_gap_ps)  # drop before building columns
-        ps, pe, inside, kk = ps[keep], pe[keep], inside[keep], kk[keep]
-        kind = np.where(pe <= first_op, 0, np.where(inside, 1, 2)).astype(np.int8)
-        z = np.zeros(ps.size, np.int8)
-        parts.append(pd.DataFrame({
-            "host": pd.Categorical.from_codes(z, [h]), "device": pd.Categorical.from_codes(z, [d]),
-            "start_ps": ps, "duration_ps": pe - ps,
-            "kind": pd.Categorical.from_codes(kind, ["before_first_op", "inside_step", outside]),
-            "step": np.where(inside, np.r_[sno, -1][kk], -1)}, copy=False))
-    out = concat_frames(parts)
-    if not len(out):
-        return _frame([], _GAPS)
-    return out.astype({"start_ps": "int64", "duration_ps": "int64", "step": "int64"})
-
-
 #: the refined buckets (+ exposed collectives: a partition of the step; compute_ps = the first 3, wait + idle the rest)
 REFINED = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
            "host_idle_ps", "launch_idle_ps", "other_idle_ps")
@@ -255,7 +201,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     * ``idle_ps`` = step_ps − |C ∪ K ∪ W|.
 
     ``compute_ps + collective_exposed_ps + wait_ps + idle_ps == step_ps``. An exposed async collective window is
-    collective time here, whereas :func:`gaps` (busy = sync ops only) counts it as idle.
+    collective time here, whereas :func:`tracekit.analysis.gaps.gaps` (busy = sync ops only) counts it as idle.
 
     Refined (:data:`REFINED`; each ≥ 0, with ``collective_exposed_ps`` exactly ``step_ps``): C split by the ops'
     ``bound_by`` into ``compute_bound_ps`` = |C_compute|, ``memory_bound_ps`` = |C_memory \\ C_compute| and
@@ -271,12 +217,12 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     cls, levels = _step_classes(ops)
     launched = cat_mask(_col(ops, "source"), lambda s: s.isin(HOST_LAUNCHED))
     og, mg = ix.groups(), device_index(modules).groups() if modules is not None and len(modules) else {}
-    st, en = ops["start_ps"].to_numpy(np.int64), ix.ends()
+    st = ops["start_ps"].to_numpy(np.int64)
     sst, sdur, sno = (steps[c].to_numpy(np.int64) for c in ("start_ps", "duration_ps", "step"))
     parts = []
     for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
-        m = _class_unions(rows_view(cls, oi), rows_view(st, oi), rows_view(en, oi))
+        m = _class_unions(rows_view(cls, oi), rows_view(st, oi), ix.ends_at(oi))
         a = sst[si]
         b = a + sdur[si]
         c, k = covered(*m["c"], a, b), covered(*m["k"], a, b)

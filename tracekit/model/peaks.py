@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import unique_rows
 from tracekit.model import precision
 from tracekit.units import fmt_num, fmt_time
 
@@ -179,15 +180,31 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
     if not over.any():
         return []
     t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
-    o = ops[over].assign(_t=t[over], _e=eff[over])
+    rows = np.flatnonzero(over)
+    del over
+    # grouped by codes on the over rows only: no copy of the frame's rows, no string per row (a tiled 15 M-event
+    # trace has millions of such rows, and their copy was the report stage's memory peak)
+    keys = pd.DataFrame({c: ops[c].take(rows).array for c in ("module", "op", "bound_by")}, copy=False)
+    inv, tuples = unique_rows(keys, ["module", "op", "bound_by"])
+    e, tt = eff[rows], t[rows]
+    n = len(tuples)
+    best_e = np.full(n, -np.inf)
+    np.maximum.at(best_e, inv, e)
+    best = np.full(n, len(rows))
+    at_max = np.flatnonzero(e == best_e[inv])
+    np.minimum.at(best, inv[at_max], at_max)  # the first execution at the group's largest efficiency
+    count, time = np.bincount(inv, minlength=n), np.bincount(inv, weights=tt, minlength=n)
     out = []
-    for (mod, op, bound), g in o.groupby([o["module"].astype(str), o["op"].astype(str), o["bound_by"].astype(str)],
-                                         sort=False):
-        r = g.loc[g["_e"].idxmax()]
+    for g, (mod, op, bound) in enumerate(tuples):
+        if mod is None or op is None or bound is None:
+            continue  # (a missing key: no group, as a groupby drops it)
+        r = ops.iloc[int(rows[best[g]])].to_dict()
+        r["_t"] = tt[best[g]]
+        mod, op, bound = str(mod), str(op), str(bound)
         ch = dchips.get((r["host"], r["device"]))
         rate, peak, unit, src = _rate_and_peak(r, bound, ch)
-        out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(len(g)),
-                    "time_ps": float(g["_t"].sum()), "efficiency_max": float(r["_e"]), "measured_rate": rate,
+        out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(count[g]),
+                    "time_ps": float(time[g]), "efficiency_max": float(e[best[g]]), "measured_rate": rate,
                     "peak": peak, "unit": unit, "peak_source": src})
     return out
 

@@ -198,12 +198,12 @@ def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     by_bound = {}
-    if "bound_by" in ops and len(ops):
+    if "bound_by" in ops and len(ops):  # (sums in place, per category: no row-sized copy of the times)
         codes = ops["bound_by"].array.codes
-        cats = list(ops["bound_by"].cat.categories)
-        per = np.bincount(codes[sync_m & (codes >= 0)], weights=dur[sync_m & (codes >= 0)], minlength=len(cats))
-        by_bound = {str(c): int(v) for c, v in zip(cats, per) if v}
-    return Totals(int(dur[sync_m].sum()), int(sync_m.sum()), by_bound, int(ops["host"].nunique()) if len(ops) else 0,
+        for i, c in enumerate(ops["bound_by"].cat.categories):
+            if v := int(dur.sum(where=sync_m & (codes == i))):
+                by_bound[str(c)] = v
+    return Totals(int(dur.sum(where=sync_m)), int(sync_m.sum()), by_bound, int(ops["host"].nunique()) if len(ops) else 0,
                   int(len(coll)), int(coll["exposed_ps"].sum()) if len(coll) else 0)
 
 
