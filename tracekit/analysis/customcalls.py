@@ -32,7 +32,7 @@ def parts(ops: pd.DataFrame, hlo: pd.DataFrame, costs: pd.DataFrame | None = Non
     if not len(ops) or not len(hlo) or "cost_source" not in ops.columns:
         return pd.DataFrame(columns=ROW_COLUMNS), 0, False
     sync = ~ops["is_async"].to_numpy(bool)  # masks, not a copy of the ops frame
-    op_time = int(ops["duration_ps"].to_numpy(np.int64)[sync].sum())
+    op_time = int(ops["duration_ps"].to_numpy(np.int64).sum(where=sync))
     cc = ops[["program_id", "op", "duration_ps", "cost_source", "unknown_reason"]][
         sync & (ops["opcode"] == "custom-call").to_numpy(bool)]
     if not len(cc):

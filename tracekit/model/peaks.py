@@ -166,8 +166,9 @@ def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int | None = 20) -> l
     measured rate and the peak it beat (unit, value, source), and a one-line message."""
     if not len(ops) or "efficiency" not in ops:
         return []
-    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
-    return finish_warnings(warning_groups(ops, dchips), float(t[~ops["is_async"].to_numpy(bool)].sum()), limit)
+    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.int64)
+    total = int(t.sum(where=~ops["is_async"].to_numpy(bool)))  # (in place, exact: no row-sized copy)
+    return finish_warnings(warning_groups(ops, dchips), float(total), limit)
 
 
 def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
