@@ -12,7 +12,11 @@ from tracekit.threads import one_shot
 
 def gather(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``a[idx]`` for indices known to be valid (0 <= idx < len(a)): NumPy's take without bounds checks, about
-    twice as fast as fancy indexing on millions of rows (an invalid index would be clipped, never read outside)."""
+    twice as fast as fancy indexing on millions of rows (an invalid index would be clipped, never read outside).
+    Narrower indices (int32 inverse indexes) go through fancy indexing: ``np.take`` would first copy them to a
+    row-sized intp array (at 17 M rows a 136 MB temporary, and twice the time)."""
+    if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu" and idx.dtype != np.intp:
+        return a[idx]
     return np.take(a, idx, mode="clip")
 
 

@@ -147,17 +147,19 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         w, o = work[ix], once[ix]
         nf, nm, nr, nn, nb = (num[c][ix] for c in ("flops", "trace_model_flops", "roofline_ps", "network_ps",
                                                     "bytes_accessed"))
-        cl, hx, du = coll[ix], hostx[ix], dur[ix].astype(float)
+        cl, hx = coll[ix], hostx[ix]
         fl = nf[o & ~np.isnan(nf)]
         mf = nm[o]
-        with_flops = o & (np.nan_to_num(nf) > 0)
+        with_flops = o & (nf > 0)  # (NaN compares False: no NaN-free copy; the rows with flops have no NaN)
         if by_codes:
-            dtype = _dominant_of_codes(np.nan_to_num(nf[with_flops]), dcodes[ix][with_flops], dnames)
+            dtype = _dominant_of_codes(nf[with_flops], dcodes[ix][with_flops], dnames)
         else:
             dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
             dtype = _dominant_dtype(ops.iloc[np.arange(len(ops))[ix][with_flops]][dcols])
         peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
-        comp = np.where(np.isnan(nr[w]), du[w], nr[w]).sum()
+        comp = nr[w]  # the roofline time of the compute path, the measured time where it is unknown
+        np.copyto(comp, dur[ix][w].astype(float), where=np.isnan(comp))
+        comp = comp.sum()
         netw = np.nansum(nn[o & cl])
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
         # a lower bound on the busier direction's time

@@ -177,17 +177,17 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
     if not len(ops) or "efficiency" not in ops:
         return []
     eff = ops["efficiency"].to_numpy(float)
-    over = np.nan_to_num(eff, nan=0.0) > OVER
+    over = eff > OVER  # (NaN compares False: no NaN-free copy of the column)
     if not over.any():
         return []
-    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.float64)
     rows = np.flatnonzero(over)
     del over
+    t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy()[rows].astype(np.float64)
     # grouped by codes on the over rows only: no copy of the frame's rows, no string per row (a tiled 15 M-event
     # trace has millions of such rows, and their copy was the report stage's memory peak)
     keys = pd.DataFrame({c: ops[c].take(rows).array for c in ("module", "op", "bound_by")}, copy=False)
     inv, tuples = unique_rows(keys, ["module", "op", "bound_by"])
-    e, tt = eff[rows], t[rows]
+    e, tt = eff[rows], t
     n = len(tuples)
     best_e = np.full(n, -np.inf)
     np.maximum.at(best_e, inv, e)
