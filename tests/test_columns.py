@@ -56,6 +56,17 @@ def test_dense_and_hashed_factorize_agree():
     assert (np.diff(first) > 0).all()  # groups in first-seen order
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 16])
+def test_gather_of_narrow_indices_in_chunks(monkeypatch, chunk):
+    monkeypatch.setattr(C, "_TAKE_CHUNK", chunk)
+    rng = np.random.default_rng(4)
+    a = rng.random(50)
+    for dt in (np.int32, np.uint16, np.int64):
+        idx = rng.integers(0, 50, 1003).astype(dt)
+        got = C.gather(a, idx)
+        assert got.dtype == a.dtype and np.array_equal(got, a[idx])
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
 def test_first_rows_in_chunks_equal_numpy(monkeypatch, chunk):
     """Short runs are scattered a chunk at a time, the last chunk first: the first row of each key still wins."""

@@ -13,11 +13,21 @@ from tracekit.threads import one_shot
 def gather(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``a[idx]`` for indices known to be valid (0 <= idx < len(a)): NumPy's take without bounds checks, about
     twice as fast as fancy indexing on millions of rows (an invalid index would be clipped, never read outside).
-    Narrower indices (int32 inverse indexes) go through fancy indexing: ``np.take`` would first copy them to a
-    row-sized intp array (at 17 M rows a 136 MB temporary, and twice the time)."""
-    if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu" and idx.dtype != np.intp:
-        return a[idx]
+    Narrower indices (int32 inverse indexes) are taken a chunk at a time: ``np.take`` first copies them to intp,
+    which for the whole array is a row-sized temporary (at 17 M rows 136 MB, and 4x the time of an intp take);
+    per chunk the copy stays in cache (1.7 M rows: 3.5 ms, against 2.9 with intp indices and 4.9 by fancy
+    indexing)."""
+    if isinstance(a, np.ndarray) and isinstance(idx, np.ndarray) and idx.ndim == 1 and len(idx) > _TAKE_CHUNK \
+            and idx.dtype != np.intp:
+        out = np.empty(len(idx), a.dtype)
+        for c in range(0, len(idx), _TAKE_CHUNK):
+            np.take(a, idx[c:c + _TAKE_CHUNK], mode="clip", out=out[c:c + _TAKE_CHUNK])
+        return out
     return np.take(a, idx, mode="clip")
+
+
+#: indices per pass of :func:`gather` when they are narrower than intp
+_TAKE_CHUNK = 1 << 16
 
 
 def code_dtype(n: int) -> np.dtype:
