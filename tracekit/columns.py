@@ -215,8 +215,13 @@ def distinct_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray, list[
     """:func:`unique_rows` plus the first row of each distinct tuple."""
     key, space, parts = _key(df, cols)
     inv, first = _factorize(key, space)
-    tuples = [tuple((u[codes[i]] if codes[i] >= 0 else None) for codes, u in parts) for i in first]
-    return inv, first, tuples
+    return inv, first, _tuples(parts, first)
+
+
+def _tuples(parts: list, rows) -> list[tuple]:
+    """The value tuple of each of ``rows`` from :func:`_key`'s per-column (codes, distinct values); None where a
+    value is missing."""
+    return [tuple((u[codes[i]] if codes[i] >= 0 else None) for codes, u in parts) for i in rows]
 
 
 def rows_by_text(df: pd.DataFrame, cols, keep: np.ndarray | None = None) -> dict:
@@ -260,18 +265,18 @@ def row_parts(df: pd.DataFrame, cols) -> dict:
     """(value of each of ``cols`` as text) -> the rows of that group: a slice (a view of every column, no copy)
     when they are contiguous, as in a frame sorted by ``cols``, else their sorted positions. Rows with a missing
     value in ``cols`` are left out."""
-    key, _, cp = _key(df, cols)
+    key, space, cp = _key(df, cols)
     starts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1] if len(key) else np.zeros(0, np.int64)
     if len(unique(key[starts])) == len(starts):  # one run per group (a frame sorted by ``cols``): no inverse index
         del key
         out = {}
-        for a, b in zip(starts.tolist(), np.r_[starts[1:], len(df)].tolist()):
-            k = tuple((u[codes[a]] if codes[a] >= 0 else None) for codes, u in cp)
+        for k, a, b in zip(_tuples(cp, starts), starts.tolist(), np.r_[starts[1:], len(df)].tolist()):
             if not any(v is None for v in k):
                 out[tuple(str(v) for v in k)] = slice(a, b)
         return out
-    del key, cp
-    inv, _, keys = distinct_rows(df, cols)
+    inv, first = _factorize(key, space)
+    del key
+    keys = _tuples(cp, first)
     parts: dict = {}
     for code, part in runs(inv):
         parts.setdefault(code, []).append(part)
