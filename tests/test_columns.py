@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from tracekit import columns as C
+from tracekit import grouping as G
 from tracekit import threads
 from tracekit.ingest.order import frame_order as _order
 
@@ -49,8 +50,8 @@ def test_order_none_when_sorted_and_concat_applies_it():
 def test_dense_and_hashed_factorize_agree():
     rng = np.random.default_rng(0)
     key = rng.integers(0, 5000, 100_000)
-    inv, first = C._factorize(key, 5000)  # dense table
-    inv2, first2 = C._factorize(key, 1 << 40)  # hash path
+    inv, first = G._factorize(key, 5000)  # dense table
+    inv2, first2 = G._factorize(key, 1 << 40)  # hash path
     assert (inv == inv2).all() and (first == first2).all()
     assert (key[first][inv] == key).all()  # every row maps to a group holding its key
     assert (np.diff(first) > 0).all()  # groups in first-seen order
@@ -70,31 +71,31 @@ def test_gather_of_narrow_indices_in_chunks(monkeypatch, chunk):
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
 def test_first_rows_in_chunks_equal_numpy(monkeypatch, chunk):
     """Short runs are scattered a chunk at a time, the last chunk first: the first row of each key still wins."""
-    monkeypatch.setattr(C, "_CHUNK", chunk)
+    monkeypatch.setattr(G, "_CHUNK", chunk)
     rng = np.random.default_rng(2)
     for n in (1, 2, 50, 1001):
         key = rng.integers(0, 40, n).astype(np.int32)
         values, first = np.unique(key, return_index=True)
         want = np.full(40, n, np.int64)
         want[values] = first
-        assert np.array_equal(C._first_rows(key, 40), want)
-        inv, _ = C._factorize(key, 40)
-        assert inv.dtype == np.int32 and (key[C._factorize(key, 40)[1]][inv] == key).all()
+        assert np.array_equal(G._first_rows(key, 40), want)
+        inv, _ = G._factorize(key, 40)
+        assert inv.dtype == np.int32 and (key[G._factorize(key, 40)[1]][inv] == key).all()
 
 
 def test_runs_groups_rows_sorted_or_not():
     rng = np.random.default_rng(1)
     for codes in (np.repeat([2, 0, 1], [5, 3, 4]), rng.integers(0, 4, 2000)):
-        got = C.runs(codes)
+        got = G.runs(codes)
         assert sum(len(np.arange(len(codes))[rows]) for _, rows in got) == len(codes)
         for code, rows in got:
             assert (codes[rows] == code).all()
-    assert all(isinstance(r, slice) for _, r in C.runs(np.repeat([2, 0, 1], [5, 3, 4])))
+    assert all(isinstance(r, slice) for _, r in G.runs(np.repeat([2, 0, 1], [5, 3, 4])))
 
 
 def test_codes_of_run_length_path_matches_factorize():
     v = pd.Series(np.repeat(np.array([5, 3, 5, 9], np.uint64), [1000, 2000, 10, 500]))
-    codes, uniq = C.codes_of(v)
+    codes, uniq = G.codes_of(v)
     ref, ref_u = pd.factorize(v)
     assert (codes == ref).all() and uniq == list(ref_u)
 
@@ -256,14 +257,14 @@ def test_row_parts_equal_pandas_groupby(sort):
     rng = np.random.default_rng(3)
     for n in (0, 1, 7, 500):
         df = _frame(rng, n, sort)
-        got = {k: np.arange(n)[v] if isinstance(v, slice) else v for k, v in C.row_parts(df, ["host", "device"]).items()}
+        got = {k: np.arange(n)[v] if isinstance(v, slice) else v for k, v in G.row_parts(df, ["host", "device"]).items()}
         want = {(str(h), str(d)): np.sort(np.asarray(ix)) for (h, d), ix in
                 df.groupby(["host", "device"], observed=True).indices.items()}
         assert got.keys() == want.keys()
         for k in want:
             assert np.array_equal(got[k], want[k])
         if sort and n:
-            assert all(isinstance(v, slice) for v in C.row_parts(df, ["host", "device"]).values())
+            assert all(isinstance(v, slice) for v in G.row_parts(df, ["host", "device"]).values())
 
 
 @pytest.mark.parametrize("sort", [True, False])
@@ -272,7 +273,7 @@ def test_rows_by_text_equal_pandas_groupby_of_kept_rows(sort):
     for n in (0, 1, 9, 600):
         df = _frame(rng, n, sort)
         keep = rng.random(n) < 0.4
-        got = C.rows_by_text(df, ["host", "device"], keep)
+        got = G.rows_by_text(df, ["host", "device"], keep)
         kept = df[keep]
         want = {(str(h), str(d)): np.sort(np.flatnonzero(keep)[np.asarray(ix)]) for (h, d), ix in
                 kept.groupby(["host", "device"], observed=True).indices.items()}
@@ -305,14 +306,14 @@ def test_clock_fit_band_counts_equal_searchsorted():
 
 
 def test_unique_equals_np_unique():
-    """columns.unique (one sort) gives np.unique's values and dtype: signed, unsigned, bool, empty, one value,
+    """grouping.unique (one sort) gives np.unique's values and dtype: signed, unsigned, bool, empty, one value,
     round picosecond times, and floats with NaN (handed to np.unique)."""
     rng = np.random.default_rng(13)
     cases = [rng.integers(-5, 5, 1000), np.zeros(0, np.int64), np.array([7]), rng.integers(0, 2, 99).astype(bool),
              rng.integers(0, 1 << 60, 5000).astype(np.uint64), rng.integers(0, 10**6, 20000) * 1_000_000,
              np.array([1.0, np.nan, 2.0, np.nan])]
     for a in cases:
-        got, want = C.unique(a), np.unique(a)
+        got, want = G.unique(a), np.unique(a)
         assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=a.dtype.kind == "f")
 
 
@@ -320,7 +321,7 @@ def test_distinct_values_equal_np_unique():
     rng = np.random.default_rng(5)
     for a in (np.array([], np.uint64), np.array([7], np.uint64), np.repeat(rng.integers(0, 2**63, 9, dtype=np.uint64), 1000),
               rng.integers(0, 50, 3000), np.broadcast_to(np.array([3.5]), (100,))):
-        assert np.array_equal(C.distinct_values(a), np.unique(a))
+        assert np.array_equal(G.distinct_values(a), np.unique(a))
 
 
 def test_group_sums_equal_one_bincount_bit_for_bit(monkeypatch):

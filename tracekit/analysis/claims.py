@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import merge, union
-from tracekit.columns import distinct_rows, gather, row_parts, rows_by_text, self_time, spread_mask
+from tracekit.columns import gather, self_time, spread_mask
+from tracekit.grouping import distinct_rows, row_parts, rows_by_text
 
 
 def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = None,

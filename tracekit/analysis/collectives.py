@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import cat_apply, unique_rows
+from tracekit.grouping import cat_apply, unique_rows
 
 #: an async collective's ``-done`` op named as its ``-start`` (the model knows collectives by their start)
 _START = re.compile(r"-done(\.\d+)?$")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding
-from tracekit.columns import unique_rows
+from tracekit.grouping import unique_rows
 from tracekit.errors import TraceError
 from tracekit.units import fmt_time
 

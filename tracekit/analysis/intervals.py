@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import group_index, unique
+from tracekit.grouping import group_index, unique
 
 KEYS = ["host", "device"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import distinct_values, rows_by_text, unique
+from tracekit.grouping import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",

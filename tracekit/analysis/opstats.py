@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import cat_from, group_index, row_parts, self_time, unique, unique_rows
+from tracekit.columns import self_time
+from tracekit.grouping import cat_from, group_index, row_parts, unique, unique_rows
 from tracekit.schema import Bound, labels
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import row_parts
+from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
 from tracekit.model import precision
 

@@ -28,7 +28,8 @@ import pandas as pd
 from tracekit.analysis import gaps as idle, timeline as tl
 from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
 from tracekit.analysis.opstats import op_stats
-from tracekit.columns import cat_apply, with_columns
+from tracekit.columns import with_columns
+from tracekit.grouping import cat_apply
 
 CHECKS: dict = {}
 #: check name -> (columns: name -> (kind, meaning), replaces): what its evidence rows hold beyond the frame's own

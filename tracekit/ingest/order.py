@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import codes_of, runs
+from tracekit.grouping import codes_of, runs
 
 
 def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "device") -> np.ndarray:

@@ -15,8 +15,8 @@ from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
-from tracekit.columns import (cat_apply, cat_from, codes_of, concat_frames, constant_columns, runs, unique,
-                              unique_rows, with_columns)
+from tracekit.columns import concat_frames, constant_columns, with_columns
+from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",

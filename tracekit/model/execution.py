@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import gather, group_index, unique_rows
+from tracekit.columns import gather
+from tracekit.grouping import group_index, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import unique_rows
+from tracekit.grouping import unique_rows
 from tracekit.model import precision
 from tracekit.units import fmt_num, fmt_time
 

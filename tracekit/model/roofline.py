@@ -27,8 +27,8 @@ from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import calibrate, chips, execution, peaks, precision
 from tracekit.ingest import hlo
-from tracekit.columns import (constant_columns, distinct_rows, gather, one_value, self_time, stores_constants_once,
-                              unique_rows, with_columns)
+from tracekit.columns import constant_columns, gather, one_value, self_time, stores_constants_once, with_columns
+from tracekit.grouping import distinct_rows, unique_rows
 from tracekit.ingest.trace import Trace
 
 _COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",

@@ -203,7 +203,7 @@ def _floor(ops: pd.DataFrame) -> tuple:
 def _collective_rows(ops: pd.DataFrame) -> pd.DataFrame:
     """The rows :func:`tracekit.analysis.collectives.executions` reads: collectives and send/recv, no markers."""
     from tracekit.analysis import timeline as tl
-    from tracekit.columns import cat_apply
+    from tracekit.grouping import cat_apply
     if not len(ops):
         return ops[[c for c in COLLECTIVE_COLUMNS if c in ops.columns]]
     m = (tl.is_collective(ops) | cat_apply(ops["opcode"], lambda v: str(v).lower() in ("send", "recv"))) \
