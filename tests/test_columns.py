@@ -353,3 +353,79 @@ def test_without_columns_shares_the_rest():
     out = C.without_columns(df, ["b", "missing"])
     assert list(out.columns) == ["a", "c"] and list(df.columns) == ["a", "b", "c"]
     assert np.shares_memory(out["a"].to_numpy(), df["a"].to_numpy())
+
+
+def _wide(rng, n, k=8):
+    return pd.DataFrame({"host": pd.Categorical(["h"] * n),
+                         "device": pd.Categorical.from_codes(rng.integers(0, 3, n), ["TPU:0", "TPU:1", "TPU:10"]),
+                         "start_ps": rng.integers(0, 1 << 40, n),
+                         **{f"c{i}": rng.random(n) for i in range(k)}}, copy=False)  # (a block per column,
+    # as the loader's frames: a consolidated block is freed only once every column of it has gone)
+
+
+def _peak_above_start(make, fn):
+    """(``fn(make())``, bytes it allocated at its peak above what was alive when it began). The inputs are made
+    while tracing, so that what ``fn`` frees of them counts."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        inputs = make()
+        start = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = fn(inputs)
+        del inputs
+        return out, tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+
+
+def test_concat_frames_consume_lets_the_inputs_go_column_by_column():
+    make = lambda: [_wide(np.random.default_rng(11), 200_000), _wide(np.random.default_rng(12), 50_000)]
+    frames = make()
+    order = _order(frames)
+    ref = pd.concat(frames, ignore_index=True).iloc[order].reset_index(drop=True)
+    plain, plain_peak = _peak_above_start(make, lambda f: C.concat_frames(f, order=order))
+    held = []
+
+    def eat(f):
+        held.append(f)  # the caller's list, to see it emptied
+        return C.concat_frames(f, order=order, consume=True)
+    eaten, eaten_peak = _peak_above_start(make, eat)
+    assert held == [[]]
+    for out in (plain, eaten):
+        pd.testing.assert_frame_equal(out.astype({"host": str, "device": str}),
+                                      ref.astype({"host": str, "device": str}))
+    # the output (10 columns of 250 k rows) is made either way; consumed, the inputs' columns go as it is made
+    out_bytes = sum(eaten[c].to_numpy().nbytes for c in eaten.columns if c.startswith(("c", "start")))
+    assert plain_peak > out_bytes
+    assert eaten_peak < 0.4 * plain_peak
+
+
+def test_accumulator_frame_lets_its_chunks_go():
+    from tracekit import schema
+    from tracekit.ingest.events import Acc, Cat
+
+    def filled():
+        rng = np.random.default_rng(5)
+        acc = Acc()
+        for n in (120_000, 80_000):
+            acc.add(host="h", device=Cat(rng.integers(0, 2, n).astype(np.int32), ["TPU:0", "TPU:1"]),
+                    start_ps=rng.integers(0, 1 << 40, n), duration_ps=rng.integers(0, 1 << 20, n),
+                    run_id=rng.integers(-1, 9, n), program_id=rng.integers(0, 9, n).astype(np.uint64),
+                    trace_flops=rng.random(n), trace_bytes=rng.random(n), trace_model_flops=rng.random(n))
+        return acc
+    acc = filled()
+    want = {k: np.concatenate([c[k] for c in acc.chunks]) for k in ("start_ps", "duration_ps", "run_id", "trace_flops")}
+    dev = [["TPU:0", "TPU:1"][i] for c in acc.chunks for i in c["device"].codes]
+    f, peak = _peak_above_start(filled, lambda a: a.frame(schema.OPS))
+    for k, v in want.items():
+        assert (f[k].to_numpy() == v).all()
+    assert f["device"].astype(str).tolist() == dev
+    assert acc.frame(schema.OPS) is not None and acc.chunks == []  # (emptied)
+    kept = []
+
+    def held(a):
+        kept.extend(dict(c) for c in a.chunks)  # the caller holds the chunks: nothing can go
+        return a.frame(schema.OPS)
+    _, held_peak = _peak_above_start(filled, held)
+    assert peak < 0.5 * held_peak

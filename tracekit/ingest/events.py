@@ -43,20 +43,24 @@ class Acc:
             self.chunks.append(cols)
 
     def frame(self, sch: dict) -> pd.DataFrame:
-        if not self.chunks:
+        """The chunks as one frame of ``sch``. The accumulator is emptied: each chunk column is let go once its
+        column of the frame is made, so the chunks and the frame are not both whole at once."""
+        chunks, self.chunks = self.chunks, []
+        if not chunks:
             return schema.empty(sch)
-        n = sum(len(c["start_ps"]) for c in self.chunks)
+        lens = [len(c["start_ps"]) for c in chunks]
         data = {}
-        for k in self.chunks[0]:
-            parts = [c[k] if k in c else None for c in self.chunks]
+        for k in list(chunks[0]):
+            parts = [c.pop(k, None) for c in chunks]
             if any(isinstance(p, Cat) or isinstance(p, str) for p in parts):
-                data[k] = concat_categorical(parts, [len(c["start_ps"]) for c in self.chunks])
+                data[k] = concat_categorical(parts, lens)
             elif all(isinstance(p, np.ndarray) for p in parts):
                 data[k] = np.concatenate(parts)
             else:
-                data[k] = np.concatenate([np.full(len(c["start_ps"]), p) if not isinstance(p, np.ndarray) else p
-                                          for p, c in zip(parts, self.chunks)])
-        assert all(len(v) == n for v in data.values())
+                data[k] = np.concatenate([np.full(n, p) if not isinstance(p, np.ndarray) else p
+                                          for p, n in zip(parts, lens)])
+            del parts
+        assert all(len(v) == sum(lens) for v in data.values())
         return schema.conform(pd.DataFrame(data, copy=False), sch)  # the arrays are new: no copy, no consolidation
 
 

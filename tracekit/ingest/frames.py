@@ -150,6 +150,8 @@ def _issue_warnings(issues: dict, odd: dict, host: str, warnings: list[str]) -> 
 
 
 def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
+    """The frames of one host's decoded planes. Each line is let go once read (``plane.lines`` is left empty), so
+    the decoded columns and the frames made of them are not all alive at once; the planes' heads stay."""
     acc = {k: Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines",
                                "memory_events")}
     devices = []
@@ -176,7 +178,8 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
         tpu = bool(dev) and dev[0] == "TPU"
         stage = {k: Acc() for k in ("ops", "async", "modules", "steps")} if tpu else acc  # one plane's TPU lines
         clock: list = []
-        for line in plane.lines:
+        for i, line in enumerate(plane.lines):
+            plane.lines[i] = None  # (read once: its columns are let go when this iteration's reads are done)
             if not _sanitize(line, issues):
                 continue
             n = line.n_events
@@ -210,6 +213,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
             devclock.settle(stage, clock)
             for k, a in stage.items():
                 acc[k].chunks.extend(a.chunks)
+        plane.lines = []
     out = {"ops": acc["ops"].frame(schema.OPS), "async": acc["async"].frame(schema.OPS),
            "modules": acc["modules"].frame(schema.MODULES), "steps": acc["steps"].frame(schema.STEPS),
            "host_steps": acc["host_steps"].frame(schema.STEPS), "lines": acc["lines"].frame(schema.LINES),

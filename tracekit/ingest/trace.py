@@ -140,9 +140,10 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
         parts = [ops, *_async_windows(ops, asyncs, h)]
-        ops = concat_frames(parts, order=frame_order(parts))
-        del parts  # (the columns before the sort: freed now, not when this returns)
-    del asyncs
+        del ops, asyncs  # (handed over: concat_frames lets each column before the sort go once it is sorted)
+        ops = concat_frames(parts, order=frame_order(parts), consume=True)
+    else:
+        del asyncs
     kinds = dict(zip(devs["device"], devs["device_kind"]))
     dinv, drows = unique_rows(ops, ["device"])
     ops = with_columns(ops, {"device_kind": cat_from([kinds.get(d, "") for (d,) in drows], dinv)})
