@@ -3,6 +3,7 @@ against xprof's own roofline."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tracekit
@@ -53,6 +54,17 @@ def test_hand_computed(tmp_path):
     assert d["bound_by"] == "compute"
     assert d["efficiency"] == pytest.approx(flops / 900e12 * 1e12 / 200_000_000)
     assert (d["dot_m"], d["dot_n"], d["dot_k"]) == (4096, 4096, 4096)
+
+
+def test_released_trace_costs_leave_the_frames_and_change_no_prediction(tmp_path):
+    kept = roofline.join(_space(tmp_path))
+    tr = _space(tmp_path)
+    out = roofline.join(tr, release_trace_costs=True)
+    for frame in (out, tr.ops):
+        assert not set(roofline.TRACE_COST_COLUMNS) & set(frame.columns)
+    assert list(out.columns) == [c for c in kept.columns if c not in roofline.TRACE_COST_COLUMNS]
+    pd.testing.assert_frame_equal(out, kept.drop(columns=list(roofline.TRACE_COST_COLUMNS)))
+    assert (kept["trace_flops"].dropna() > 0).any()  # (the trace's costs did serve: the fusion's are the trace's)
 
 
 def test_datasheet_wins_over_a_disagreeing_trace_stat(tmp_path):

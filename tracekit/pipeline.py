@@ -6,18 +6,19 @@ from dataclasses import replace
 
 import pandas as pd
 
-from tracekit.columns import without_columns
 from tracekit.ingest.trace import Trace, load
 from tracekit.report import envelope as report_mod
 
 
 def with_roofline(tr: Trace, chip: str | None = None, topology: str | None = None,
-                  cost_table: pd.DataFrame | None = None) -> pd.DataFrame:
+                  cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False) -> pd.DataFrame:
     """The ops frame with the roofline columns joined (cost model + chip table; collectives priced on
     ``topology``, ``--topology``, else the trace's own); ``cost_table``: the trace's
-    :func:`tracekit.model.roofline.costs` when the caller has it already."""
+    :func:`tracekit.model.roofline.costs` when the caller has it already. ``release_trace_costs``: the trace's
+    own cost stats leave ``tr.ops`` and the result once they have served (see :func:`tracekit.model.roofline.join`)."""
     from tracekit.model import roofline
-    return roofline.join(tr, chip=chip, topology=topology, cost_table=cost_table)
+    return roofline.join(tr, chip=chip, topology=topology, cost_table=cost_table,
+                         release_trace_costs=release_trace_costs)
 
 
 def interconnect(tr: Trace, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None,
@@ -74,11 +75,8 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
     cost_table = roofline.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
-    if ops is None:
-        ops = with_roofline(tr, chip, topology, cost_table)
-        if not isinstance(source, Trace):  # a trace loaded here (ours): its cost stats have served (16 B per row)
-            ops = without_columns(ops, roofline.TRACE_COST_COLUMNS)
-            tr.ops = without_columns(tr.ops, roofline.TRACE_COST_COLUMNS)
+    if ops is None:  # a trace loaded here (ours): its cost stats go once they have served (16 B per row)
+        ops = with_roofline(tr, chip, topology, cost_table, release_trace_costs=not isinstance(source, Trace))
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
