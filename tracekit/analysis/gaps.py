@@ -110,7 +110,7 @@ class _Columns:
         at = self.at
         if not at:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
-        # views of the filled part; copies when most of the room went unused (e.g. a large min_gap_ps)
-        cut = (lambda v: v[:at]) if 2 * at >= self.cap else (lambda v: v[:at].copy())
-        return pd.DataFrame({c: (pd.Categorical.from_codes(cut(self.cols[c]), list(self.cats[c])) if c in self.cats
-                                 else cut(self.cols[c])) for c in COLUMNS}, copy=False)
+        for v in self.cols.values():  # the unused room goes back to the allocator (shrunk in place: no copy)
+            v.resize(at, refcheck=False)  # (safe: no view of these arrays is alive)
+        return pd.DataFrame({c: (pd.Categorical.from_codes(self.cols[c], list(self.cats[c])) if c in self.cats
+                                 else self.cols[c]) for c in COLUMNS}, copy=False)

@@ -241,7 +241,7 @@ def _result_schema(release_trace_costs: bool) -> dict:
             if not (release_trace_costs and k in TRACE_COST_COLUMNS)}
 
 
-#: the trace's own cost stats: :func:`join` reads them and nothing after it does (the pipeline drops them then)
+#: the trace's own cost stats: :func:`join` reads them and nothing after it does (the pipeline has it release them)
 TRACE_COST_COLUMNS = ("trace_flops", "trace_bytes")
 
 
