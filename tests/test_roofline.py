@@ -56,6 +56,25 @@ def test_hand_computed(tmp_path):
     assert (d["dot_m"], d["dot_n"], d["dot_k"]) == (4096, 4096, 4096)
 
 
+def test_matmul_dims_past_int32_are_not_wrapped(tmp_path):
+    """A dot whose M (product of the lhs non-contracting dims) passes 2^31: the frame holds the true size, not
+    a wrapped (here zero) one; ordinary dims stay int32."""
+    b = synth.SpaceBuilder(hostname="t")
+    ins = [instr("a", "parameter", shape("bf16", [65536, 65536, 8])), instr("b", "parameter", shape("bf16", [8, 4])),
+           instr("dot.3", "dot", shape("bf16", [65536, 65536, 4]), [1, 2])]
+    ins[2].dot_dimension_numbers.lhs_contracting_dimensions.append(2)
+    ins[2].dot_dimension_numbers.rhs_contracting_dimensions.append(0)
+    b.hlo_module(synth.module("jit_g", 7, ins), label="jit_g(7)")
+    ln = b.plane("/device:TPU:0", {"device_type_string": "TPU v6 Lite"}).line("XLA Ops")
+    ln.event("%dot.3 = bf16[65536,65536,4]{2,1,0} dot(bf16[65536,65536,8]{2,1,0} %a, bf16[8,4]{1,0} %b)", 0,
+             1_000_000, display="dot.3", md_stats={"program_id": 7})
+    f = tmp_path / "big_dot.xplane.pb"
+    b.write(f)
+    d = roofline.join(tracekit.load(f)).set_index("op").loc["dot.3"]
+    assert (int(d["dot_m"]), int(d["dot_n"]), int(d["dot_k"])) == (65536 * 65536, 4, 8)
+    assert roofline.join(_space(tmp_path))["dot_m"].dtype == np.int32
+
+
 def test_released_trace_costs_leave_the_frames_and_change_no_prediction(tmp_path):
     kept = roofline.join(_space(tmp_path))
     tr = _space(tmp_path)

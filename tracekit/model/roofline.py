@@ -411,7 +411,7 @@ def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None
             "executions": executions, "done": done, "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
             "models": [f"model:{m}" for m in models],
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
-            **{col: hx[col].to_numpy(np.int32) for col in ("dot_m", "dot_n", "dot_k")}}
+            **{col: _narrow(hx[col].to_numpy(np.int64)) for col in ("dot_m", "dot_n", "dot_k")}}
 
 
 def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) -> np.ndarray:
@@ -459,6 +459,13 @@ def _all_equal(v: np.ndarray, c) -> bool:
     if v.dtype.kind == "f":
         eq |= np.isnan(v) & np.isnan(c)
     return bool(eq.all())
+
+
+def _narrow(v: np.ndarray) -> np.ndarray:
+    """``v`` as int32 when every value fits (a matmul dimension nearly always does: half the bytes per row),
+    else as it is: a cast would wrap a product of dims past 2^31 into a wrong, perhaps negative, size."""
+    i32 = np.iinfo(np.int32)
+    return v.astype(np.int32) if not len(v) or (int(v.min()) >= i32.min and int(v.max()) <= i32.max) else v
 
 
 def _held_once(v) -> bool:
