@@ -358,12 +358,16 @@ RULE_FRAMES = {
         "steps": ("int64", "steps of the device"),
         "step_mean_ps": ("float64", "mean step time"),
         "step_total_ps": ("int64", "time of all steps"),
-        "flops_per_step": ("float64", "FLOPs per step (cost model or the trace's model_flops)"),
+        "flops_per_step": ("float64", "FLOPs per step (cost model or the trace's model_flops); NaN when no compute "
+                           "op has a FLOP count (no HLO)"),
         "model_flops_per_step": ("float64", "the model's FLOPs per step when given (NaN otherwise)"),
         "peak_flops_per_s": ("float64", "peak FLOP/s of the dtype that carries most FLOPs"),
         "mfu": ("float64", "flops_per_step / (peak_flops_per_s x step time)"),
-        "possible_step_ps": ("float64", "the step time the roofline says is possible (a lower bound)"),
-        "bound_by": (_TEXT, "the resource that sets possible_step_ps"),
+        "possible_step_ps": ("float64", "the step time the roofline says is possible (a lower bound); NaN when no "
+                             "compute op has a roofline"),
+        "bound_by": (_TEXT, "the resource that sets possible_step_ps (empty when it is unknown)"),
+        "roofline_known_share": ("float64", "share of the compute ops' measured time whose roofline is known (the "
+                                 "rest counts at its measured time in possible_step_ps)"),
         "host_link_per_step_ps": ("float64", "host-link roofline time per step"),
         "offload_wait_per_step_ps": ("float64", "wait on host-offload copies per step"),
     },
@@ -381,7 +385,7 @@ UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction
          "occurrences": "count", "devices": "count", "op_count": "count", "async_count": "count",
          "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
          "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps", "live_peak_share": "fraction",
-         "mfu": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
+         "mfu": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
          "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count"}
 
 

@@ -18,10 +18,14 @@ step of its device: the ops frame's ``step`` >= 0):
   Σ ``net_bytes`` of collectives per step / T against Σ egress bandwidth; **host link** = Σ bytes of host
   transfers per step / T against Σ host-link bandwidth of both directions (PCIe is full duplex; the per-op
   roofline uses the one-way rate, the direction of each copy is not in the ops frame).
-* **possible step time** = the largest, over devices, of max(Σ roofline time of the compute ops (measured time
-  where the roofline is unknown), Σ network time of collectives, Σ host-link time of host transfers) per step:
+* **possible step time** = the largest, over devices, of max(Σ roofline time of the compute ops (measured self
+  time where the roofline is unknown: a loop or conditional whose body ops are traced adds only its own time), Σ network time of collectives, Σ host-link time of host transfers) per step:
   each resource's work at its roofline, everything else hidden behind the busiest. A lower bound; ``bound_by``
-  names the resource.
+  names the resource. Unknown (NaN) on a device whose compute ops have no roofline at all: it would be their
+  measured time, not a roofline.
+* **coverage** (``known_share``): the share of the compute ops' measured time whose FLOPs, bytes or roofline are
+  known. A trace without HLO has none: its FLOPs per step, HBM bytes and possible step time are unknown (NaN),
+  never zero; a partial count is a lower bound.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
 from tracekit.model import precision
@@ -44,7 +49,7 @@ BUCKET_LABELS = {"compute_bound_ps": "compute-bound compute", "memory_bound_ps":
                  "launch_idle_ps": "launch gaps (host-launched ops)", "other_idle_ps": "other idle"}
 DEVICE_COLUMNS = ["host", "device", "steps", "step_mean_ps", "step_total_ps", "flops_per_step",
                   "model_flops_per_step", "peak_flops_per_s", "mfu", "possible_step_ps", "bound_by",
-                  "host_link_per_step_ps", "offload_wait_per_step_ps"]
+                  "roofline_known_share", "host_link_per_step_ps", "offload_wait_per_step_ps"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,8 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
 
 
 #: what each device adds to the pod's totals (:func:`device_parts`), beside :data:`DEVICE_COLUMNS`
-TOTALS = ("flops", "model", "model_rows", "flop_rows", "hbm", "net", "hostb", "peak", "bw", "egress", "hostw")
+TOTALS = ("flops", "model", "model_rows", "flop_rows", "hbm", "net", "hostb", "peak", "bw", "egress", "hostw",
+          "work_ps", "flops_known_ps", "bytes_known_ps", "roof_known_ps")
 
 
 def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> pd.DataFrame:
@@ -132,6 +138,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     num = {c: _floats(ops, c) for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps",
                                        "trace_model_flops")}
     dur = ops["duration_ps"].to_numpy(np.int64)
+    own = self_time(ops)  # (a while or conditional whose body ops are traced: only the time outside them)
     dev_rows = row_parts(ops, ["host", "device"])  # one slice per device of a frame sorted by device
     dcol = "compute_dtype" if "compute_dtype" in ops.columns else "dtype" if "dtype" in ops.columns else None
     by_codes = dcol is not None and isinstance(ops[dcol].dtype, pd.CategoricalDtype)
@@ -148,6 +155,11 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         nf, nm, nr, nn, nb = (num[c][ix] for c in ("flops", "trace_model_flops", "roofline_ps", "network_ps",
                                                     "bytes_accessed"))
         cl, hx = coll[ix], hostx[ix]
+        # how much of the compute path's measured time has a FLOP count, a byte count, a roofline (a trace without
+        # HLO has none: its FLOPs, bytes and roofline are unknown, not zero)
+        wd = own[ix][w]
+        known = {k: int(wd[~np.isnan(v[w])].sum()) for k, v in (("flops", nf), ("bytes", nb), ("roof", nr))}
+        work_ps = int(wd.sum())
         fl = nf[o & ~np.isnan(nf)]
         mf = nm[o]
         with_flops = o & (nf > 0)  # (NaN compares False: no NaN-free copy; the rows with flops have no NaN)
@@ -157,8 +169,8 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
             dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
             dtype = _dominant_dtype(ops.iloc[np.arange(len(ops))[ix][with_flops]][dcols])
         peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
-        comp = nr[w]  # the roofline time of the compute path, the measured time where it is unknown
-        np.copyto(comp, dur[ix][w].astype(float), where=np.isnan(comp))
+        comp = nr[w]  # the roofline time of the compute path, the measured (own) time where it is unknown
+        np.copyto(comp, wd.astype(float), where=np.isnan(comp))
         comp = comp.sum()
         netw = np.nansum(nn[o & cl])
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
@@ -170,7 +182,8 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
                "model_rows": int((~np.isnan(nm) & with_flops).sum()),
                "flop_rows": int(with_flops.sum()), "hbm": np.nansum(nb[w]),
                "net": np.nansum(num["net_bytes"][ix][o & cl]), "hostb": np.nansum(num["net_bytes"][ix][o & hx]),
-               "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0}
+               "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0, "work_ps": work_ps,
+               "flops_known_ps": known["flops"], "bytes_known_ps": known["bytes"], "roof_known_ps": known["roof"]}
         if ch is not None:
             tot["peak"] = peak if peak == peak else 0.0
             tot["bw"] = ch.hbm_bw_bytes_per_s if ch.hbm_bw_bytes_per_s == ch.hbm_bw_bytes_per_s else 0.0
@@ -178,12 +191,15 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
             tot["hostw"] = 2 * ch.host_link_bw_bytes_per_s if ch.host_link_bw_bytes_per_s == \
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
         mean = float(g["step_ps"].mean())
-        f_step = fl.sum() / n
+        unknown = work_ps > 0 and not known["flops"]  # compute ran, none of it with a FLOP count
+        f_step = np.nan if unknown else fl.sum() / n
+        no_roof = work_ps > 0 and not known["roof"]  # the "possible" step would be measured time, not a roofline
         rows.append({"host": h, "device": d, "steps": n, "step_mean_ps": mean, "step_total_ps": int(g["step_ps"].sum()),
                      "flops_per_step": f_step, "model_flops_per_step": np.nansum(mf) / n if np.isfinite(mf).any()
                      else np.nan, "peak_flops_per_s": peak,
                      "mfu": f_step / (peak * mean / 1e12) if peak == peak and peak > 0 and mean > 0 else np.nan,
-                     "possible_step_ps": parts[bound] / n, "bound_by": bound,
+                     "possible_step_ps": np.nan if no_roof else parts[bound] / n, "bound_by": "" if no_roof else bound,
+                     "roofline_known_share": known["roof"] / work_ps if work_ps else np.nan,
                      "host_link_per_step_ps": hostt / n, "offload_wait_per_step_ps": float(g["offload_wait_ps"].mean())
                      if "offload_wait_ps" in g.columns else 0.0,
                      **{f"tot_{k}": v for k, v in tot.items()}, "peak_source": psrc, "dominant_dtype": dtype})
@@ -220,28 +236,43 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
         per, kind, label = tot["flops"] / n_steps, "hardware", "hardware FLOPs utilization"
         src = ("HLO cost model / trace flops stats: counts every executed FLOP, recomputation (rematerialization) "
                "included, which the trace cannot tell apart — pass --model-flops-per-step N for MFU")
+    work = tot["work_ps"]
+
+    def share(k):  # of the compute path's measured time, the part with a known count (NaN: no compute at all)
+        return tot[k] / work if work else np.nan
+    hw = tot["flops"] / n_steps
+    if work and not tot["flops_known_ps"]:  # compute ran and none of it has a FLOP count: unknown, not zero
+        hw = np.nan
+        if kind == "hardware":
+            per = np.nan
+            src = ("unknown: no compute op in the steps has a FLOP count (no HLO in the trace and no flops stats) "
+                   "— pass --model-flops-per-step N for MFU")
     util = per / (tot["peak"] * t_s) if tot["peak"] > 0 and t_s > 0 else np.nan
     flops = {"label": label, "kind": kind, "per_step": per, "source": src, "dtype": ", ".join(sorted(dtypes)),
              "peak_flops_per_s": tot["peak"], "peak_source": "; ".join(sorted(srcs)), "utilization": util,
-             "hardware_per_step": tot["flops"] / n_steps}
+             "hardware_per_step": hw, "known_share": share("flops_known_ps")}
 
-    def bw(total_bytes, peak, what, src):
+    def bw(total_bytes, peak, what, src, known=np.nan):
         per_b = total_bytes / n_steps
         ach = per_b / t_s if t_s > 0 else np.nan
         return {"bytes_per_step": per_b, "achieved_bytes_per_s": ach, "peak_bytes_per_s": peak or np.nan,
-                "utilization": ach / peak if peak else np.nan, "what": what, "source": src}
-    band = {"hbm": bw(tot["hbm"], tot["bw"], "bytes_accessed of the compute ops", "cost model / trace stats; "
-                      "peak: chip table or trace"),
+                "utilization": ach / peak if peak else np.nan, "what": what, "source": src, "known_share": known}
+    hbm_bytes = np.nan if work and not tot["bytes_known_ps"] else tot["hbm"]  # (no byte count at all: unknown)
+    band = {"hbm": bw(hbm_bytes, tot["bw"], "bytes_accessed of the compute ops", "cost model / trace stats; "
+                      "peak: chip table or trace", share("bytes_known_ps")),
             "interconnect": bw(tot["net"], tot["egress"], "bytes each device sends in collectives",
                                "collective cost model; peak: chip egress bandwidth"),
             "host_link": bw(tot["hostb"], tot["hostw"], "bytes of host transfers (host offload, infeed)",
                             "HLO shapes; peak: chip host-link bandwidth, both directions (full duplex)")}
-    possible = float(dev["possible_step_ps"].max()) if len(dev) else np.nan
-    bound = str(dev.loc[dev["possible_step_ps"].idxmax(), "bound_by"]) if len(dev) else ""
+    ps = pd.to_numeric(dev["possible_step_ps"], errors="coerce") if len(dev) else pd.Series(dtype=float)
+    possible = float(ps.max()) if ps.notna().any() else np.nan  # (NaN: no device's compute has a roofline)
+    bound = str(dev.loc[ps.idxmax(), "bound_by"]) if ps.notna().any() else ""
     roof = {"possible_step_ps": possible, "bound_by": bound, "ratio": t_mean / possible if possible > 0 else np.nan,
             "utilization_at_possible": per / (tot["peak"] * possible / 1e12) if possible > 0 and tot["peak"] > 0
-            else np.nan, "definition": "max over compute ops' roofline time, collectives' network time and host "
-            "transfers' host-link time per step (each resource at its roofline, the rest hidden)"}
+            else np.nan, "known_share": share("roof_known_ps"),
+            "definition": "max over compute ops' roofline time (their measured time where the roofline is "
+            "unknown), collectives' network time and host transfers' host-link time per step (each resource at its "
+            "roofline, the rest hidden); unknown when no compute op has a roofline"}
     bd = {c: int(steps[c].sum()) for c in BUCKETS if c in steps.columns}
     bd["step_ps"] = int(steps["step_ps"].sum())
     bd["collective_levels"] = {c[len("collective_exposed_"):-3]: int(steps[c].sum()) for c in steps.columns

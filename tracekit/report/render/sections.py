@@ -38,12 +38,16 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                          f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) (from {st.get('source') or '?'}; "
                          "per step the slowest device)")]
     f = ov.get("flops") or {}
-    if f:
+    if f and f.get("per_step") is None:
+        out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (no HLO in the trace); pass "
+                                "--model-flops-per-step N for MFU"))
+    elif f:
         src = f.get("source") or ""
         src = ("the trace's model_flops" if src.startswith("trace") else "given by --model-flops-per-step"
                if src.startswith("--") else "HLO cost model, recomputation included")
         out.append((f["label"], f"{_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
-                                f"({src}) on {fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
+                                f"({src}{_partial(f) if f.get('kind') == 'hardware' else ''}) on "
+                                f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
                                 f"(from {(f.get('peak_source') or '?').split(':')[0]})"))
     bw = ov.get("bandwidth") or {}
     parts = []
@@ -51,7 +55,8 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         b = bw.get(key) or {}
         if b.get("bytes_per_step"):
             parts.append(f"{name} {fmt_num(b.get('achieved_bytes_per_s'), 'B/s')} of "
-                         f"{fmt_num(b.get('peak_bytes_per_s'), 'B/s')} ({_util(b.get('utilization'))})")
+                         f"{fmt_num(b.get('peak_bytes_per_s'), 'B/s')} ({_util(b.get('utilization'))}"
+                         f"{_partial(b, 'bytes')})")
     if parts:
         out.append(("bandwidth", "; ".join(parts) + " (bytes from the cost model per step / step time)"))
     r = ov.get("roofline") or {}
@@ -60,10 +65,26 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         odd = (" — faster than the roofline allows, so a peak is too low (an estimate? run `tracekit calibrate` "
                "or pass --chip)") if 0 < ratio < 1 else ""
         out.append(("roofline", f"{fmt_time(r['possible_step_ps'])} per step is possible ({r.get('bound_by')} at its "
-                                f"roofline, the rest hidden): the steps take {ratio:.2g}x that{odd}; "
-                                f"{(f.get('label') or 'utilization')} would be "
+                                f"roofline, the rest hidden{_partial(r, 'a roofline', measured=True)}): the steps "
+                                f"take {ratio:.2g}x that{odd}; {(f.get('label') or 'utilization')} would be "
                                 f"{_util(r.get('utilization_at_possible'))}"))
+    elif r.get("known_share") == 0:
+        out.append(("roofline", "unknown: no compute op in the steps has a roofline (no HLO in the trace)"))
     return out
+
+
+#: below this share of compute time with a known count, the headline says how much it covers
+_FULL = 0.995
+
+
+def _partial(d: dict, what: str = "FLOPs", measured: bool = False) -> str:
+    """'; FLOPs known for 63% of compute time: a lower bound' when a count covers only part of the compute ops'
+    time (``known_share``), else ''."""
+    k = d.get("known_share")
+    if k is None or k >= _FULL:
+        return ""
+    rest = "the rest at its measured time" if measured else "a lower bound"
+    return f"; {what} known for {fmt_pct(k)} of compute time: {rest}"
 
 
 def breakdown_rows(d: dict) -> list[tuple[str, int, float]]:
