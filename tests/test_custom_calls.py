@@ -440,3 +440,19 @@ def test_malformed_backend_configs_never_raise():
                                             custom_call_target=target, backend_config=cfg)])
             r = instruction_costs(m).set_index("name").loc["c"]
             assert r["cost_known"] or r["unknown_reason"]
+
+
+@pytest.mark.parametrize("case", ["fori_loop", "cond_branch", "scan_loop"])
+def test_custom_call_share_is_of_op_time_counted_once(case):
+    """The custom calls' share is of the op time: each op's own time, once. A loop whose body ops are traced
+    (XLA:CPU thunks) held its body's time in its duration too, which doubled the denominator."""
+    from conftest import cpu_fixture
+    from tracekit import pipeline
+    rep = pipeline.analyze(cpu_fixture(case))
+    d = rep.data
+    assert d["custom_calls"]["op_time_ps"] == d["summary"]["op_time_ps"] == d["summary"]["busy_ps"]
+    ops = pipeline.with_roofline(tracekit.load(cpu_fixture(case)))
+    sync = ~ops["is_async"]
+    nested = int(ops.loc[sync, "duration_ps"].sum()) - int(ops.loc[sync, "self_ps"].sum())
+    assert nested > 0  # (the case does nest: a loop or conditional holds traced body ops)
+    assert d["custom_calls"]["op_time_ps"] == int(ops.loc[sync, "duration_ps"].sum()) - nested

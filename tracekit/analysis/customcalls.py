@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import self_time
 from tracekit.model.custom_calls import ASSUMPTIONS
 
 MAX_NOTES = 3  #: distinct cost notes kept per target (the attention FLOP ranges, kernel sizes, ...)
@@ -32,7 +33,7 @@ def parts(ops: pd.DataFrame, hlo: pd.DataFrame, costs: pd.DataFrame | None = Non
     if not len(ops) or not len(hlo) or "cost_source" not in ops.columns:
         return pd.DataFrame(columns=ROW_COLUMNS), 0, False
     sync = ~ops["is_async"].to_numpy(bool)  # masks, not a copy of the ops frame
-    op_time = int(ops["duration_ps"].to_numpy(np.int64).sum(where=sync))
+    op_time = int(self_time(ops).sum(where=sync))  # (self time: a loop's traced body ops are not counted twice)
     cc = ops[["program_id", "op", "duration_ps", "cost_source", "unknown_reason"]][
         sync & (ops["opcode"] == "custom-call").to_numpy(bool)]
     if not len(cc):
