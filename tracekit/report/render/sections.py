@@ -66,15 +66,21 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                "or pass --chip)") if 0 < ratio < 1 else ""
         out.append(("roofline", f"{fmt_time(r['possible_step_ps'])} per step is possible ({r.get('bound_by')} at its "
                                 f"roofline, the rest hidden{_partial(r, 'a roofline', measured=True)}): the steps "
-                                f"take {ratio:.2g}x that{odd}; {(f.get('label') or 'utilization')} would be "
+                                f"take {_times(ratio)} that{odd}; {(f.get('label') or 'utilization')} would be "
                                 f"{_util(r.get('utilization_at_possible'))}"))
     elif r.get("known_share") == 0:
         out.append(("roofline", "unknown: no compute op in the steps has a roofline (no HLO in the trace)"))
     return out
 
 
-#: below this share of compute time with a known count, the headline says how much it covers
-_FULL = 0.995
+#: below this share of compute time with a known count, the headline says how much it covers (the op-time line
+#: says it to the tenth of a percent)
+_FULL = 0.98
+
+
+def _times(x: float) -> str:
+    """A ratio as '1.4x', '13x', '795x' (never '8e+02x')."""
+    return f"{x:,.0f}x" if x >= 100 else f"{x:.2g}x"
 
 
 def _partial(d: dict, what: str = "FLOPs", measured: bool = False) -> str:
@@ -87,17 +93,34 @@ def _partial(d: dict, what: str = "FLOPs", measured: bool = False) -> str:
     return f"; {what} known for {fmt_pct(k)} of compute time: {rest}"
 
 
+_LEVEL = "  of which exposed collectives on "
+
+
 def breakdown_rows(d: dict) -> list[tuple[str, int, float]]:
-    """(label, ps, share of step time) of the step breakdown over every step and device, largest first."""
+    """(label, ps, share of step time) of the step breakdown over every step and device, largest first; the
+    exposed collectives' split by interconnect level follows their row (labels starting ``"  of which"``)."""
     bd = (d.get("overview") or {}).get("breakdown") or {}
     tot = bd.get("step_ps") or 0
     if not tot:
         return []
-    rows = [(label, int(bd.get(k) or 0), (bd.get(k) or 0) / tot) for k, label in BUCKET_LABELS if bd.get(k)]
-    for lv, v in sorted((bd.get("collective_levels") or {}).items()):
-        if v:
-            rows.append((f"  of which exposed collectives on {lv}", int(v), v / tot))
-    return sorted(rows, key=lambda r: -r[1])
+    rows = sorted([(label, int(bd.get(k) or 0), (bd.get(k) or 0) / tot) for k, label in BUCKET_LABELS if bd.get(k)],
+                  key=lambda r: -r[1])
+    levels = sorted([(f"{_LEVEL}{lv}", int(v), v / tot) for lv, v in (bd.get("collective_levels") or {}).items()
+                     if v], key=lambda r: -r[1])
+    at = next((i + 1 for i, r in enumerate(rows) if r[0] == "exposed collectives"), len(rows))
+    return rows[:at] + levels + rows[at:]
+
+
+def breakdown_line(rows: list[tuple[str, int, float]]) -> str:
+    """The breakdown rows as one line: 'exposed collectives 89.5% (ici 60.1%, dcn 29.4%), other idle 10.5%'."""
+    parts: list[str] = []
+    for label, _, share in rows:
+        if label.startswith(_LEVEL) and parts:
+            lv = f"{label[len(_LEVEL):]} {fmt_pct(share)}"
+            parts[-1] = parts[-1][:-1] + f", {lv})" if parts[-1].endswith(")") else parts[-1] + f" (on {lv})"
+        else:
+            parts.append(f"{label} {fmt_pct(share)}")
+    return ", ".join(parts)
 
 
 def memory_facts(d: dict) -> list[tuple[str, str]]:
@@ -170,8 +193,7 @@ def text(d: dict) -> list[str]:
         out += ["Overview"] + [f"  {k}: {v}" for k, v in facts]
         rows = breakdown_rows(d)
         if rows:
-            out.append("  step breakdown (all steps and devices): " + ", ".join(
-                f"{label} {fmt_pct(share)}" for label, _, share in rows))
+            out.append("  step breakdown (all steps and devices): " + breakdown_line(rows))
     return out
 
 

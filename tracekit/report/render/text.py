@@ -259,8 +259,7 @@ def _overview(o: _Out, d: dict) -> None:
         o.para(f"{k}: ", _safe(v), indent=2)
     rows = sections.breakdown_rows(d)
     if rows:
-        o.para("step breakdown (all steps and devices): " + ", ".join(
-            f"{label} {fmt_pct(share)}" for label, _, share in rows), indent=2)
+        o.para("step breakdown (all steps and devices): " + sections.breakdown_line(rows), indent=2)
     o.blank()
 
 
