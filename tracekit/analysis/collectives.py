@@ -156,7 +156,8 @@ def summary(execs: pd.DataFrame, model, ops_meta=None) -> pd.DataFrame:
         if np.isfinite(r.efficiency) and r.efficiency > 1.05:
             note.append("faster than the model allows: check --topology and the chip's link figures")
         if not np.isfinite(r.skew_ps):
-            note.append(f"skew unknown: fewer than 2 of the group's {r.group_size} devices are in the trace")
+            note.append(f"skew unknown: the trace holds one device of each {r.group_size}-device group (skew compares "
+                        "the members' start times)")
         if pred is not None and pred.reason:
             note.append(pred.reason)
         notes.append("; ".join(note))

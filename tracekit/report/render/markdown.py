@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from tracekit.report.render import collectives as coll_section
+from tracekit.report.render import sections
 from tracekit.units import EFF_MARKS_NOTE, eff_mark, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".md", ".markdown")
@@ -97,7 +98,7 @@ def headline(d: dict) -> list[str]:
                      "their overlapping estimates, not their sum)")
     if s.get("above_roofline_floor_ps") is not None:
         lines.append(f"- **Above the roofline floor:** {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus "
-                     "every op at its roofline: the most any fix could win)")
+                     f"every op at its roofline: the most any fix could win{sections.floor_note(s)})")
     return lines
 
 
@@ -223,7 +224,6 @@ def _basename(path: str) -> str:
 def render(report, *, top: int = 12, **_) -> str:
     d = report.data if hasattr(report, "data") else report
     inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
-    from tracekit.report.render import sections
     out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table), *headline(d), ""]
     f = d.get("findings") or []
     if f:

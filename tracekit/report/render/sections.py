@@ -78,6 +78,15 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
 _FULL = 0.98
 
 
+def floor_note(summary: dict) -> str:
+    """What the roofline floor stands on when part of the op time has no roofline: those ops count at their
+    measured time (a trace without HLO: the floor is only the idle time); '' when nearly all op time has one."""
+    cov = summary.get("roofline_coverage")
+    if cov is None or cov >= _FULL:
+        return ""
+    return f"; ops without a roofline ({fmt_pct(1 - cov)} of op time) count at their measured time"
+
+
 def _times(x: float) -> str:
     """A ratio as '1.4x', '13x', '795x' (never '8e+02x')."""
     return f"{x:,.0f}x" if x >= 100 else f"{x:.2g}x"

@@ -303,7 +303,7 @@ def claims_line(s: dict) -> str:
             "their overlapping estimates, not their sum)")
     if s.get("above_roofline_floor_ps") is not None:
         line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus "
-                 "every op at its roofline: the most any fix could win)")
+                 f"every op at its roofline: the most any fix could win{sections.floor_note(s)})")
     return line
 
 
