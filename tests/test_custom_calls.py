@@ -13,7 +13,7 @@ from tracekit.analysis import customcalls, timeline
 from tracekit.ingest import synth
 from tracekit.ingest.backend_config import ffi_attributes, parse_mlir_dict
 from tracekit.ingest.synth import instr, shape
-from tracekit.model import chips, roofline
+from tracekit.model import chips, identity, roofline
 from tracekit.model.cost import instruction_costs
 from tracekit.proto import hlo_pb2
 
@@ -235,7 +235,7 @@ def test_cudnn_fmha_causality_unknown_takes_the_lower_end_and_says_so(tmp_path):
     o, tr = run(tmp_path, QKV, [("fmha", res, [1, 2, 3], dict(custom_call_target="__cudnn$fmhaSoftmax",
                                                               backend_config=fmha_config(None)))])
     assert o.loc["fmha", "flops"] == 4 * 2 * 8 * 1024 * 1024 * 64 / 2
-    note = roofline.costs(tr).set_index("op").loc["fmha", "note"]
+    note = identity.costs(tr).set_index("op").loc["fmha", "note"]
     lo, hi = f"{4 * 2 * 8 * 1024 * 1024 * 64 / 2:.4g}", f"{4 * 2 * 8 * 1024 * 1024 * 64:.4g}"
     assert "causality unknown" in note and lo in note and hi in note
     from tracekit import pipeline
@@ -332,7 +332,7 @@ def test_pallas_triton_attention_range(tmp_path):
     assert r["flops"] == 4 * 2 * 4 * 512 * 512 * 64 / 2
     assert r["bytes_accessed"] == 4 * 2 * 512 * 4 * 64 * 2
     assert r["cost_source"] == "model:pallas_attention"
-    assert "causality unknown" in roofline.costs(tr).set_index("op").loc["pallas", "note"]
+    assert "causality unknown" in identity.costs(tr).set_index("op").loc["pallas", "note"]
 
 
 def test_tpu_pallas_cost_estimate():
@@ -367,7 +367,7 @@ def test_unknown_custom_calls_listed_by_share_of_time(tmp_path):
                  ("gemm", tup(shape("bf16", [64, 64]), shape("s8", [4096])), [1, 2],
                   dict(custom_call_target="__cublas$gemm", backend_config=gemm_config([1], [0])))])
     assert o.loc["mine", "unknown_reason"] == "opaque custom call my_kernel" and math.isnan(o.loc["mine", "flops"])
-    s = customcalls.summary(roofline.join(tr), tr.hlo, roofline.costs(tr))
+    s = customcalls.summary(roofline.join(tr), tr.hlo, identity.costs(tr))
     assert [t["target"] for t in s["targets"]] == ["__cublas$gemm", "my_kernel"]  # equal time: by name
     mine = s["targets"][1]
     assert mine["cost_source"] == "unknown" and mine["share"] == pytest.approx(0.5)

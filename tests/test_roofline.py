@@ -9,7 +9,7 @@ import pytest
 import tracekit
 from conftest import CPU_CASES, cpu_fixture, shared_trace
 from tracekit.model import chips
-from tracekit.model import roofline
+from tracekit.model import identity, roofline
 from tracekit.ingest import synth
 from tracekit.ingest.synth import instr, shape
 
@@ -174,7 +174,7 @@ def test_v6e_cost_model_against_the_traces_own_stats():
     profiler recorded for the same instructions: identical for every computing op; for the async copies the trace
     charges the transferred array to both -start and -done, which is the model's transfer_bytes."""
     tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
-    c = roofline.costs(tr)
+    c = identity.costs(tr)
     o = tr.ops[~tr.ops["is_async"] & tr.ops["trace_flops"].notna()]
     t = o.groupby(["program_id", "op"], observed=True).agg(tf=("trace_flops", "first"), tb=("trace_bytes", "first"))
     t = t.reset_index().astype({"op": str})

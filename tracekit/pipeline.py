@@ -14,7 +14,7 @@ def with_roofline(tr: Trace, chip: str | None = None, topology: str | None = Non
                   cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False) -> pd.DataFrame:
     """The ops frame with the roofline columns joined (cost model + chip table; collectives priced on
     ``topology``, ``--topology``, else the trace's own); ``cost_table``: the trace's
-    :func:`tracekit.model.roofline.costs` when the caller has it already. ``release_trace_costs``: the trace's
+    :func:`tracekit.model.identity.costs` when the caller has it already. ``release_trace_costs``: the trace's
     own cost stats leave ``tr.ops`` and the result once they have served (see :func:`tracekit.model.roofline.join`)."""
     from tracekit.model import roofline
     return roofline.join(tr, chip=chip, topology=topology, cost_table=cost_table,
@@ -61,7 +61,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import timeline
-    from tracekit.model import roofline
+    from tracekit.model import identity, roofline
     from tracekit.progress import NULL
     progress = progress or NULL
     # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
@@ -74,7 +74,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
         tr = load(source, run=run, max_events=max_events, **kw)
     progress.stage("roofline")
-    cost_table = roofline.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
+    cost_table = identity.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
     if ops is None:  # a trace loaded here (ours): its cost stats go once they have served (16 B per row)
         ops = with_roofline(tr, chip, topology, cost_table, release_trace_costs=not isinstance(source, Trace))
     progress.stage("timelines")

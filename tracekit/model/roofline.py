@@ -25,31 +25,13 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, execution, peaks, precision
-from tracekit.ingest import hlo
+from tracekit.model import calibrate, chips, execution, peaks
 from tracekit.columns import (constant_columns, gather, one_value, self_time, stores_constants_once, with_columns,
                               without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
 from tracekit.ingest.trace import Trace
+from tracekit.model.identity import per_identity
 
-_COST_COLS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
-              "cost_known", "unknown_reason", "cost_model", "executions", "parent"]
-
-
-def costs(tr: Trace) -> pd.DataFrame:
-    """Per-instruction costs of every module in the trace, keyed by (program_id, op) (worked out once per join)."""
-    from tracekit.model import cost
-    ndev = max(1, len(tr.devices[["host", "device"]].drop_duplicates())) if len(tr.devices) else None
-    parts = []
-    for m in tr.hlo_modules:
-        c = cost.instruction_costs(m.proto, num_devices=ndev)
-        if len(c):
-            c = c.assign(program_id=np.uint64(m.program_id))
-            parts.append(c)
-    out = (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["program_id", "name"] + _COST_COLS))
-    out = out.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
-    out["op"] = out["op"].astype(str)
-    return out
 
 
 def base_chips(tr: Trace, chip: str | None = None) -> dict:
@@ -156,10 +138,11 @@ def join(tr: Trace, chip: str | None = None, topology: str | None = None,
     out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
     per execution (trace-reported costs, the split of an op over its GPU kernels or over the events of one
     execution, the measured time) is per row. When no identity's rows differ in those (the common case), the
-    whole prediction is made per identity. Peaks are :func:`device_chips`'. ``cost_table``: :func:`costs` of the
-    trace, when the caller has worked it out already. ``release_trace_costs``: the caller needs the trace's own
-    cost stats no more (:data:`TRACE_COST_COLUMNS`): they leave ``tr.ops`` and the result as soon as they have
-    served, so they are not alive through the rest of the join (1.7 M rows: 27 MB)."""
+    whole prediction is made per identity (:func:`tracekit.model.identity.per_identity`). Peaks are
+    :func:`device_chips`'. ``cost_table``: :func:`tracekit.model.identity.costs` of the trace, when the caller has
+    worked it out already. ``release_trace_costs``: the caller needs the trace's own cost stats no more
+    (:data:`TRACE_COST_COLUMNS`): they leave ``tr.ops`` and the result as soon as they have served, so they are
+    not alive through the rest of the join (1.7 M rows: 27 MB)."""
     return _join(tr, device_chips(tr, chip), topology, cost_table, release_trace_costs)
 
 
@@ -173,7 +156,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         return schema.conform(tr.ops.copy(), sch)
     ops = tr.ops
     inv, first, rows = distinct_rows(ops, _IDENT)
-    u = _per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
+    u = per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
     execs = gather(u["executions"], inv)
     share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
@@ -332,101 +315,6 @@ def _combine(a, b):
     return b if a is None else (a if b is None else a * b)
 
 
-def _per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None = None,
-                  cost_table: pd.DataFrame | None = None) -> dict:
-    """Everything that depends only on which op ran where: cost per execution, reasons, peaks."""
-    n = len(u)
-    c = (cost_table if cost_table is not None else costs(tr)) if tr.has_hlo else \
-        pd.DataFrame(columns=["program_id", "op"] + _COST_COLS)
-    opname = u["op"].fillna("").astype(str).to_numpy(dtype=object)
-    opc = u["opcode"].fillna("").astype(str).to_numpy(dtype=object)
-    is_async = u["is_async"].astype(bool).to_numpy()
-    # the async window (-start..-done) carries the transfer's cost; neither the -done event (the exposed wait,
-    # judged over its window afterwards) nor the tiny -start marker on the op line carries any of its own
-    done = np.array([o.endswith("-done") for o in opc], bool) & ~is_async
-    start_marker = np.array([o.endswith("-start") for o in opc], bool) & ~is_async
-    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": opname.astype(str)})
-    j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else \
-        key.reindex(columns=list(key) + _COST_COLS).astype({k: object for k in _COST_COLS})  # fillna-able
-    hx = _hlo_extras(tr, key)
-    known = j["cost_known"].fillna(False).astype(bool).to_numpy()
-    flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
-    nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
-    net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
-    model = j["cost_model"].fillna("").astype(str).to_numpy(dtype=object)
-    models = sorted(set(model[known]) - {""})
-    src = np.where(known, CostSource.HLO, CostSource.UNKNOWN)
-    for i, name in enumerate(models):  # a custom call priced by a cost model: cost_source 'model:<name>'
-        src[known & (model == name)] = len(CostSource) + i
-    reason = j["unknown_reason"].fillna("").astype(str).to_numpy(dtype=object)
-    miss = ~known & (reason == "")
-    reason[miss] = np.where(u["in_hlo"].astype(bool).to_numpy()[miss], "no cost for this instruction",
-                            "op not found in the trace's HLO")
-    flops[start_marker], nbytes[start_marker], net[start_marker] = 0.0, 0.0, 0.0
-    src[start_marker] = CostSource.HLO
-    reason[start_marker] = "async -start marker: the cost is on its window"
-    flops[done], nbytes[done], net[done] = 0.0, 0.0, 0.0
-    src[done] = 0
-    reason[done] = "async -done without its window in the trace: no cost of its own"
-    # control flow whose body ops are traced on the same device carries none of their cost (they carry it)
-    expanded = _expanded_control_flow(u, opc, j)
-    flops[expanded], nbytes[expanded], net[expanded] = 0.0, 0.0, 0.0
-    src[expanded] = 0
-    reason[expanded] = "control flow: the ops it runs are traced and costed on their own"
-    executions = pd.to_numeric(j["executions"], errors="coerce").to_numpy(float) if "executions" in j else \
-        np.full(n, np.nan)
-    host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
-        ~start_marker
-    gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
-    coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
-    dtype = j["dtype"].fillna("").astype(str).to_numpy(dtype=object)
-    cdtype = j["compute_dtype"].fillna("").astype(str).to_numpy(dtype=object) if "compute_dtype" in j else dtype
-    cdtype = np.where(cdtype == "", [precision.result_compute_dtype(x) for x in dtype], cdtype) if n else cdtype
-    peak_f, bw, hostw = (np.full(n, np.nan) for _ in range(3))
-    hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
-    for (h, d), ch in dchips.items():
-        m = (hosts == h) & (devs == d)
-        if not m.any():
-            continue
-        bw[m] = ch.hbm_bw_bytes_per_s
-        hostw[m] = ch.host_link_bw_bytes_per_s
-        for dt in set(cdtype[m]):
-            peak_f[m & (cdtype == dt)] = precision.peak(ch, dt)[0]
-    cm = _collectives(tr, dchips, topology, u, opname, coll)
-    for k in ("coll_ps", "net_fast"):  # markers and expanded control flow carry no network time of their own
-        cm[k][done | start_marker | expanded] = np.nan
-    reasons = [""] + sorted(set(reason) - {""})
-    rcode = {r: i for i, r in enumerate(reasons)}
-    dtypes = sorted(set(dtype))
-    cdtypes = sorted(set(cdtype))
-    colls = sorted(set(coll))
-    xfer = hx["transfer_bytes"].to_numpy(float).copy()
-    xfer[done] = 0.0  # a -done moves nothing of its own: the transfer is its window's
-    return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
-            "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
-            "host_x": host_x, "xfer": xfer, "gsize": gsize,
-            "peak_f": peak_f, "bw": bw, "hostw": hostw, **cm,
-            "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
-            "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
-            "executions": executions, "done": done, "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
-            "models": [f"model:{m}" for m in models],
-            "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
-            **{col: _narrow(hx[col].to_numpy(np.int64)) for col in ("dot_m", "dot_n", "dot_k")}}
-
-
-def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) -> np.ndarray:
-    """Identities of while/conditional/call ops whose body ops appear in the trace on the same device."""
-    cf = np.isin(opc.astype(str), execution.CONTROL_FLOW)
-    if not cf.any() or "parent" not in j:
-        return np.zeros(len(u), bool)
-    par = j["parent"].fillna("").astype(str).to_numpy()
-    pid = u["program_id"].astype(np.uint64).to_numpy()
-    parents = {(int(p), str(o)): a for p, o, a in zip(pid, u["op"].fillna("").astype(str), par) if a}
-    traced = execution.traced_ancestors(u[~cf], parents) if parents else set()
-    return cf & np.array([(str(h), str(d), int(p), str(o)) in traced for h, d, p, o in
-                          zip(u["host"], u["device"], pid, u["op"].fillna(""))], bool)
-
-
 def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
     """Each ``-done`` row paired with its async window takes the window's verdict scaled to the wait a transfer
     at the roofline would have left exposed (:func:`tracekit.model.execution.done_roofline`); in place."""
@@ -461,51 +349,6 @@ def _all_equal(v: np.ndarray, c) -> bool:
     return bool(eq.all())
 
 
-def _narrow(v: np.ndarray) -> np.ndarray:
-    """``v`` as int32 when every value fits (a matmul dimension nearly always does: half the bytes per row),
-    else as it is: a cast would wrap a product of dims past 2^31 into a wrong, perhaps negative, size."""
-    i32 = np.iinfo(np.int32)
-    return v.astype(np.int32) if not len(v) or (int(v.min()) >= i32.min and int(v.max()) <= i32.max) else v
-
-
 def _held_once(v) -> bool:
     """A read-only row-sized view of one value (:func:`_to_rows`' zero-stride constant)."""
     return isinstance(v, np.ndarray) and v.ndim == 1 and v.strides == (0,) and not v.flags.writeable
-
-
-def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
-    cols = ["host_memory", "transfer_bytes", "dot_m", "dot_n", "dot_k"]
-    if not tr.has_hlo:
-        return pd.DataFrame({"host_memory": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1},
-                            index=range(len(key)))
-    h = tr.hlo[~tr.hlo["is_fusion_computation"]][["program_id", "name"] + cols]
-    h = h.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
-    h["op"] = h["op"].astype(str)
-    j = key.merge(h, on=["program_id", "op"], how="left")
-    return j.fillna({"host_memory": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1}).astype(
-        {"host_memory": bool, "transfer_bytes": np.int64, "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
-
-
-def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame, key_op: np.ndarray,
-                 coll: np.ndarray) -> dict:
-    """Per identity: the collective model's predicted time (``coll_ps``), bounding level, time if the group sat
-    inside one slice/node, HLO pattern and enclosing loop's trip count."""
-    from tracekit.model import collective_model
-    n = len(u)
-    out = {"coll_ps": np.full(n, np.nan), "net_fast": np.full(n, np.nan), "trips": np.full(n, -1, np.int64)}
-    level, pattern = [""] * n, [""] * n
-    model = collective_model.build(tr, dchips, topology) if tr.has_hlo else None
-    if model is not None and model.ops:
-        pids = u["program_id"].to_numpy()
-        hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
-        for i in range(n):
-            op = model.op(int(pids[i]), str(key_op[i]))
-            if op is None:
-                continue
-            pred = model.predict(op.program_id, op.name, hosts[i], devs[i])
-            out["coll_ps"][i], out["net_fast"][i], level[i] = pred.time_ps, pred.fast_ps, pred.bound
-            pattern[i], out["trips"][i] = op.pattern, op.trip_count
-    levels, patterns = sorted(set(level)), sorted(set(pattern))
-    out.update(levels=levels, level_codes=np.array([levels.index(x) for x in level], np.int32),
-               patterns=patterns, pattern_codes=np.array([patterns.index(x) for x in pattern], np.int32))
-    return out

@@ -101,7 +101,7 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     from tracekit import pipeline
     from tracekit.analysis import customcalls, memory, overview, rule_checks
     from tracekit.ingest import paths, trace
-    from tracekit.model import peaks, roofline
+    from tracekit.model import identity, peaks, roofline
     from tracekit.report import envelope
     t0 = time.perf_counter()
     warnings: list[str] = []
@@ -112,7 +112,7 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     tr.paths = [str(path)]
     if opt.host_order:
         tr.hosts = list(opt.host_order)  # GPU device ids count the hosts before this one
-    cost_table = roofline.costs(tr) if tr.has_hlo else None
+    cost_table = identity.costs(tr) if tr.has_hlo else None
     dchips = roofline.device_chips(tr, opt.chip)
     ops = pipeline.with_roofline(tr, opt.chip, opt.topology, cost_table)
     tr.hosts = [host]
