@@ -133,7 +133,7 @@ def test_detect_mi300x_datasheet_wins_over_trace_bandwidth():
     c = chips.detect("AMD gfx942", MI300X_STATS)
     assert c.name == "MI300X" and not c.estimated and c.exact
     assert c.hbm_bw_bytes_per_s == pytest.approx(5.3e12)
-    assert c.sources["hbm_bw_bytes_per_s"].startswith("table:") and "2.662e+12" in c.sources["hbm_bw_bytes_per_s"]
+    assert c.sources["hbm_bw_bytes_per_s"].startswith("table:") and "says 2.66 TB/s" in c.sources["hbm_bw_bytes_per_s"]
     assert c.trace_reported["hbm_bw_bytes_per_s"] == {"stat": "memory_bandwidth", "value": 2.6624e12, "used": False}
     assert c.hbm_bytes == 206141652992 and c.sources["hbm_bytes"] == "trace: memory_size"
     # clock x cores equal the table part's: FLOP/s stay the datasheet's

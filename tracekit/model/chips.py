@@ -30,6 +30,7 @@ import pandas as pd
 
 from tracekit import artefacts
 from tracekit.errors import TraceError
+from tracekit.units import fmt_num
 
 TABLE_PATH = Path(__file__).resolve().parent / "chips.yaml"
 NAN = float("nan")
@@ -94,8 +95,9 @@ def estimate_cpu(cores: int | None = None, where: str = "") -> Chip:
     f32 = n * CPU_F32_FLOPS_PER_CORE
     bw = min(n * CPU_BW_BYTES_PER_S_PER_CORE, CPU_BW_BYTES_PER_S_MAX)
     hint = "run `tracekit calibrate` to measure"
-    how = f"estimate: {n} cores x {CPU_F32_FLOPS_PER_CORE:.3g} FLOP/s (32 f32 FLOP/cycle at 2 GHz); {hint}"
-    bw_how = (f"estimate: {n} cores x {CPU_BW_BYTES_PER_S_PER_CORE:.3g} B/s, at most {CPU_BW_BYTES_PER_S_MAX:.3g}; {hint}")
+    how = f"estimate: {n} cores x {fmt_num(CPU_F32_FLOPS_PER_CORE, 'FLOP/s')} (32 f32 FLOP/cycle at 2 GHz); {hint}"
+    bw_how = (f"estimate: {n} cores x {fmt_num(CPU_BW_BYTES_PER_S_PER_CORE, 'B/s')}, at most "
+              f"{fmt_num(CPU_BW_BYTES_PER_S_MAX, 'B/s')}; {hint}")
     return cpu_entry(f"cpu ({where + ', ' if where else ''}{n} cores, estimate)", {"f32": f32, "bf16": f32}, bw, how,
                      bw_how, estimated=True)
 
@@ -346,7 +348,8 @@ def _prefer_table(chip: Chip, key: str, trace_value: float, stat: str) -> bool:
     keep = bool(chip.exact and table_v and math.isfinite(table_v) and abs(trace_value / table_v - 1) > TRACE_DISAGREE)
     chip.trace_reported[key] = {"stat": stat, "value": trace_value, "used": not keep}
     if keep:
-        chip.sources[key] = (f"{chip.sources.get(key, 'table')}; the trace's {stat} says {trace_value:.4g}, "
+        unit = "FLOP/s" if key.startswith("peak_flops") else "B/s" if key.endswith("_per_s") else "B"
+        chip.sources[key] = (f"{chip.sources.get(key, 'table')}; the trace's {stat} says {fmt_num(trace_value, unit)}, "
                              f"{abs(trace_value / table_v - 1):.0%} off the datasheet of this exact part: not used")
     return keep
 
@@ -441,7 +444,7 @@ def _detect_gpu(kind: str, stats: dict) -> Chip:
     if bw:
         changes["hbm_bw_bytes_per_s"] = bw
         src["hbm_bw_bytes_per_s"] = "trace: memory_bandwidth" + (
-            f" (table: {chip.hbm_bw_bytes_per_s:.4g})" if math.isfinite(chip.hbm_bw_bytes_per_s) else "")
+            f" (table: {fmt_num(chip.hbm_bw_bytes_per_s, 'B/s')})" if math.isfinite(chip.hbm_bw_bytes_per_s) else "")
     if mem:
         changes["hbm_bytes"] = mem
         src["hbm_bytes"] = "trace: memory_size"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from tracekit.ingest import backend_config as bc
 from tracekit.ingest.hloshape import dtype_name, elements, leaves, nbytes
 from tracekit.model.cost_ops import Cost, io_cost
+from tracekit.units import fmt_num
 
 ASSUMPTIONS = {
     "cudnn_fmha": "B, H, S_q, S_kv from CudnnfMHABackendConfig.intermediate_tensor_shape [B, N, T, S], head dims "
@@ -89,8 +90,8 @@ def attention_cost(a: Attention, read: float, written: float, model: str, dtype:
              f"D_qk={a.d_qk} D_v={a.d_v}" + (f" window={a.window}" if a.window > 0 else ""))
     if a.causal is None and not windowed:  # the range first: it is what a reader must not miss
         frac = half
-        parts = [f"causality unknown: FLOPs {full * half:.4g} (causal) to {full:.4g} (no mask), the roofline "
-                 "uses the lower end", sizes]
+        parts = [f"causality unknown: {fmt_num(full * half, 'FLOP')} (causal) to {fmt_num(full, 'FLOP')} (no mask), "
+                 "the roofline uses the lower end", sizes]
     else:
         frac = half if a.causal else 1.0
         parts = [sizes, "causal mask" if a.causal else "no causal mask"]

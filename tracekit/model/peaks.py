@@ -129,8 +129,10 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             raised[field] = {"estimate": cur if math.isfinite(cur) else None, "value": float(want),
                              "estimate_source": str(src.get(field, "estimate")).split(":", 1)[0],
                              "op": top["op"], "module": top["module"], "self_ps": int(top["self_ps"])}
-            src[field] = (f"raised: the trace demonstrates {want:.4g}/s ({top['op']} in {top['module']}, "
-                          f"{top['self_ps'] / 1e6:.3g} µs), above the {cur:.4g} of '{src.get(field, 'estimate')}'")
+            unit = "FLOP/s" if field.startswith("peak_flops") else "B/s"
+            src[field] = (f"raised: the trace demonstrates {fmt_num(want, unit)} ({top['op']} in {top['module']}, "
+                          f"{fmt_time(top['self_ps'])}), above the {fmt_num(cur, unit)} of "
+                          f"'{src.get(field, 'estimate')}'")
         if raised != ch.raised:
             new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised, trace_reported=dict(ch.trace_reported),
                           **changes)
