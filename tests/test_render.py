@@ -226,3 +226,16 @@ def test_analyze_writes_every_format(tmp_path):
     assert '<svg id="roofline-chart"' in out["html"].read_text()
     validate_sarif(json.loads(out["sarif"].read_text()))
     assert json.loads(out["json"].read_text())["schema"] == "tracekit.report/1"
+
+
+def test_breakdown_levels_follow_the_exposed_collectives():
+    """The split of exposed collective time by interconnect level sits right after its row (tables) or in
+    parentheses after it (one line), whatever the sizes of the other buckets."""
+    from tracekit.report.render import sections
+    bd = {"step_ps": 1000, "other_idle_ps": 500, "collective_exposed_ps": 300, "compute_bound_ps": 200,
+          "collective_levels": {"dcn": 100, "ici": 200}}
+    rows = sections.breakdown_rows({"overview": {"breakdown": bd}})
+    assert [r[0].strip() for r in rows] == ["other idle", "exposed collectives", "of which exposed collectives over ici",
+                                            "of which exposed collectives over dcn", "compute-bound compute"]
+    assert sections.breakdown_line(rows) == ("other idle 50.0%, exposed collectives 30.0% (over ici 20.0%, dcn 10.0%), "
+                                             "compute-bound compute 20.0%")

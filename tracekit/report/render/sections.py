@@ -102,7 +102,7 @@ def _partial(d: dict, what: str = "FLOPs", measured: bool = False) -> str:
     return f"; {what} known for {fmt_pct(k)} of compute time: {rest}"
 
 
-_LEVEL = "  of which exposed collectives on "
+_LEVEL = "  of which exposed collectives over "
 
 
 def breakdown_rows(d: dict) -> list[tuple[str, int, float]]:
@@ -121,12 +121,12 @@ def breakdown_rows(d: dict) -> list[tuple[str, int, float]]:
 
 
 def breakdown_line(rows: list[tuple[str, int, float]]) -> str:
-    """The breakdown rows as one line: 'exposed collectives 89.5% (ici 60.1%, dcn 29.4%), other idle 10.5%'."""
+    """The breakdown rows as one line: 'exposed collectives 89.5% (over ici 60.1%, dcn 29.4%), other idle 10.5%'."""
     parts: list[str] = []
     for label, _, share in rows:
         if label.startswith(_LEVEL) and parts:
             lv = f"{label[len(_LEVEL):]} {fmt_pct(share)}"
-            parts[-1] = parts[-1][:-1] + f", {lv})" if parts[-1].endswith(")") else parts[-1] + f" (on {lv})"
+            parts[-1] = parts[-1][:-1] + f", {lv})" if parts[-1].endswith(")") else parts[-1] + f" (over {lv})"
         else:
             parts.append(f"{label} {fmt_pct(share)}")
     return ", ".join(parts)
