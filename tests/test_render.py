@@ -235,7 +235,8 @@ def test_breakdown_levels_follow_the_exposed_collectives():
     bd = {"step_ps": 1000, "other_idle_ps": 500, "collective_exposed_ps": 300, "compute_bound_ps": 200,
           "collective_levels": {"dcn": 100, "ici": 200}}
     rows = sections.breakdown_rows({"overview": {"breakdown": bd}})
-    assert [r[0].strip() for r in rows] == ["other idle", "exposed collectives", "of which exposed collectives over ici",
+    assert [r[0].strip() for r in rows] == ["other idle", "exposed collectives",
+                                            "of which exposed collectives over ici",
                                             "of which exposed collectives over dcn", "compute-bound compute"]
     assert sections.breakdown_line(rows) == ("other idle 50.0%, exposed collectives 30.0% (over ici 20.0%, dcn 10.0%), "
                                              "compute-bound compute 20.0%")
