@@ -19,10 +19,10 @@ step of its device: the ops frame's ``step`` >= 0):
   transfers per step / T against Σ host-link bandwidth of both directions (PCIe is full duplex; the per-op
   roofline uses the one-way rate, the direction of each copy is not in the ops frame).
 * **possible step time** = the largest, over devices, of max(Σ roofline time of the compute ops (measured self
-  time where the roofline is unknown: a loop or conditional whose body ops are traced adds only its own time), Σ network time of collectives, Σ host-link time of host transfers) per step:
-  each resource's work at its roofline, everything else hidden behind the busiest. A lower bound; ``bound_by``
-  names the resource. Unknown (NaN) on a device whose compute ops have no roofline at all: it would be their
-  measured time, not a roofline.
+  time where the roofline is unknown: a loop or conditional whose body ops are traced adds only its own time),
+  Σ network time of collectives, Σ host-link time of host transfers) per step: each resource's work at its
+  roofline, everything else hidden behind the busiest. A lower bound; ``bound_by`` names the resource. Unknown
+  (NaN) on a device whose compute ops have no roofline at all: it would be their measured time, not a roofline.
 * **coverage** (``known_share``): the share of the compute ops' measured time whose FLOPs, bytes or roofline are
   known. A trace without HLO has none: its FLOPs per step, HBM bytes and possible step time are unknown (NaN),
   never zero; a partial count is a lower bound.
@@ -137,7 +137,6 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     work = once & sync & ~coll & ~hostx  # the compute path
     num = {c: _floats(ops, c) for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps",
                                        "trace_model_flops")}
-    dur = ops["duration_ps"].to_numpy(np.int64)
     own = self_time(ops)  # (a while or conditional whose body ops are traced: only the time outside them)
     dev_rows = row_parts(ops, ["host", "device"])  # one slice per device of a frame sorted by device
     dcol = "compute_dtype" if "compute_dtype" in ops.columns else "dtype" if "dtype" in ops.columns else None
