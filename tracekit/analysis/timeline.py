@@ -310,6 +310,7 @@ def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
     s, e = st[order], en[order]
     bounds = np.r_[0, np.cumsum(cnt)]
     cm = {c: merge(s[bounds[c]:bounds[c + 1]], e[bounds[c]:bounds[c + 1]]) for c in range(len(cnt)) if cnt[c]}
+    del order, s, e, en  # (the rows are in the merged classes now: let them go before the unions are built)
     none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     g = lambda *cs: union(*(cm.get(c, none) for c in cs))  # noqa: E731
     out = {"cb": g(_CB), "cbm": g(_CB, _CM), "c": g(_CB, _CM, _CO), "k": g(*range(_K, len(cnt)))}
