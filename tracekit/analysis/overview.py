@@ -244,8 +244,8 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
         hw = np.nan
         if kind == "hardware":
             per = np.nan
-            src = ("unknown: no compute op in the steps has a FLOP count (no HLO in the trace and no flops stats) "
-                   "— pass --model-flops-per-step N for MFU")
+            src = ("unknown: no compute op in the steps has a FLOP count (no flops stats, and no HLO or none of its "
+                   "compute ops priced) — pass --model-flops-per-step N for MFU")
     util = per / (tot["peak"] * t_s) if tot["peak"] > 0 and t_s > 0 else np.nan
     flops = {"label": label, "kind": kind, "per_step": per, "source": src, "dtype": ", ".join(sorted(dtypes)),
              "peak_flops_per_s": tot["peak"], "peak_source": "; ".join(sorted(srcs)), "utilization": util,

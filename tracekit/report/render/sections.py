@@ -39,8 +39,8 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                          "per step the slowest device)")]
     f = ov.get("flops") or {}
     if f and f.get("per_step") is None:
-        out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (no HLO in the trace); pass "
-                                "--model-flops-per-step N for MFU"))
+        out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (the trace has no HLO, or none "
+                                "of its compute ops is priced); pass --model-flops-per-step N for MFU"))
     elif f:
         src = f.get("source") or ""
         src = ("the trace's model_flops" if src.startswith("trace") else "given by --model-flops-per-step"
@@ -69,7 +69,8 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                                 f"take {_times(ratio)} that{odd}; {(f.get('label') or 'utilization')} would be "
                                 f"{_util(r.get('utilization_at_possible'))}"))
     elif r.get("known_share") == 0:
-        out.append(("roofline", "unknown: no compute op in the steps has a roofline (no HLO in the trace)"))
+        out.append(("roofline", "unknown: no compute op in the steps has a roofline (the trace has no HLO, or none of "
+                                "its compute ops is priced)"))
     return out
 
 
