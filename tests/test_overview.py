@@ -159,3 +159,5 @@ def test_a_trace_without_hlo_has_unknown_flops_bytes_and_roofline_not_zero():
     text = render.render(rep, "text")
     assert "unknown: no compute op in the steps has a FLOP count" in text
     assert "0.0%: 0 FLOP" not in text
+    # the roofline floor says what it stands on: here every op counts at its measured time
+    assert "ops without a roofline (100.0% of op time) count at their measured time" in " ".join(text.split())
