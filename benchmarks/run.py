@@ -315,7 +315,7 @@ STAGES = [  # (label, module, attribute): the pipeline's own functions, timed wh
     ("decode", "tracekit.ingest.paths", "decode"),
     ("frames (per host)", "tracekit.ingest.trace", "_host"),
     ("combine hosts", "tracekit.ingest.trace", "combine"),
-    ("cost model", "tracekit.model.roofline", "costs"),
+    ("cost model", "tracekit.model.identity", "costs"),
     ("roofline", "tracekit.pipeline", "with_roofline"),
     ("load rules", "tracekit.analysis.rule_model", "load_rules"),
     ("timeline (rule frames)", "tracekit.analysis.rule_checks", "frames_for_rules"),
