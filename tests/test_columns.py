@@ -429,3 +429,19 @@ def test_accumulator_frame_lets_its_chunks_go():
         return a.frame(schema.OPS)
     _, held_peak = _peak_above_start(filled, held)
     assert peak < 0.5 * held_peak
+
+
+def test_narrow_int_narrows_only_what_fits():
+    """int32 when every value fits; a value past 2^31 keeps the whole column int64 (a cast would wrap it); a
+    constant held once (stride 0) stays held once."""
+    small = C.narrow_int(np.array([-1, 0, 2**31 - 1], np.int64))
+    assert small.dtype == np.int32 and small.tolist() == [-1, 0, 2**31 - 1]
+    wide = C.narrow_int(np.array([-1, 2**31], np.int64))
+    assert wide.dtype == np.int64 and wide.tolist() == [-1, 2**31]
+    assert C.narrow_int(np.array([-(2**31) - 1, 0], np.int64)).dtype == np.int64
+    const = C.narrow_int(np.broadcast_to(np.array([-1], np.int64), (1000,)))
+    assert const.dtype == np.int32 and const.strides == (0,) and (const == -1).all()
+    big_const = np.broadcast_to(np.array([2**40], np.int64), (10,))
+    assert C.narrow_int(big_const) is big_const
+    f = np.array([1.5])
+    assert C.narrow_int(f) is f

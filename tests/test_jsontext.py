@@ -61,3 +61,15 @@ def test_records_clean_columns_like_values():
     assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in expect]
     assert envelope.records(df.iloc[:0]) == []
     assert envelope.records(df, ["f", "missing", "i"]) == [{"f": r["f"], "i": r["i"]} for r in expect]
+
+
+def test_float32_columns_round_to_six_digits_like_float64_ones():
+    """float32 is integral everywhere above 2^24 without being exact: such a value is written rounded to 6
+    significant digits, as a float64 prediction is, not as an int with digits the float32 does not hold."""
+    import pandas as pd
+    v = [24588444.0, 12024000.0, 0.25, float("nan")]
+    as32 = envelope.records(pd.DataFrame({"x": np.array(v, np.float32)}))
+    assert [r["x"] for r in as32] == [24588400.0, 12024000, 0.25, None]
+    assert envelope.clean(np.float32(24588444.0)) == 24588400.0
+    assert envelope.clean(np.float32(12024000.0)) == 12024000
+    assert envelope.clean(np.float64(24588444.0)) == 24588444  # (float64: exact, written whole)

@@ -7,6 +7,7 @@ import re
 
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -206,7 +207,8 @@ def test_ids_case_insensitive():
 KIND_OF = {"text": lambda s: isinstance(s.dtype, pd.CategoricalDtype) or s.dtype == object or s.dtype.kind == "O"
            or pd.api.types.is_string_dtype(s.dtype),
            "int64": lambda s: s.dtype.kind == "i", "uint64": lambda s: s.dtype.kind == "u",
-           "float64": lambda s: s.dtype.kind == "f", "bool": lambda s: s.dtype.kind == "b"}
+           "float64": lambda s: s.dtype.kind == "f", "bool": lambda s: s.dtype.kind == "b",
+           "int32": lambda s: s.dtype == np.int32, "float32": lambda s: s.dtype == np.float32}
 
 
 def test_rule_frames_match_their_declared_schemas():
@@ -235,7 +237,7 @@ def test_rule_frames_match_their_declared_schemas():
         for c, (kind, meaning) in declared.items():
             assert KIND_OF[kind](df[c]), f"{name}.{c}: declared {kind}, is {df[c].dtype}"
             assert meaning, f"{name}.{c} has no meaning"
-            if kind in ("int64", "float64") and c not in ("run_id", "step"):
+            if kind in ("int64", "int32", "float64", "float32") and c not in ("run_id", "step"):
                 assert schema.unit_of(c), f"{name}.{c}: a number without a unit"
     assert checked >= 10
 

@@ -200,6 +200,19 @@ def one_value(a: np.ndarray):
     return v if (head == v).all() and (a == v).all() else None
 
 
+def narrow_int(v: np.ndarray) -> np.ndarray:
+    """``v`` as int32 when every value fits (half the bytes per row), else as it is: a cast would wrap a value past
+    2^31 (a matmul dimension, a run id) into a wrong, perhaps negative, one. A constant held once stays so."""
+    if v.dtype.kind != "i" or v.dtype.itemsize <= 4:
+        return v
+    if v.ndim == 1 and len(v) and v.strides == (0,):
+        return v if not (_I32.min <= int(v[0]) <= _I32.max) else np.broadcast_to(v[:1].astype(np.int32), v.shape)
+    return v.astype(np.int32) if not len(v) or (int(v.min()) >= _I32.min and int(v.max()) <= _I32.max) else v
+
+
+_I32 = np.iinfo(np.int32)
+
+
 def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every long numeric column whose rows all hold one value stored once: a read-only view of that
     value with stride 0 (8 bytes instead of 8 per row; every reader sees the same values). Traces leave many

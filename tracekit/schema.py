@@ -3,7 +3,9 @@
 Every DataFrame tracekit produces is described here: column name -> (dtype, meaning). Column names are snake_case
 with the unit in the suffix (``_ps`` picoseconds, ``_bytes``, ``_flops``, ``_per_s``). Times are integer
 picoseconds. Repeated strings are pandas categoricals. Unknown numbers are NaN (float columns) or -1 (ids);
-unknown strings are empty.
+unknown strings are empty. The roofline's predicted times and ratios are float32 (7 significant digits, against
+chip peaks known to 2-3; sums over them are taken in float64), and a few integer columns are int32 when every
+value fits (:data:`NARROW_INTS`): on a 1.7 M-row ops frame that is 82 MB less.
 
 Use :func:`empty` to build an empty frame of a schema and :func:`conform` to check and coerce a frame.
 """
@@ -31,8 +33,8 @@ OPS = {
     "kernel": (CAT, "GPU kernel name (empty elsewhere)"),
     "start_ps": ("int64", "start time, ps since the host's epoch (comparable across devices of a host)"),
     "duration_ps": ("int64", "duration, ps (async ops: the whole -start..-done window)"),
-    "run_id": ("int64", "XLA run id of the module execution, -1 when unknown"),
-    "step": ("int64", "step number when known, else -1"),
+    "run_id": ("int64", "XLA run id of the module execution, -1 when unknown (int32 when every value fits)"),
+    "step": ("int64", "step number when known, else -1 (int32 when every value fits)"),
     "is_async": ("bool", "True for an async window (-start to -done) rather than a synchronous op"),
     "in_hlo": ("bool", "True when the op joined to an instruction of the trace's HLO"),
     "trace_flops": ("float64", "FLOPs the trace itself reports for the op (TPU), NaN when absent"),
@@ -131,7 +133,7 @@ ROOFLINE = {
     "flops": ("float64", "floating-point operations of one execution"),
     "bytes_accessed": ("float64", "bytes read plus written by one execution (HBM/DRAM)"),
     "net_bytes": ("float64", "bytes a collective moves per device over the interconnect"),
-    "group_size": ("int64", "collective participants, -1 when not a collective"),
+    "group_size": ("int32", "collective participants, -1 when not a collective"),
     "dtype": (CAT, "element type of the op's result (e.g. f32 for a bf16 x bf16 -> f32 dot)"),
     "compute_dtype": (CAT, "peak class the op computes at: dots/convolutions/GEMMs (and the custom-call models' "
                            "GEMM/conv/attention) from their operand types and precision config (bf16, f16, fp8, "
@@ -141,21 +143,22 @@ ROOFLINE = {
     "collective": (CAT, "collective kind (all-reduce, all-gather, ...) or empty"),
     "net_level": (CAT, "level bounding a collective's predicted time: ici | dcn | nvlink | xgmi | ib | memory "
                        "(' latency' when the latency floor decides it); none | unknown; empty for other ops"),
-    "net_fast_ps": ("float64", "predicted time of the collective if its group sat inside one TPU slice / GPU node "
+    "net_fast_ps": ("float32", "predicted time of the collective if its group sat inside one TPU slice / GPU node "
                                "(NaN unless it crosses DCN or the node network)"),
     "coll_pattern": (CAT, "HLO pattern of a collective: 'all-reduce then slice' | 'loop-invariant all-gather' | ''"),
-    "loop_trip_count": ("int64", "known trip count of the while loop whose body runs the collective, -1 if none"),
+    "loop_trip_count": ("int64", "known trip count of the while loop whose body runs the collective, -1 if none "
+                                   "(int32 when every value fits)"),
     "unknown_reason": (CAT, "why the cost is unknown (opaque custom call, unknown trip count, ...)"),
-    "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
-    "compute_ps": ("float64", "flops / peak FLOP/s of the op's compute_dtype"),
-    "memory_ps": ("float64", "bytes_accessed / peak memory bandwidth"),
-    "network_ps": ("float64", "collective time from the topology-aware model (sum of its levels' phases); host "
+    "intensity_flops_per_byte": ("float32", "flops / bytes_accessed"),
+    "compute_ps": ("float32", "flops / peak FLOP/s of the op's compute_dtype"),
+    "memory_ps": ("float32", "bytes_accessed / peak memory bandwidth"),
+    "network_ps": ("float32", "collective time from the topology-aware model (sum of its levels' phases); host "
                               "transfers: bytes / host-link bandwidth"),
-    "roofline_ps": ("float64", "max(compute_ps, memory_ps, network_ps)"),
+    "roofline_ps": ("float32", "max(compute_ps, memory_ps, network_ps)"),
     "bound_by": (CAT, "compute | memory | network | host_link | unknown"),
     "is_host_transfer": ("bool", "a copy between device and host memory (host offload): timed on the host link"),
-    "efficiency": ("float64", "roofline_ps / self_ps (1.0 = at the roofline; above 1.05 a model warning)"),
-    "headroom_ps": ("float64", "self_ps - roofline_ps: time a perfect op would save"),
+    "efficiency": ("float32", "roofline_ps / self_ps (1.0 = at the roofline; above 1.05 a model warning)"),
+    "headroom_ps": ("float32", "self_ps - roofline_ps: time a perfect op would save"),
 }
 
 
@@ -186,7 +189,8 @@ def labels(enum) -> list[str]:
 #: further categories may follow (``cost_source``: ``model:<name>``).
 CATEGORIES = {"bound_by": labels(Bound), "cost_source": labels(CostSource)}
 #: The frames rules read (a rule file's ``frame:``), built by :func:`tracekit.analysis.rule_checks.frames_for_rules`:
-#: column -> (kind, meaning), kind one of text | int64 | uint64 | float64 | bool (text: categorical or string);
+#: column -> (kind, meaning), kind one of text | int64 | int32 | uint64 | float64 | float32 | bool (text: categorical or
+#: string);
 #: :func:`unit_of` gives each column's unit. Rule expressions may only name these columns (plus the rule's own
 #: ``derive`` columns and what its ``check`` adds). ``docs/rules.md`` lists them.
 _TEXT = "text"
@@ -403,11 +407,17 @@ def unit_of(column: str, kind: str = "") -> str:
 
 SCHEMAS = {"memory_events": MEMORY_EVENTS, "host_events": HOST_EVENTS, "ops": OPS, "hlo": HLO, "modules": MODULES, "steps": STEPS, "lines": LINES, "roofline": ROOFLINE}
 
-_FILL = {"int64": -1, "uint64": 0, "float64": np.nan, "bool": False, "object": "", CAT: ""}
+_FILL = {"int64": -1, "int32": -1, "uint64": 0, "float64": np.nan, "float32": np.nan, "bool": False, "object": "",
+         CAT: ""}
 
 
 def columns(schema: dict) -> list[str]:
     return list(schema)
+
+
+#: integer columns declared int64 and stored as int32 when every value of the frame fits (a trace's steps and run
+#: ids, a loop's trip count nearly always do; a cast would wrap a larger one): 4 bytes per op row each
+NARROW_INTS = ("step", "run_id", "loop_trip_count")
 
 
 def _dtype_ok(s: pd.Series, d: str) -> bool:
@@ -416,7 +426,7 @@ def _dtype_ok(s: pd.Series, d: str) -> bool:
             s.name not in CATEGORIES or list(s.cat.categories[:len(CATEGORIES[s.name])]) == CATEGORIES[s.name])
     if d == "object":
         return s.dtype == object
-    return str(s.dtype) == d
+    return str(s.dtype) == d or (d == "int64" and s.dtype == np.int32 and s.name in NARROW_INTS)
 
 
 def empty(schema: dict) -> pd.DataFrame:

@@ -125,7 +125,7 @@ def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
     if "roofline_ps" not in ops or not len(devices):
         return None
     sync = ~ops["is_async"].to_numpy(bool)
-    roof = ops["roofline_ps"].to_numpy(np.float64)
+    roof = ops["roofline_ps"].to_numpy()  # (float32: a view; each device's part is summed in float64 below)
     t = self_time(ops)
     per = {}
     for k, ix in row_parts(ops, ["host", "device"]).items():  # (a device's rows: a slice of a sorted frame)

@@ -18,7 +18,7 @@ from tracekit.analysis.timeline import windows
 COLUMNS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
            "step": "int64"}
 #: gaps cut into pieces per pass: bounds the temporaries (about ten int64 arrays of the pieces) whatever the trace
-CHUNK = 1 << 18
+CHUNK = 1 << 16
 
 
 def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:

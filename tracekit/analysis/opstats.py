@@ -91,7 +91,7 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         if c not in ops.columns:
             out[c] = np.nan
             continue
-        tot, cnt = group_sums(gi, ops[c].to_numpy(np.float64), ng_all, positive=c == "headroom_ps",
+        tot, cnt = group_sums(gi, ops[c].to_numpy(), ng_all, positive=c == "headroom_ps",
                               counts=rows_per_group)
         out[c] = np.where(cnt[keep] > 0, tot[keep], np.nan)  # sum with min_count=1
     return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)

@@ -98,10 +98,11 @@ def _dominant_of_codes(flops: np.ndarray, codes: np.ndarray, names: list[str]) -
 
 
 def _floats(ops: pd.DataFrame, c: str) -> np.ndarray:
-    """Column ``c`` as float64 (NaN where absent or not a number); a float64 column as it is (a view, no copy)."""
+    """Column ``c`` as floats (NaN where absent or not a number); a float column as it is (a view, no copy: the
+    roofline's float32 predictions are summed with float64 accumulators below)."""
     if c not in ops.columns:
         return np.full(len(ops), np.nan)
-    if ops[c].dtype == np.float64:
+    if ops[c].dtype in (np.float64, np.float32):
         return ops[c].to_numpy()
     return pd.to_numeric(ops[c], errors="coerce").to_numpy(float)
 
@@ -127,7 +128,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     cols = DEVICE_COLUMNS + [f"tot_{t}" for t in TOTALS] + ["peak_source", "dominant_dtype"]
     if steps is None or not len(steps):
         return pd.DataFrame(columns=cols)
-    in_step = ops["step"].to_numpy(np.int64) >= 0 if "step" in ops.columns else np.zeros(len(ops), bool)
+    in_step = ops["step"].to_numpy() >= 0 if "step" in ops.columns else np.zeros(len(ops), bool)
     sync = ~ops["is_async"].to_numpy(bool)
     marker = tl.is_async_marker(ops)
     coll = tl.is_collective(ops)
@@ -168,13 +169,14 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
             dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
             dtype = _dominant_dtype(ops.iloc[np.arange(len(ops))[ix][with_flops]][dcols])
         peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
-        comp = nr[w]  # the roofline time of the compute path, the measured (own) time where it is unknown
+        # the roofline time of the compute path, the measured (own) time where it is unknown (in float64: exact)
+        comp = nr[w].astype(np.float64)
         np.copyto(comp, wd.astype(float), where=np.isnan(comp))
-        comp = comp.sum()
-        netw = np.nansum(nn[o & cl])
+        comp = comp.sum(dtype=np.float64)
+        netw = np.nansum(nn[o & cl], dtype=np.float64)
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
         # a lower bound on the busier direction's time
-        hostt = np.nansum(nn[o & hx]) / 2
+        hostt = np.nansum(nn[o & hx], dtype=np.float64) / 2
         parts = {"compute": comp, "interconnect": netw, "host link": hostt}
         bound = max(parts, key=lambda k: parts[k])
         tot = {"flops": fl.sum(), "model": np.nansum(mf),

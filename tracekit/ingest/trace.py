@@ -15,7 +15,7 @@ from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import paths as _load
-from tracekit.columns import concat_frames, constant_columns, with_columns
+from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
 
@@ -419,6 +419,7 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
     h = [p.hlo for p in parts if len(p.hlo)]
     hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
     ops = constant_columns(sorted_frame(cat("ops", schema.OPS)))  # (no trace costs on GPU/CPU: stored once)
+    ops = with_columns(ops, {c: narrow_int(ops[c].to_numpy()) for c in schema.NARROW_INTS if c in ops.columns})
     devs = pd.concat([p.devices for p in parts], ignore_index=True)
     dstats = {}
     for p in parts:

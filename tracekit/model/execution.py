@@ -55,7 +55,7 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | N
     if not n or "run_id" not in ops:
         return None
     src = ops["source"]  # compared as a column (a categorical's codes), not as a string per row
-    run = ops["run_id"].to_numpy(np.int64)
+    run = ops["run_id"].to_numpy()
     ok = ~ops["is_async"].to_numpy(bool) & ((src == "cpu_thunk").to_numpy(bool) | (
         (src == "xla_ops").to_numpy(bool) & (run != -1))) & np.isfinite(executions) & (executions > 0)
     if not ok.any():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import narrow_int
 from tracekit.ingest import hlo
 from tracekit.ingest.trace import Trace
 from tracekit.model import execution, precision
@@ -114,7 +115,7 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
             "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
             "models": [f"model:{m}" for m in models],
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
-            **{col: _narrow(hx[col].to_numpy(np.int64)) for col in ("dot_m", "dot_n", "dot_k")}}
+            **{col: narrow_int(hx[col].to_numpy(np.int64)) for col in ("dot_m", "dot_n", "dot_k")}}
 
 
 def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) -> np.ndarray:
@@ -128,13 +129,6 @@ def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) ->
     traced = execution.traced_ancestors(u[~cf], parents) if parents else set()
     return cf & np.array([(str(h), str(d), int(p), str(o)) in traced for h, d, p, o in
                           zip(u["host"], u["device"], pid, u["op"].fillna(""))], bool)
-
-
-def _narrow(v: np.ndarray) -> np.ndarray:
-    """``v`` as int32 when every value fits (a matmul dimension nearly always does: half the bytes per row),
-    else as it is: a cast would wrap a product of dims past 2^31 into a wrong, perhaps negative, size."""
-    i32 = np.iinfo(np.int32)
-    return v.astype(np.int32) if not len(v) or (int(v.min()) >= i32.min and int(v.max()) <= i32.max) else v
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:

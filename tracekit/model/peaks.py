@@ -178,7 +178,7 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
     devices merge in :func:`finish_warnings` (executions and time summed, the fastest execution kept)."""
     if not len(ops) or "efficiency" not in ops:
         return []
-    eff = ops["efficiency"].to_numpy(float)
+    eff = ops["efficiency"].to_numpy()  # (float32: a view, no copy)
     over = eff > OVER  # (NaN compares False: no NaN-free copy of the column)
     if not over.any():
         return []

@@ -26,8 +26,8 @@ import pandas as pd
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import calibrate, chips, execution, peaks
-from tracekit.columns import (constant_columns, gather, one_value, self_time, stores_constants_once, with_columns,
-                              without_columns)
+from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
+                              with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
 from tracekit.ingest.trace import Trace
 from tracekit.model.identity import per_identity
@@ -170,14 +170,14 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     rows = np.flatnonzero(own)
     del own
     if len(rows) * 4 > n:  # mostly per row: predict every row
-        p = _predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u)
+        p = _narrow(_predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u))
     else:  # predict once per identity, spread each column with one gather, then predict the few own rows
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
-        p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+        p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in _narrow(p).items()}
         if len(rows):
             at = gather(inv, rows)
-            sub = _predict(lambda k: gather(u[k], at), tf[rows], tb[rows], None if share is None else share[rows],
-                           len(rows), u)
+            sub = _narrow(_predict(lambda k: gather(u[k], at), tf[rows], tb[rows],
+                                   None if share is None else share[rows], len(rows), u))
             for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
@@ -190,10 +190,10 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
     dur = self_time(ops).astype(float)  # (one new array: the self times, durations where a frame has none)
-    new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0)
+    new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0).astype(np.float32)
     new["intensity_flops_per_byte"] = p.pop("intensity_flops_per_byte")
     head = np.subtract(dur, roof, out=dur)  # NaN where the roofline is unknown
-    new["headroom_ps"] = np.maximum(head, 0, out=head)  # (NaN stays NaN)
+    new["headroom_ps"] = np.maximum(head, 0, out=head).astype(np.float32)  # (NaN stays NaN)
     del dur, head
     new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
@@ -206,7 +206,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])
     new["collective"] = pd.Categorical.from_codes(p["coll_codes"], categories=u["colls"])
     new["net_level"] = pd.Categorical.from_codes(p["level_codes"], categories=u["levels"])
-    new["net_fast_ps"], new["loop_trip_count"] = p["net_fast"], p["trips"]
+    new["net_fast_ps"], new["loop_trip_count"] = p["net_fast"], narrow_int(p["trips"])
     new["coll_pattern"] = pd.Categorical.from_codes(p["pattern_codes"], categories=u["patterns"])
     new["is_host_transfer"] = p["host_x"]
     for col in ("dot_m", "dot_n", "dot_k"):
@@ -309,6 +309,20 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
             "cdtype_codes": b("cdtype_codes"),
             "coll_codes": b("coll_codes"), "level_codes": b("level_codes"), "net_fast": net_fast,
             "pattern_codes": b("pattern_codes"), "trips": b("trips"), **{c: b(c) for c in ("dot_m", "dot_n", "dot_k")}}
+
+
+#: the predictions stored narrower than they are worked out (:data:`tracekit.schema.ROOFLINE`): predicted times and
+#: ratios as float32 (7 significant digits, against peaks known to 2-3), group sizes as int32
+_NARROW = {"compute": np.float32, "memory": np.float32, "network": np.float32, "roofline_ps": np.float32,
+           "intensity_flops_per_byte": np.float32, "net_fast": np.float32, "gsize": np.int32}
+
+
+def _narrow(p: dict) -> dict:
+    """:func:`_predict`'s result with the :data:`_NARROW` arrays cast (in place; a constant held once stays so)."""
+    for k, t in _NARROW.items():
+        v = p[k]
+        p[k] = np.broadcast_to(v[:1].astype(t), v.shape) if _held_once(v) else v.astype(t, copy=False)
+    return p
 
 
 def _combine(a, b):

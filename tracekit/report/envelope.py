@@ -37,7 +37,7 @@ def clean(v):
     if isinstance(v, (np.bool_, bool)):
         return bool(v)
     if isinstance(v, (float, np.floating)):
-        return _clean_float(float(v))
+        return _clean_float(float(v), _WHOLE_BELOW.get(type(v), 2**53))
     if isinstance(v, dict):
         return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -49,10 +49,15 @@ def clean(v):
     return str(v)
 
 
-def _clean_float(f: float):
+#: below this magnitude an integral float is written as an int; float32 (the roofline's predictions) is integral
+#: everywhere above 2**24 without being exact, so there it is rounded like any other float
+_WHOLE_BELOW = {np.float32: 2**24, np.float16: 2**11}
+
+
+def _clean_float(f: float, whole_below: int = 2**53):
     if not math.isfinite(f):
         return None
-    if f == int(f) and abs(f) < 2**53:
+    if f == int(f) and abs(f) < whole_below:
         return int(f)
     return float(f"{f:.6g}")
 
@@ -68,7 +73,8 @@ def _clean_column(s: pd.Series) -> list:
     if kind == "f":
         f = s.to_numpy().astype(np.float64, copy=False)
         fin = np.isfinite(f)
-        whole = fin & (np.trunc(np.where(fin, f, 0.0)) == f) & (np.abs(np.where(fin, f, 0.0)) < 2**53)
+        whole = fin & (np.trunc(np.where(fin, f, 0.0)) == f) & \
+            (np.abs(np.where(fin, f, 0.0)) < _WHOLE_BELOW.get(dt.type, 2**53))
         if whole.all():
             return f.astype(np.int64).tolist()
         code = np.where(fin, np.where(whole, 1, 2), 0).tolist()
