@@ -207,3 +207,56 @@ def test_predictions_are_stored_narrow_and_rounded_once():
                                rtol=2e-7, atol=t[ok].max() * 1e-7)
     flops, peak_time = ops["flops"].to_numpy(float), ops["compute_ps"].to_numpy(float)
     assert (flops[ok] > 0).any() and np.isfinite(peak_time[ok]).all()
+
+
+def _one_dot_program(tmp_path, kernels: list[str]) -> pd.DataFrame:
+    """A GPU trace of a program that is one dot (bf16[256,512] x bf16[512,128]) whose kernel events are
+    ``kernels`` (names), back to back on one stream with nothing between them; the roofline rows in time order."""
+    ins = [instr("a", "parameter", shape("bf16", [256, 512]), parameter_number=0),
+           instr("b", "parameter", shape("bf16", [512, 128]), parameter_number=1),
+           instr("dot.1", "dot", shape("bf16", [256, 128]), [1, 2])]
+    ins[2].dot_dimension_numbers.lhs_contracting_dimensions.append(1)
+    ins[2].dot_dimension_numbers.rhs_contracting_dimensions.append(0)
+    b = synth.SpaceBuilder(hostname="g")
+    b.hlo_module(synth.module("jit_mm", 5, ins), label="jit_mm(5)")
+    ln = b.plane("/device:GPU:0", {"device_vendor": "Nvidia", "compute_cap_major": 9, "compute_cap_minor": 0,
+                                   "core_count": 132, "memory_bandwidth": 3.35e12}).line("Stream #7(Kernel)")
+    for i, k in enumerate(kernels):
+        ln.event(k, i * 10_000_000, 1_000_000 * (i + 1), stats={"hlo_op": "dot.1", "hlo_module": "jit_mm",
+                                                               "program_id": 5}, ref_stats=True)
+    f = tmp_path / "mm.xplane.pb"
+    b.write(f)
+    return roofline.join(tracekit.load(f)).sort_values("start_ps")
+
+
+ONE_DOT_FLOPS = 2 * 256 * 128 * 512  # 2 M N K
+
+
+@pytest.mark.parametrize("kernels, executions", [
+    (["gemm_a"], 1),
+    (["gemm_a", "gemm_a", "gemm_a"], 3),  # the program run three times: one kernel per execution
+    (["split_k_gemm", "reduce"], 1),  # one execution of two kernels
+    (["split_k_gemm", "reduce", "split_k_gemm", "reduce"], 2),
+    (["transpose", "gemm_a", "transpose"], 1),  # a kernel name that comes round again without a period
+    (["gemm_a", "gemm_a", "reduce"], 1),
+])
+def test_gpu_kernel_runs_count_each_execution_once(tmp_path, kernels, executions):
+    """Consecutive kernels of one op on a device are one execution unless their names repeat with a period: a
+    program of one op run again and again leaves one kernel per execution back to back, and each carries the
+    whole op (before, three runs of a one-GEMM program were priced as one: 3x too little work, 1/3 the
+    efficiency). The FLOPs of the rows add up to executions x 2 M N K."""
+    ops = _one_dot_program(tmp_path, kernels)
+    assert len(ops) == len(kernels)
+    assert ops["flops"].sum() == pytest.approx(executions * ONE_DOT_FLOPS, rel=1e-9)
+
+
+def test_gemm_benchmark_trace_prices_every_run_of_its_matmul():
+    """The shared MI300X trace runs jit(dot) of bf16[8192,4096] x bf16[4096,8192] three times, one hipBLASLt
+    kernel each, back to back. Each kernel is one execution: 2 x 8192 x 8192 x 4096 FLOPs, and no efficiency
+    above 1."""
+    ops = roofline.join(tracekit.load(shared_trace("gpu/mi300x_jax_gemm.xplane.pb")))
+    big = ops[(ops["op"].astype(str) == "custom-call.1") & (ops["flops"] > 5e11)]
+    assert len(big) == 3
+    assert (big["flops"] == 2 * 8192 * 8192 * 4096).all()
+    eff = ops["efficiency"].to_numpy(float)
+    assert np.nanmax(eff) <= 1.0

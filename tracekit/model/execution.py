@@ -8,7 +8,8 @@
   executes (XLA:CPU's ``sort`` records two events; a GPU op may launch several kernels) has its cost split over its
   events by duration, so the run's events carry it exactly as often as it ran. Executions per run come from the
   cost model (1 in the entry computation, trip count x in a loop body, unknown for a data-dependent loop: then
-  every event counts as one execution).
+  every event counts as one execution). A GPU op's run of consecutive kernels is one execution unless its kernel
+  names repeat with a period (a one-op program run again and again): then one execution per period.
 * **Async pairs judged over their window.** The ``-start``..``-done`` window carries the transfer's cost and is
   judged over its span. The ``-done`` event carries no cost of its own; its time is the exposed wait, and its
   roofline is what a transfer at the roofline would have left exposed: ``clip(window start + window roofline -
@@ -75,6 +76,85 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | N
     share = np.ones(n)
     share[idx[over]] = gather(ex, over) * gather(frac, over)
     return share
+
+
+def kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.ndarray | None:
+    """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
+    one-event ops; for GPU ops made of several kernels, the kernels of one execution split it by duration.
+
+    The kernels of one execution are consecutive rows of the same op on a device, but consecutive rows of an op
+    are not always one execution: a jitted program of one op run again and again (a benchmark's matmul) leaves
+    one kernel per execution, back to back. So a run of consecutive rows whose kernel names repeat with a period
+    ([A, A, A]: three executions of A; [A, B, A, B]: two of A then B) holds one execution per period; any other
+    run ([A, B], [T, C, T]) is one execution. A kernel without a name never starts one. A run of an op that
+    executes e > 1 times per run of its module (a loop body: e = trip count, from ``executions``) holds min(k, e)
+    executions of its k events."""
+    gpu = (ops["source"] == "gpu_kernel").to_numpy()
+    if not gpu.any():
+        return None
+    share = np.ones(len(ops))
+    g = ops[gpu]
+    hd, _ = unique_rows(g, ["host", "device"])  # devices of different hosts are different devices
+    order = np.lexsort((g["start_ps"].to_numpy(), hd))
+    dev = hd[order]
+    key = (g["program_id"].astype(str) + "/" + g["op"].astype(str)).to_numpy()[order]
+    new = np.ones(len(g), bool)
+    new[1:] = (key[1:] != key[:-1]) | (dev[1:] != dev[:-1])
+    run = np.cumsum(new) - 1
+    dur = g["duration_ps"].to_numpy()[order].astype(float)
+    names, named = _kernel_codes(g["kernel"])
+    execution = _periodic_executions(new, run, names[order], named[order])
+    frac = _split(dur, execution)
+    if executions is not None:
+        e = executions[gpu][order]
+        loop = np.isfinite(e) & (e > 1)
+        if loop.any():  # a loop body's run: min(k, e) executions of its k events
+            count = np.bincount(run)[run]
+            frac = np.where(loop, np.where(count > e, e * _split(dur, run), 1.0), frac)
+    s = np.empty(len(g))
+    s[order] = frac
+    share[gpu] = s
+    return share
+
+
+def _kernel_codes(kernel: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: an integer per distinct kernel name, and whether the row has a name."""
+    if isinstance(kernel.dtype, pd.CategoricalDtype):
+        codes = kernel.array.codes.astype(np.int64)
+        cats = kernel.cat.categories.astype(str)
+        empty = np.flatnonzero(cats == "")
+        named = (codes >= 0) & ~np.isin(codes, empty)
+        return codes, named
+    codes, uniq = pd.factorize(kernel.astype(str))
+    return codes.astype(np.int64), (codes >= 0) & (np.asarray(uniq, dtype=object)[np.maximum(codes, 0)] != "")
+
+
+def _periodic_executions(new: np.ndarray, run: np.ndarray, names: np.ndarray, named: np.ndarray) -> np.ndarray:
+    """Per row (sorted by device and time; ``new``: a run of one op starts, ``run``: its run): the execution it
+    belongs to. A run whose named kernels repeat with period p (the position where its first kernel's name comes
+    round again) and whose length is a multiple of p holds one execution per p rows; any other run is one."""
+    n = len(run)
+    first = np.flatnonzero(new)
+    pos = np.arange(n) - first[run]
+    again = np.flatnonzero((pos > 0) & named & named[first][run] & (names == names[first][run]))
+    period = np.zeros(len(first), np.int64)
+    if len(again):
+        r, at = np.unique(run[again], return_index=True)  # (rows in order: the first recurrence of each run)
+        period[r] = pos[again[at]]
+    p = period[run]
+    check = np.flatnonzero((p > 0) & (pos >= p))
+    broken = np.zeros(len(first), bool)
+    broken[run[check[names[check] != names[check - p[check]]]]] = True
+    length = np.bincount(run, minlength=len(first))
+    periodic = (period > 0) & ~broken & (length % np.maximum(period, 1) == 0)
+    starts = new | (periodic[run] & (pos % np.maximum(p, 1) == 0))
+    return np.cumsum(starts) - 1
+
+
+def _split(dur: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each row's share of its group's duration (equal shares in a group of zero duration)."""
+    tot, count = np.bincount(group, weights=dur), np.bincount(group)
+    return np.divide(dur, tot[group], out=1.0 / count[group], where=tot[group] > 0)
 
 
 def _groups(codes: np.ndarray) -> dict:

@@ -97,38 +97,6 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[ChipUse]:
     return [ChipUse(first[name], tuple(devs)) for name, devs in devices.items()]
 
 
-def _per_kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.ndarray | None:
-    """Share of its op execution's cost that each row carries (None when every row carries its whole op): 1 for
-    one-event ops; for GPU ops made of several kernels, the kernels of one execution (consecutive rows of the
-    same op on a device) split it by duration. A run of k consecutive events of an op that executes e times per
-    run of its module (a loop body: e = trip count, from ``executions``) holds min(k, e) executions: a loop
-    body's single kernel per iteration is not taken for one op's several kernels."""
-    gpu = (ops["source"] == "gpu_kernel").to_numpy()
-    if not gpu.any():
-        return None
-    share = np.ones(len(ops))
-    g = ops[gpu]
-    hd, _ = unique_rows(g, ["host", "device"])  # devices of different hosts are different devices
-    order = np.lexsort((g["start_ps"].to_numpy(), hd))
-    dev = hd[order]
-    key = (g["program_id"].astype(str) + "/" + g["op"].astype(str)).to_numpy()[order]
-    new = np.ones(len(g), bool)
-    new[1:] = (key[1:] != key[:-1]) | (dev[1:] != dev[:-1])
-    run = np.cumsum(new) - 1
-    dur = g["duration_ps"].to_numpy()[order].astype(float)
-    tot = np.bincount(run, weights=dur)
-    count = np.bincount(run)
-    frac = np.divide(dur, tot[run], out=1.0 / count[run], where=tot[run] > 0)
-    if executions is not None:
-        e = executions[gpu][order]
-        e = np.where(np.isfinite(e) & (e >= 1), e, 1.0)
-        frac = np.where(count[run] > e, e * frac, 1.0)
-    s = np.empty(len(g))
-    s[order] = frac
-    share[gpu] = s
-    return share
-
-
 _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 
 
@@ -159,7 +127,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     u = per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
     execs = gather(u["executions"], inv)
-    share = _combine(_per_kernel_split(ops, execs), execution.execution_split(ops, execs))
+    share = _combine(execution.kernel_split(ops, execs), execution.execution_split(ops, execs))
     del execs  # (row-sized; each array below is freed as soon as it has served: this stage sets the peak)
     # rows whose prediction is not their identity's: split over kernels or events, or own trace costs
     own = np.zeros(n, bool) if share is None else share != 1.0
