@@ -161,3 +161,38 @@ def test_a_trace_without_hlo_has_unknown_flops_bytes_and_roofline_not_zero():
     assert "0.0%: 0 FLOP" not in text
     # the roofline floor says what it stands on: here every op counts at its measured time
     assert "ops without a roofline (100.0% of op time) count at their measured time" in " ".join(text.split())
+
+
+def test_virtual_cpu_devices_count_their_host_once():
+    """allreduce_exposed ran 8 virtual XLA:CPU devices on one host's cores and memory: the overview's FLOPs
+    utilization divides by that one chip's peak and its memory bandwidth is that chip's (before: 8x both, so the
+    utilization read 8x too low), and the possible step adds the devices' roofline work up (before: the largest
+    device's alone, as if each had the cores to itself). TPU devices stay one chip each."""
+    from tracekit.analysis import overview
+    from tracekit.model import roofline
+
+    d = _analyze(str(cpu_fixture("allreduce_exposed"))).data
+    (chip,) = d["chips"]
+    assert len(chip["devices"]) == 8
+    ov = d["overview"]
+    peak = chip["peak_flops_per_s"][ov["flops"]["dtype"]]
+    assert ov["flops"]["peak_flops_per_s"] == pytest.approx(peak, rel=1e-5)
+    assert ov["bandwidth"]["hbm"]["peak_bytes_per_s"] == pytest.approx(chip["hbm_bw_bytes_per_s"], rel=1e-5)
+    step_s = ov["step_time"]["mean_ps"] / 1e12
+    assert ov["flops"]["utilization"] == pytest.approx(ov["flops"]["per_step"] / (peak * step_s), rel=1e-4)
+    # the possible step: the sum of what each device alone could do (each given a chip of its own)
+    tr = pipeline.load(str(cpu_fixture("allreduce_exposed")))
+    ops = roofline.join(tr)
+    from dataclasses import replace
+
+    from tracekit.analysis import rule_checks
+    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, modules=tr.modules)
+    dchips = roofline.device_chips(tr)
+    alone = {k: replace(c, name=f"{c.name} #{k[1]}") for k, c in dchips.items()}
+    each = overview.device_parts(ops, frames.steps, alone)["possible_step_ps"]
+    assert ov["roofline"]["possible_step_ps"] == pytest.approx(float(each.sum()), rel=1e-5)
+    assert ov["roofline"]["possible_step_ps"] > 7 * float(each.max())
+    v6e = _analyze(str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))).data
+    (tpu,) = v6e["chips"]
+    assert v6e["overview"]["flops"]["peak_flops_per_s"] == pytest.approx(
+        len(tpu["devices"]) * tpu["peak_flops_per_s"][v6e["overview"]["flops"]["dtype"]], rel=1e-5)

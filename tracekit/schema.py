@@ -365,10 +365,11 @@ RULE_FRAMES = {
         "flops_per_step": ("float64", "FLOPs per step (cost model or the trace's model_flops); NaN when no compute "
                            "op has a FLOP count (no HLO)"),
         "model_flops_per_step": ("float64", "the model's FLOPs per step when given (NaN otherwise)"),
-        "peak_flops_per_s": ("float64", "peak FLOP/s of the dtype that carries most FLOPs"),
+        "peak_flops_per_s": ("float64", "peak FLOP/s of the dtype that carries most FLOPs (of a chip several devices "
+                             "share, XLA:CPU's virtual devices of a host: the device's share)"),
         "mfu": ("float64", "flops_per_step / (peak_flops_per_s x step time)"),
-        "possible_step_ps": ("float64", "the step time the roofline says is possible (a lower bound); NaN when no "
-                             "compute op has a roofline"),
+        "possible_step_ps": ("float64", "the step time the roofline says is possible (a lower bound; devices that "
+                             "share a chip add their work up); NaN when no compute op has a roofline"),
         "bound_by": (_TEXT, "the resource that sets possible_step_ps (empty when it is unknown)"),
         "roofline_known_share": ("float64", "share of the compute ops' measured time whose roofline is known (the "
                                  "rest counts at its measured time in possible_step_ps)"),

@@ -146,8 +146,10 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         dcodes = ops[dcol].array.codes
         dnames = [str(c) for c in ops[dcol].cat.categories]
     srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
+    groups = list(srows.groupby(["host", "device"], sort=True))
+    sharing = shared_chips(device_chips, [k for k, _ in groups])
     rows = []
-    for (h, d), g in srows.groupby(["host", "device"], sort=True):
+    for (h, d), g in groups:
         n = len(g)
         ix = dev_rows.get((h, d), slice(0, 0))
         ch = device_chips.get((h, d))
@@ -169,6 +171,10 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
             dcols = [c for c in ("flops", "compute_dtype", "dtype") if c in ops.columns]
             dtype = _dominant_dtype(ops.iloc[np.arange(len(ops))[ix][with_flops]][dcols])
         peak, psrc = precision.peak(ch, dtype) if ch is not None else (np.nan, "unknown: no chip")
+        # a chip its devices share (XLA:CPU's virtual devices of a host): each has its share of the peaks, and the
+        # totals count the chip once
+        nsh = len(sharing.get((h, d), ((h, d),)))
+        peak /= nsh
         # the roofline time of the compute path, the measured (own) time where it is unknown (in float64: exact)
         comp = nr[w].astype(np.float64)
         np.copyto(comp, wd.astype(float), where=np.isnan(comp))
@@ -191,6 +197,8 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
             tot["egress"] = ch.egress_bw_bytes_per_s if ch.egress_bw_bytes_per_s == ch.egress_bw_bytes_per_s else 0
             tot["hostw"] = 2 * ch.host_link_bw_bytes_per_s if ch.host_link_bw_bytes_per_s == \
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
+            for k in ("bw", "egress", "hostw"):
+                tot[k] /= nsh
         mean = float(g["step_ps"].mean())
         unknown = work_ps > 0 and not known["flops"]  # compute ran, none of it with a FLOP count
         f_step = np.nan if unknown else fl.sum() / n
@@ -204,7 +212,26 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
                      "host_link_per_step_ps": hostt / n, "offload_wait_per_step_ps": float(g["offload_wait_ps"].mean())
                      if "offload_wait_ps" in g.columns else 0.0,
                      **{f"tot_{k}": v for k, v in tot.items()}, "peak_source": psrc, "dominant_dtype": dtype})
+    # devices sharing one chip run their work on it one after the other: each one's possible step is theirs added
+    # up (unknown when any is)
+    at = {(r["host"], r["device"]): r for r in rows}
+    for members in {tuple(m) for m in sharing.values() if len(m) > 1}:
+        total = float(sum(at[k]["possible_step_ps"] for k in members))
+        for k in members:
+            at[k]["possible_step_ps"] = total
     return pd.DataFrame(rows, columns=cols)
+
+
+def shared_chips(device_chips: dict, devices: list) -> dict:
+    """(host, device) -> the ``devices`` that share its chip (itself included), for devices that share one: XLA:CPU's
+    virtual devices of one host run on the same cores and memory, one chip however many devices. Every other
+    device is a chip of its own (absent)."""
+    group: dict = {}
+    for h, d in devices:
+        ch = device_chips.get((h, d))
+        if ch is not None and ch.family == "cpu":
+            group.setdefault((h, ch.name), []).append((h, d))
+    return {k: tuple(m) for m in group.values() if len(m) > 1 for k in m}
 
 
 def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
@@ -273,7 +300,8 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
             else np.nan, "known_share": share("roof_known_ps"),
             "definition": "max over compute ops' roofline time (their measured time where the roofline is "
             "unknown), collectives' network time and host transfers' host-link time per step (each resource at its "
-            "roofline, the rest hidden); unknown when no compute op has a roofline"}
+            "roofline, the rest hidden); devices that share one chip (XLA:CPU's virtual devices of a host) add "
+            "theirs up; unknown when no compute op has a roofline"}
     bd = {c: int(steps[c].sum()) for c in BUCKETS if c in steps.columns}
     bd["step_ps"] = int(steps["step_ps"].sum())
     bd["collective_levels"] = {c[len("collective_exposed_"):-3]: int(steps[c].sum()) for c in steps.columns
