@@ -240,3 +240,11 @@ def test_breakdown_levels_follow_the_exposed_collectives():
                                             "of which exposed collectives over dcn", "compute-bound compute"]
     assert sections.breakdown_line(rows) == ("other idle 50.0%, exposed collectives 30.0% (over ici 20.0%, dcn 10.0%), "
                                              "compute-bound compute 20.0%")
+
+
+def test_bandwidth_headline_names_a_cpus_memory_memory_not_hbm():
+    """A CPU's memory is DRAM: the headline calls its bandwidth "memory"; a TPU's stays "HBM"."""
+    cpu = render.render(pipeline.analyze(cpu_fixture("big_matmul")), "text")
+    assert re.search(r"bandwidth: memory [\d.]+ \S*B/s of", cpu) and "HBM" not in cpu.split("chip:")[0]
+    tpu = render.render(pipeline.analyze(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")), "text")
+    assert "bandwidth: HBM " in tpu

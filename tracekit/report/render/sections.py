@@ -51,7 +51,9 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                                 f"(from {(f.get('peak_source') or '?').split(':')[0]})"))
     bw = ov.get("bandwidth") or {}
     parts = []
-    for key, name in (("hbm", "HBM"), ("interconnect", "interconnect"), ("host_link", "host link")):
+    cpu = bool(d.get("chips")) and all(c.get("family") == "cpu" for c in d["chips"])  # (a CPU's memory is DRAM)
+    names = (("hbm", "memory" if cpu else "HBM"), ("interconnect", "interconnect"), ("host_link", "host link"))
+    for key, name in names:
         b = bw.get(key) or {}
         if b.get("bytes_per_step"):
             parts.append(f"{name} {fmt_num(b.get('achieved_bytes_per_s'), 'B/s')} of "
