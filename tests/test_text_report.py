@@ -9,7 +9,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from conftest import cpu_fixture
+from conftest import FIXTURES, cpu_fixture
 from tracekit import pipeline
 from tracekit.cli import main
 from tracekit.report.render import text
@@ -84,6 +84,20 @@ def test_identical_device_rows_fold(rep):
     rows = _table(text.render(d, width=100), "Step time per device")[2:]
     assert [r.split()[0] for r in rows if r.startswith("CPU")] == ["CPU:0–2", "CPU:3", "CPU:4–7"]
     assert text.device_range(["GPU:1", "GPU:4", "GPU:6"]) == "GPU:1,4,6 (3 devices)"
+
+
+def test_device_ids_fold_in_numeric_order():
+    """Rows come sorted as text (CPU:0, CPU:1, CPU:10, ..., CPU:9): the folded cell reads the ids as numbers, so 64
+    devices are 'CPU:0–63', not 'CPU:0,1,10,11,...'."""
+    names = sorted(f"CPU:{i}" for i in range(64))
+    assert names[2] == "CPU:10"
+    assert text.device_range(names) == "CPU:0–63 (64 devices)"
+    assert text.device_range(["GPU:6", "GPU:1", "GPU:4"]) == "GPU:1,4,6 (3 devices)"
+    mesh = FIXTURES / "collectives" / "mesh4x4x4"
+    if not mesh.exists():
+        pytest.skip("collective fixtures not captured")
+    out = text.render(pipeline.analyze(mesh), width=100)
+    assert "CPU:0–63 (64 devices)" in out
 
 
 def test_color_flag_and_no_color(rep, monkeypatch):

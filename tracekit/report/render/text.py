@@ -60,10 +60,11 @@ def fold_devices(rows: list[list[str]], device_col: int = 0) -> list[list[str]]:
 
 
 def device_range(names: list[str]) -> str:
-    """'CPU:0–7 (8 devices)' for CPU:0..CPU:7; 'GPU:1,4,6 (3 devices)'; mixed kinds listed as they are."""
+    """'CPU:0–7 (8 devices)' for CPU:0..CPU:7 in any order (device ids sort as numbers: CPU:10 after CPU:9);
+    'GPU:1,4,6 (3 devices)'; mixed kinds listed as they are."""
     parts = [_DEV.match(n) for n in names]
     if all(parts) and len({p.group(1) for p in parts}) == 1:
-        nums = [int(p.group(2)) for p in parts]
+        nums = sorted(int(p.group(2)) for p in parts)
         prefix = parts[0].group(1)
         if nums == list(range(nums[0], nums[0] + len(nums))):
             return f"{prefix}{nums[0]}–{nums[-1]} ({len(nums)} devices)"
