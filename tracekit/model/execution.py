@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import gather
-from tracekit.grouping import group_index, unique_rows
+from tracekit.grouping import codes_of, group_index, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -119,14 +119,9 @@ def kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.
 
 def _kernel_codes(kernel: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per row: an integer per distinct kernel name, and whether the row has a name."""
-    if isinstance(kernel.dtype, pd.CategoricalDtype):
-        codes = kernel.array.codes.astype(np.int64)
-        cats = kernel.cat.categories.astype(str)
-        empty = np.flatnonzero(cats == "")
-        named = (codes >= 0) & ~np.isin(codes, empty)
-        return codes, named
-    codes, uniq = pd.factorize(kernel.astype(str))
-    return codes.astype(np.int64), (codes >= 0) & (np.asarray(uniq, dtype=object)[np.maximum(codes, 0)] != "")
+    codes, names = codes_of(kernel)
+    has_name = np.array([str(v) != "" for v in names] + [False])  # (code -1, missing: the last entry)
+    return codes, has_name[codes]
 
 
 def _periodic_executions(new: np.ndarray, run: np.ndarray, names: np.ndarray, named: np.ndarray) -> np.ndarray:
