@@ -138,13 +138,13 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     rows = np.flatnonzero(own)
     del own
     if len(rows) * 4 > n:  # mostly per row: predict every row
-        p = _narrow(_predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u))
+        p = _as_stored(_predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u))
     else:  # predict once per identity, spread each column with one gather, then predict the few own rows
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
-        p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in _narrow(p).items()}
+        p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in _as_stored(p).items()}
         if len(rows):
             at = gather(inv, rows)
-            sub = _narrow(_predict(lambda k: gather(u[k], at), tf[rows], tb[rows],
+            sub = _as_stored(_predict(lambda k: gather(u[k], at), tf[rows], tb[rows],
                                    None if share is None else share[rows], len(rows), u))
             for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
@@ -281,13 +281,13 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
 
 #: the predictions stored narrower than they are worked out (:data:`tracekit.schema.ROOFLINE`): predicted times and
 #: ratios as float32 (7 significant digits, against peaks known to 2-3), group sizes as int32
-_NARROW = {"compute": np.float32, "memory": np.float32, "network": np.float32, "roofline_ps": np.float32,
+_STORED = {"compute": np.float32, "memory": np.float32, "network": np.float32, "roofline_ps": np.float32,
            "intensity_flops_per_byte": np.float32, "net_fast": np.float32, "gsize": np.int32}
 
 
-def _narrow(p: dict) -> dict:
-    """:func:`_predict`'s result with the :data:`_NARROW` arrays cast (in place; a constant held once stays so)."""
-    for k, t in _NARROW.items():
+def _as_stored(p: dict) -> dict:
+    """:func:`_predict`'s result with the :data:`_STORED` arrays cast (in place; a constant held once stays so)."""
+    for k, t in _STORED.items():
         v = p[k]
         p[k] = np.broadcast_to(v[:1].astype(t), v.shape) if _held_once(v) else v.astype(t, copy=False)
     return p
