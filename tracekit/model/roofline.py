@@ -145,7 +145,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         if len(rows):
             at = gather(inv, rows)
             sub = _as_stored(_predict(lambda k: gather(u[k], at), tf[rows], tb[rows],
-                                   None if share is None else share[rows], len(rows), u))
+                                      None if share is None else share[rows], len(rows), u))
             for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
