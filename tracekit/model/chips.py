@@ -64,6 +64,7 @@ class Chip:
     exact: bool = False  # the table entry is this exact part (variant too), so its sourced numbers win
     trace_reported: dict = field(default_factory=dict, hash=False)  # field -> {stat, value, used}
     raised: dict = field(default_factory=dict, hash=False)  # field -> {estimate, value, op, module, self_ps}
+    limits: dict = field(default_factory=dict, hash=False)  # field -> {value, source}: physical ceilings (CPU)
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
@@ -213,6 +214,7 @@ def _copy(chip: Chip, **changes) -> Chip:
     changes.setdefault("sources", dict(chip.sources))
     changes.setdefault("trace_reported", dict(chip.trace_reported))
     changes.setdefault("raised", dict(chip.raised))
+    changes.setdefault("limits", dict(chip.limits))
     return replace(chip, **changes)
 
 

@@ -2,13 +2,16 @@
 
 A CPU trace's ops ran on the recording machine's cores, so their roofline must use that machine's rates, not those
 of the machine running tracekit. ``tracekit capture``, the post-run hook and ``fixtures/capture_cpu.py`` write
-``<trace stem>.machine.json`` next to ``<trace stem>.xplane.pb``: the CPU model, core count, platform, and a
+``<trace stem>.machine.json`` next to ``<trace stem>.xplane.pb``: the CPU model, core count, platform, ISA flags and
+clock (for the FLOP/s ceiling, :mod:`tracekit.model.cpu_limits`), and a
 calibration measured right there (:func:`tracekit.model.calibrate.measure`: achieved matmul FLOP/s and copy
 bandwidth). Analysis reads it back with :func:`for_trace` and builds the CPU chip from it
 (:func:`tracekit.model.calibrate.chip_from_record`).
 
 Format (JSON object): ``format`` = :data:`FORMAT`, ``processor``, ``cpu_count``, ``platform``, ``recorded_at``
-(UTC, ISO 8601), ``calibration`` (the calibration record, or null when it could not be measured).
+(UTC, ISO 8601), ``cpu_flags`` (the ISA flags that decide FLOP/cycle, :data:`~tracekit.model.cpu_limits.ISA_FLAGS`;
+absent or null: unknown), ``clock`` (``max_hz``, ``reported_hz``, ``arch``; absent: unknown), ``calibration`` (the
+calibration record, or null when it could not be measured).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import datetime as _dt
 import json
 import os
 import platform
+from dataclasses import replace
 from pathlib import Path
 
 FORMAT = "tracekit.machine/1"
@@ -37,6 +41,7 @@ def describe(calibrate_s: float | None = 3.0) -> dict:
     """This machine's record; with ``calibrate_s`` a calibration of about that many seconds is measured (JAX's
     import and compile time come on top). A failed calibration leaves ``calibration`` null."""
     from tracekit.model.calibrate import measure, processor_name
+    from tracekit.model.cpu_limits import read_clock, read_flags
 
     cal = None
     if calibrate_s:
@@ -45,7 +50,7 @@ def describe(calibrate_s: float | None = 3.0) -> dict:
         except Exception:  # noqa: BLE001 - the record is still useful without its calibration
             cal = None
     return {"format": FORMAT, "processor": processor_name(), "cpu_count": os.cpu_count() or 1,
-            "platform": platform.platform(),
+            "platform": platform.platform(), "cpu_flags": read_flags(), "clock": read_clock(),
             "recorded_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "calibration": cal}
 
@@ -78,13 +83,26 @@ def summary(record: dict) -> str:
 def cpu_chip_for(trace_path):
     """(Chip, note) for a CPU trace at ``trace_path``: from the record beside it (its calibration, else an
     estimate from its core count), else None and a note saying the record is missing."""
-    from tracekit.model.calibrate import chip_from_record
-    from tracekit.model.chips import estimate_cpu
-
     rec = read(trace_path) if trace_path else None
     if rec is None:
         return None, "no record of the recording machine"
-    where = path_for(trace_path).name
+    chip, note = _record_chip(rec, path_for(trace_path).name)
+    return replace(chip, limits=ceilings_of(rec)), note
+
+
+def ceilings_of(record: dict) -> dict:
+    """The FLOP/s ceilings (:func:`tracekit.model.cpu_limits.ceilings`) of the machine ``record`` describes."""
+    from tracekit.model.cpu_limits import ceilings
+
+    flags = record.get("cpu_flags")
+    return ceilings(record.get("cpu_count"), list(flags) if isinstance(flags, (list, tuple)) else None,
+                    record.get("clock"))
+
+
+def _record_chip(rec: dict, where: str):
+    from tracekit.model.calibrate import chip_from_record
+    from tracekit.model.chips import estimate_cpu
+
     cal = rec.get("calibration")
     if isinstance(cal, dict):
         try:

@@ -39,12 +39,15 @@ OVER = 1.05
 _TERMS = (("memory", "bytes_accessed", "hbm_bw_bytes_per_s"), ("network", "net_bytes", "egress_bw_bytes_per_s"))
 
 
-def _demonstrated(ops: pd.DataFrame) -> pd.DataFrame:
+def _demonstrated(ops: pd.DataFrame, cap=None) -> pd.DataFrame:
     """Per (host, term), the best rate the trace demonstrates: the fastest execution (with a known cost and at
     least :data:`MIN_EVIDENCE_PS` of self time) of any op, leaving out executions more than
     :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed: an XLA:CPU op can hand its work to a
-    thread pool and end before it is done)."""
-    cols = ["host", "term", "rate", "op", "module", "self_ps"]
+    thread pool and end before it is done). ``cap(host, term)``: the rate no execution can reach on that host's
+    chip (its physical ceiling, :mod:`tracekit.model.cpu_limits`); an op with an execution above it is mistimed,
+    all its executions are left out, and a row with no rate counts them (``over_cap`` executions above, the
+    fastest of them ``over_op`` at ``over_rate``)."""
+    cols = ["host", "term", "rate", "op", "module", "self_ps", "over_cap", "over_op", "over_rate"]
     ok = (~ops["is_async"].to_numpy(bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
     if not ok.any():
         return pd.DataFrame(columns=cols)
@@ -70,6 +73,17 @@ def _demonstrated(ops: pd.DataFrame) -> pd.DataFrame:
         med = k.groupby(["host", "module", "op"], sort=False)["rate"].transform("median")
         # an execution far faster than the op's own median is suspect (mistimed), not evidence
         k = k[(k["t"] >= MIN_EVIDENCE_PS) & (k["rate"] <= MAX_OVER_MEDIAN * med)]
+        lim = k["host"].map(lambda h: cap(h, term) if cap is not None else math.inf).to_numpy(float)
+        over = k["rate"].to_numpy() > lim
+        above = k[over]
+        if over.any():  # an op shown to end before its work is done demonstrates nothing, not even when slower
+            bad = pd.MultiIndex.from_frame(above[["host", "module", "op"]])
+            k = k[~pd.MultiIndex.from_frame(k[["host", "module", "op"]]).isin(bad)]
+        for h, a in above.groupby("host", sort=True):
+            top = a.sort_values("rate", ascending=False, kind="stable").iloc[0]
+            rows.append({"host": h, "term": term, "rate": math.nan, "op": None, "module": None, "self_ps": 0,
+                         "over_cap": len(a), "over_op": f"{top['op']} ({top['module']})",
+                         "over_rate": float(top["rate"])})
         if not len(k):
             continue
         g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "max"), self_ps=("t", "median"))
@@ -77,7 +91,7 @@ def _demonstrated(ops: pd.DataFrame) -> pd.DataFrame:
         best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
         for r in best.drop_duplicates("host").itertuples(index=False):
             rows.append({"host": r.host, "term": term, "rate": float(r.rate), "op": r.op, "module": r.module,
-                         "self_ps": int(r.self_ps)})
+                         "self_ps": int(r.self_ps), "over_cap": 0, "over_op": None, "over_rate": math.nan})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -86,14 +100,15 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
     ``ops`` (a roofline join against ``base``) demonstrate, per term; exact parts are returned as they are. All
     devices of a host that share one chip (XLA:CPU's virtual devices share the host's cores and memory) are
     raised together."""
-    dem = _demonstrated(ops)
-    if not len(dem):
-        return base
-    out = dict(base)
     groups: dict = {}
     for (h, d), ch in base.items():
         if not ch.exact:
             groups.setdefault((h, ch.name), []).append((h, d))
+    capped = {h: base[m[0]] for (h, _n), m in groups.items() if base[m[0]].limits}
+    dem = _demonstrated(ops, (lambda h, term: _cap(capped[h], term) if h in capped else math.inf))
+    if not len(dem):
+        return base
+    out = dict(base)
     for (h, _name), members in groups.items():
         ch = base[members[0]]
         mine = dem[dem["host"] == h]
@@ -102,6 +117,10 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
         flops, src, raised = dict(ch.peak_flops_per_s), dict(ch.sources), dict(ch.raised)
         changes: dict = {}
         for term, g in mine.groupby("term", sort=True):
+            over = g[g["over_cap"] > 0]
+            g = g[g["rate"].notna()]
+            if not len(g):
+                continue
             top = g.sort_values("rate", ascending=False, kind="stable").iloc[0]
             if term.startswith("compute:"):
                 cdt = term.split(":", 1)[1]
@@ -133,12 +152,41 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             src[field] = (f"raised: the trace demonstrates {fmt_num(want, unit)} ({top['op']} in {top['module']}, "
                           f"{fmt_time(top['self_ps'])}), above the {fmt_num(cur, unit)} of "
                           f"'{src.get(field, 'estimate')}'")
+            if len(over):
+                o = over.iloc[0]
+                raised[field]["left_out"] = int(o["over_cap"])
+                src[field] += (f"; {int(o['over_cap'])} faster execution(s) left out (up to "
+                               f"{fmt_num(o['over_rate'], unit)}, {o['over_op']}) with their ops: above "
+                               f"{_ceiling_text(ch, field)}, so their events are shorter than their work")
         if raised != ch.raised:
             new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised, trace_reported=dict(ch.trace_reported),
                           **changes)
             for m in members:
                 out[m] = new
     return out
+
+
+def _ceiling_text(ch, field: str, short: bool = False) -> str:
+    """'the physical ceiling 333 GFLOP/s (ceiling: 2 cores x ...)' for ``field`` of ``ch`` (``short``: without
+    its source); '' without one."""
+    from tracekit.model.cpu_limits import limit
+    v = limit(ch.limits, field) if ch is not None else math.inf
+    if not math.isfinite(v):
+        return ""
+    got = ch.limits.get(field) or max(ch.limits.values(), key=lambda x: x["value"])
+    return f"the physical ceiling {fmt_num(v, 'FLOP/s')}" + ("" if short else f" ({got['source']})")
+
+
+def _cap(ch, term: str) -> float:
+    """The raw rate of ``term`` (as :func:`_demonstrated` measures it) no execution can pass on ``ch``."""
+    if not term.startswith("compute:"):
+        return math.inf
+    cdt = term.split(":", 1)[1]
+    key = _flops_key(cdt)
+    if key is None:
+        return math.inf
+    from tracekit.model.cpu_limits import limit
+    return limit(ch.limits, f"peak_flops_per_s.{key}") / _pass_factor(ch, cdt)
 
 
 def _flops_key(cdt: str) -> str | None:
@@ -206,9 +254,15 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
         mod, op, bound = str(mod), str(op), str(bound)
         ch = dchips.get((r["host"], r["device"]))
         rate, peak, unit, src = _rate_and_peak(r, bound, ch)
+        beyond = ""
+        if bound == "compute" and ch is not None and ch.limits:
+            cdt = str(r.get("compute_dtype", "")) or str(r.get("dtype", ""))
+            key = _flops_key(cdt)
+            if key is not None and rate > _cap(ch, f"compute:{cdt}"):
+                beyond = _ceiling_text(ch, f"peak_flops_per_s.{key}", short=True)
         out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(count[g]),
                     "time_ps": float(time[g]), "efficiency_max": float(e[best[g]]), "measured_rate": rate,
-                    "peak": peak, "unit": unit, "peak_source": src})
+                    "peak": peak, "unit": unit, "peak_source": src, "beyond": beyond})
     return out
 
 
@@ -231,6 +285,9 @@ def finish_warnings(groups: list, total: float, limit: int | None = 20) -> list[
                f"execution(s) above it, {fmt_time(w['time_ps'])}): measured {fmt_num(w['measured_rate'], w['unit'])} "
                f"against a peak of {fmt_num(w['peak'], w['unit'])} ({w['peak_source']}); its efficiency is shown "
                "above 100 %: the peak, its cost or its time is wrong")
+        if w.get("beyond"):
+            msg += (f"; its rate is above {w['beyond']}: no core can do that, so its events end before its work "
+                    "does (XLA:CPU hands work to a thread pool): read its time as a lower bound")
         out.append({"module": w["module"], "op": w["op"], "bound_by": w["bound_by"], "executions": w["executions"],
                     "time_ps": int(w["time_ps"]), "share_of_op_time": float(w["time_ps"] / total),
                     "efficiency_max": w["efficiency_max"], "measured_rate": w["measured_rate"], "peak": w["peak"],
@@ -278,5 +335,7 @@ def peak_notes(c) -> list[str]:
         unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
         out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from {fmt_num(r['estimate'], unit)} "
                    f"({r.get('estimate_source', 'estimate')}) to the rate {r['op']} ({r['module']}) demonstrates in "
-                   "this trace")
+                   "this trace" + (f"; {r['left_out']} faster execution(s) left out: above the physical ceiling "
+                                   f"{fmt_num(c.limits[key]['value'], unit)}" if r.get("left_out") and key in c.limits
+                                   else ""))
     return out

@@ -224,7 +224,7 @@ def chip_entry(use) -> dict:
         "egress_bw_bytes_per_s": c.egress_bw_bytes_per_s, "host_link_bw_bytes_per_s": c.host_link_bw_bytes_per_s,
         "ridge_bf16_flops_per_byte": ridge, "sources": dict(sorted(c.sources.items())), "exact": c.exact,
         "trace_reported": dict(sorted(c.trace_reported.items())), "raised": dict(sorted(c.raised.items())),
-        "peak_notes": peak_notes(c)})
+        "limits": dict(sorted(c.limits.items())), "peak_notes": peak_notes(c)})
 
 
 def build(a: Analysis) -> Report:

@@ -1,0 +1,82 @@
+"""A CPU's FLOP/s ceiling: no peak is raised past what its cores can do, and an op measured faster than that is
+named as mistimed. The oracle is the formula written out (cores x FLOP/cycle of the widest unit x clock) and, for
+the fixture, an experiment: the sharded8 dot (f32 [32,512]^T x [32,512], 16.8 MFLOP) run back to back in a loop
+here takes well over 100 us, while its trace events last 26-80 us (up to 649 GFLOP/s on 2 cores at 2.6 GHz)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import tracekit
+from conftest import FIXTURES, cpu_fixture
+from tracekit.model import cpu_limits, machine, roofline
+
+AVX512 = ["avx", "avx2", "avx512_bf16", "avx512_vnni", "avx512f", "avx_vnni", "fma", "sse2"]
+
+
+def test_ceiling_is_cores_times_flop_per_cycle_times_clock():
+    clock = {"max_hz": None, "reported_hz": 2.6e9, "arch": "x86_64"}
+    c = cpu_limits.ceilings(2, AVX512, clock)
+    # 2 cores x (2 FMA pipes x 16 f32 lanes x 2 FLOP) x 2.6 GHz x 1.5 boost allowance
+    assert c["peak_flops_per_s.f32"]["value"] == pytest.approx(2 * 64 * 2.6e9 * 1.5)
+    assert c["peak_flops_per_s.f64"]["value"] == pytest.approx(2 * 32 * 2.6e9 * 1.5)
+    assert c["peak_flops_per_s.bf16"]["value"] == pytest.approx(2 * 128 * 2.6e9 * 1.5)  # AVX512-BF16
+    assert "2.60 GHz reported x 1.5" in c["peak_flops_per_s.f32"]["source"]
+    # the true maximum clock, when known, takes no allowance
+    m = cpu_limits.ceilings(4, ["avx", "avx2", "fma", "sse2"], {"max_hz": 3.5e9, "reported_hz": 2.0e9})
+    assert m["peak_flops_per_s.f32"]["value"] == pytest.approx(4 * 32 * 3.5e9)
+    assert m["peak_flops_per_s.bf16"]["value"] == pytest.approx(4 * 32 * 3.5e9)  # no bf16 unit: as f32
+    assert cpu_limits.ceilings(1, ["sse2"], {"max_hz": 1e9})["peak_flops_per_s.f32"]["value"] == pytest.approx(8e9)
+
+
+def test_an_unrecorded_machine_gets_the_most_generous_ceiling():
+    c = cpu_limits.ceilings(2, None, None)
+    assert c["peak_flops_per_s.f32"]["value"] == pytest.approx(2 * 64 * 6e9)
+    assert c["peak_flops_per_s.bf16"]["value"] == pytest.approx(2 * 2048 * 6e9)  # AMX
+    assert cpu_limits.ceilings(None, AVX512, None) == {}
+    assert cpu_limits.limit({}, "peak_flops_per_s.f32") == math.inf
+    # a dtype without its own ceiling takes the largest the chip has (never below the truth)
+    assert cpu_limits.limit(c, "peak_flops_per_s.fp8") == c["peak_flops_per_s.int8"]["value"]
+
+
+def test_the_machine_record_keeps_flags_and_clock():
+    rec = machine.describe(calibrate_s=None)
+    assert "clock" in rec and "cpu_flags" in rec
+    if rec["cpu_flags"] is not None:
+        assert set(rec["cpu_flags"]) <= set(cpu_limits.ISA_FLAGS)
+    assert json.loads(json.dumps(rec)) == rec
+
+
+@pytest.fixture(scope="module")
+def sharded8():
+    tr = tracekit.load(str(cpu_fixture("sharded8")))
+    return tr, roofline.device_chips(tr), roofline.join(tr)
+
+
+def test_no_cpu_fixture_peak_is_raised_past_its_ceiling():
+    seen = 0
+    for case in sorted(p.name for p in (FIXTURES / "cpu").iterdir() if p.is_dir()):
+        tr = tracekit.load(str(cpu_fixture(case)))
+        for ch in {id(c): c for c in roofline.device_chips(tr).values()}.values():
+            assert ch.limits, (case, "the fixture's machine record gives a ceiling")
+            for key, v in ch.peak_flops_per_s.items():
+                assert v <= cpu_limits.limit(ch.limits, f"peak_flops_per_s.{key}") * (1 + 1e-9), (case, key, v)
+                seen += 1
+    assert seen
+
+
+def test_sharded8_dot_is_named_mistimed_and_raises_nothing(sharded8):
+    tr, dchips, ops = sharded8
+    ch = next(iter(dchips.values()))
+    ceiling = ch.limits["peak_flops_per_s.f32"]["value"]
+    r = ch.raised["peak_flops_per_s.f32"]
+    assert r["op"] != "dot" and r["value"] <= ceiling and r["left_out"] >= 1
+    d = ops[(ops["op"].astype(str) == "dot") & (ops["self_ps"] > 0)]
+    fastest = float((d["flops"] / (d["self_ps"] / 1e12)).max())
+    assert fastest > ceiling  # the trace's own claim, beyond the silicon
+    from tracekit.model import peaks
+    warns = [w for w in peaks.model_warnings(ops, dchips, limit=None) if w["op"] == "dot"]
+    assert warns and "physical ceiling" in warns[0]["message"]
+    assert "lower bound" in warns[0]["message"]
