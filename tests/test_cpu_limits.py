@@ -80,3 +80,35 @@ def test_sharded8_dot_is_named_mistimed_and_raises_nothing(sharded8):
     warns = [w for w in peaks.model_warnings(ops, dchips, limit=None) if w["op"] == "dot"]
     assert warns and "physical ceiling" in warns[0]["message"]
     assert "lower bound" in warns[0]["message"]
+
+
+def test_a_calibration_on_a_busy_machine_says_its_rates_are_low(tmp_path):
+    """The oracle is real contention: two busy loops on this machine's cores while the calibration runs make its
+    threads wait for a core (Linux schedstat), and the chip built from that record says its rates are low."""
+    import subprocess
+    import sys
+
+    from tracekit.model import calibrate as cal
+
+    import glob
+    if not glob.glob("/proc/self/task/*/schedstat"):
+        pytest.skip("no /proc/self/task/*/schedstat here")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(2, _cores()))]
+    try:
+        busy = cal.measure(0.3)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert busy["cpu_wait_share"] > cal.BUSY_WAIT_SHARE
+    chip = cal.chip_from_record(busy, "busy.json")
+    assert "other work was running" in chip.sources["peak_flops_per_s.f32"]
+    quiet = dict(busy, cpu_wait_share=0.01)
+    assert "other work" not in cal.chip_from_record(quiet, "quiet.json").sources["peak_flops_per_s.f32"]
+    old = {k: v for k, v in busy.items() if k != "cpu_wait_share"}  # a record from before the share was kept
+    assert "other work" not in cal.chip_from_record(old, "old.json").sources["peak_flops_per_s.f32"]
+
+
+def _cores() -> int:
+    import os
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -7,6 +7,10 @@ the STREAM "copy" convention: write-allocate traffic is not counted). The result
 ``~/.config``). :func:`cpu_chip` hands it to the chip table for CPU traces (``chips.detect(..., cpu=cpu_chip)``); without one the
 table uses :func:`tracekit.model.chips.estimate_cpu`, a rough entry from the core count.
 
+The record also keeps ``load_average`` and ``cpu_wait_share``: the share of its threads' runnable time spent waiting
+for a core while measuring (Linux schedstat). Above :data:`BUSY_WAIT_SHARE` other work was running, and every
+source text built from the record says its rates are likely low.
+
 These are achieved rates, not theoretical peaks: a CPU trace's ops are compared against what this machine can
 actually reach. They hold for the machine they were measured on only.
 """
@@ -117,6 +121,11 @@ def processor_name() -> str:
 def measure(seconds: float = 5.0) -> dict:
     """Run the measurements (about ``seconds`` plus JAX's import and compile time) and return the record."""
     seconds = max(float(seconds), 0.1)
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        load = None
+    queued = _runqueue()
     bw, bw_detail = _copy_bandwidth(0.15 * seconds)
     flops, details, engines = {}, {"copy": bw_detail}, {}
     try:
@@ -135,6 +144,8 @@ def measure(seconds: float = 5.0) -> dict:
         "processor": processor_name(),
         "cpu_count": os.cpu_count() or 1,
         "platform": platform.platform(),
+        "load_average": load,
+        "cpu_wait_share": _wait_share(queued, _runqueue()),
         "peak_flops_per_s": flops,
         "hbm_bw_bytes_per_s": bw,
         "engines": engines,
@@ -194,7 +205,7 @@ def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
     if not bw > 0:
         raise ValueError("no positive bandwidth")
     on = f"{record['processor']}/{record['cpu_count']} cpus"
-    how = f"{label}: measured {record['measured_at']} on {on} ({path})"
+    how = f"{label}: measured {record['measured_at']} on {on} ({path}){_load_note(record)}"
     name = f"cpu ({record['cpu_count']} cores, calibrated)" if label == "calibration" else \
         f"cpu ({record['processor']}, {record['cpu_count']} cores, recording machine)"
     chip = cpu_entry(name, flops, bw, how,
@@ -204,6 +215,46 @@ def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
         if d in engines:
             chip.sources[f"peak_flops_per_s.{d}"] = f"{how} ({engines[d]})"
     return chip
+
+
+#: a calibration whose threads spent more than this share of their runnable time waiting for a core is flagged:
+#: other work took the cores from the matmul and the copy, so their rates are low
+BUSY_WAIT_SHARE = 0.2
+
+
+def _runqueue() -> tuple[int, int] | None:
+    """(ns on a CPU, ns runnable but waiting for one), summed over this process's threads (Linux schedstat);
+    None where the kernel does not say."""
+    run = wait = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/schedstat", encoding="ascii") as f:
+                a, b = f.read().split()[:2]
+            run, wait = run + int(a), wait + int(b)
+        except (OSError, ValueError):
+            continue
+    return (run, wait) if run else None
+
+
+def _wait_share(before, after) -> float | None:
+    if not before or not after:
+        return None
+    run, wait = after[0] - before[0], after[1] - before[1]
+    return round(wait / (run + wait), 3) if run > 0 and wait >= 0 else None
+
+
+def _load_note(record: dict) -> str:
+    """'' or the note that the calibration ran on a busy machine: its threads waited for a core more than
+    :data:`BUSY_WAIT_SHARE` of the time (``cpu_wait_share``)."""
+    share = record.get("cpu_wait_share")
+    if isinstance(share, (int, float)) and share > BUSY_WAIT_SHARE:
+        return (f" [its threads waited for a core {share:.0%} of the time while measuring: other work was running, "
+                "so these rates are likely low]")
+    return ""
 
 
 def cpu_chip(path=None) -> Chip:
