@@ -112,3 +112,33 @@ def test_a_calibration_on_a_busy_machine_says_its_rates_are_low(tmp_path):
 def _cores() -> int:
     import os
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def test_record_run_reuses_this_machines_stored_calibration(tmp_path, monkeypatch):
+    """A `tracekit calibrate` result of this machine is reused (nothing measured after a capture); one from another
+    machine, or measured under load, is not."""
+    import os
+    import platform
+
+    from tracekit.model import calibrate as cal
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("TRACEKIT_HOME", str(home))
+    stored = {"version": cal.FORMAT_VERSION, "measured_at": "2026-12-01T00:00:00Z",
+              "processor": cal.processor_name(), "cpu_count": os.cpu_count() or 1, "platform": platform.platform(),
+              "peak_flops_per_s": {"f32": 1.23e11}, "hbm_bw_bytes_per_s": 4.5e10, "cpu_wait_share": 0.01}
+    cal.write_json_atomic(cal.calibration_path(), stored)
+
+    def run_dir(name):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "h.xplane.pb").write_bytes(b"")
+        machine.record_run(d, calibrate_s=0)
+        return machine.read(d / "h.xplane.pb")["calibration"]
+
+    got = run_dir("same")
+    assert got["peak_flops_per_s"] == {"f32": 1.23e11} and got["stored_at"] == str(cal.calibration_path())
+    cal.write_json_atomic(cal.calibration_path(), dict(stored, processor="another CPU"))
+    assert run_dir("other") is None  # (calibrate_s=0: nothing measured either)
+    cal.write_json_atomic(cal.calibration_path(), dict(stored, cpu_wait_share=0.6))
+    assert run_dir("busy") is None

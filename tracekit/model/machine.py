@@ -37,14 +37,15 @@ def path_for(trace_path) -> Path:
     return p.with_name(name + SUFFIX)
 
 
-def describe(calibrate_s: float | None = 3.0) -> dict:
+def describe(calibrate_s: float | None = 3.0, reuse: bool = False) -> dict:
     """This machine's record; with ``calibrate_s`` a calibration of about that many seconds is measured (JAX's
-    import and compile time come on top). A failed calibration leaves ``calibration`` null."""
+    import and compile time come on top). A failed calibration leaves ``calibration`` null. ``reuse``: take the
+    stored ``tracekit calibrate`` result instead when it was measured on this machine (:func:`stored_calibration`)."""
     from tracekit.model.calibrate import measure, processor_name
     from tracekit.model.cpu_limits import read_clock, read_flags
 
-    cal = None
-    if calibrate_s:
+    cal = stored_calibration() if reuse else None
+    if cal is None and calibrate_s:
         try:
             cal = measure(calibrate_s)
         except Exception:  # noqa: BLE001 - the record is still useful without its calibration
@@ -53,6 +54,27 @@ def describe(calibrate_s: float | None = 3.0) -> dict:
             "platform": platform.platform(), "cpu_flags": read_flags(), "clock": read_clock(),
             "recorded_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "calibration": cal}
+
+
+def stored_calibration() -> dict | None:
+    """The stored calibration (``tracekit calibrate``: :func:`tracekit.model.calibrate.calibration_path`) when it
+    describes this machine (same processor, core count and platform) and was not measured while other work ran;
+    its ``stored_at`` names the file. None otherwise (never raises)."""
+    from tracekit.model.calibrate import BUSY_WAIT_SHARE, FORMAT_VERSION, calibration_path, processor_name
+
+    path = calibration_path()
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("version") != FORMAT_VERSION:
+        return None
+    same = (rec.get("processor") == processor_name() and rec.get("cpu_count") == (os.cpu_count() or 1)
+            and rec.get("platform") == platform.platform())
+    busy = rec.get("cpu_wait_share")
+    if not same or (isinstance(busy, (int, float)) and busy > BUSY_WAIT_SHARE):
+        return None
+    return dict(rec, stored_at=str(path))
 
 
 def write(trace_path, record: dict) -> Path:
@@ -117,7 +139,9 @@ def _record_chip(rec: dict, where: str):
 def record_run(run_dir, calibrate_s: float | None = None) -> list:
     """Write the record of this machine beside every trace in ``run_dir`` that has none (a capture made here);
     returns the files written. ``calibrate_s``: seconds of calibration (default ``$TRACEKIT_MACHINE_CALIBRATE_S``,
-    else 3; 0 records the CPU without calibrating). Never raises: a record that cannot be written is skipped."""
+    else 3; 0 records the CPU without calibrating); a stored ``tracekit calibrate`` result of this machine is used
+    instead of measuring again (:func:`stored_calibration`: the hook's child then spends no seconds calibrating).
+    Never raises: a record that cannot be written is skipped."""
     if calibrate_s is None:
         try:
             calibrate_s = float(os.environ.get("TRACEKIT_MACHINE_CALIBRATE_S", "3"))
@@ -133,7 +157,7 @@ def record_run(run_dir, calibrate_s: float | None = None) -> list:
         if path_for(t).exists():
             continue
         try:
-            rec = rec or describe(calibrate_s)
+            rec = rec or describe(calibrate_s, reuse=True)
             written.append(write(t, rec))
         except Exception:  # noqa: BLE001 - the record helps the analysis; it must never break a capture
             continue
