@@ -155,9 +155,9 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             if len(over):
                 o = over.iloc[0]
                 raised[field]["left_out"] = int(o["over_cap"])
-                src[field] += (f"; {int(o['over_cap'])} faster execution(s) left out (up to "
-                               f"{fmt_num(o['over_rate'], unit)}, {o['over_op']}) with their ops: above "
-                               f"{_ceiling_text(ch, field)}, so their events are shorter than their work")
+                src[field] += (f"; ops with executions above {_ceiling_text(ch, field)} left out "
+                               f"({int(o['over_cap'])} execution(s), the fastest {o['over_op']} at "
+                               f"{fmt_num(o['over_rate'], unit)}): their events are shorter than their work")
         if raised != ch.raised:
             new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised, trace_reported=dict(ch.trace_reported),
                           **changes)
@@ -287,7 +287,7 @@ def finish_warnings(groups: list, total: float, limit: int | None = 20) -> list[
                "above 100 %: the peak, its cost or its time is wrong")
         if w.get("beyond"):
             msg += (f"; its rate is above {w['beyond']}: no core can do that, so its events end before its work "
-                    "does (XLA:CPU hands work to a thread pool): read its time as a lower bound")
+                    "does: read its time as a lower bound")
         out.append({"module": w["module"], "op": w["op"], "bound_by": w["bound_by"], "executions": w["executions"],
                     "time_ps": int(w["time_ps"]), "share_of_op_time": float(w["time_ps"] / total),
                     "efficiency_max": w["efficiency_max"], "measured_rate": w["measured_rate"], "peak": w["peak"],
@@ -335,7 +335,7 @@ def peak_notes(c) -> list[str]:
         unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
         out.append(f"{key}: {fmt_num(r['value'], unit)}, raised from {fmt_num(r['estimate'], unit)} "
                    f"({r.get('estimate_source', 'estimate')}) to the rate {r['op']} ({r['module']}) demonstrates in "
-                   "this trace" + (f"; {r['left_out']} faster execution(s) left out: above the physical ceiling "
-                                   f"{fmt_num(c.limits[key]['value'], unit)}" if r.get("left_out") and key in c.limits
-                                   else ""))
+                   "this trace" + (f"; ops with {r['left_out']} execution(s) above the physical ceiling "
+                                   f"{fmt_num(c.limits[key]['value'], unit)} left out" if r.get("left_out")
+                                   and key in c.limits else ""))
     return out
