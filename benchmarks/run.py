@@ -469,6 +469,43 @@ def linearity_text(rows: list[dict], tool: str) -> str | None:
             f"memory {ma:,.0f} -> {mb:,.0f} B/event ({mb / ma:.2f}x; marginal {dm:,.0f} B/event); 1.00x = linear")
 
 
+#: the goals of this benchmark (issue 18): (what, limit) checked by :func:`goals_text` on the rows measured
+GOALS = {"small": 1.0, "info": 0.5, "1.5M cpu": 0.25, "1.5M rss": 400 * MB, "marginal B/event": 250}
+
+
+def goals_text(rows: list[dict]) -> str | None:
+    """Each goal the measured rows can answer, with the measured value and whether it is met (best of the runs,
+    ratios within one run as in the table)."""
+    ok = {(r["events"], r["tool"]): r for r in rows if r.get("status") == "ok"}
+    hlo = "xprof get_hlo_stats"
+    lines = []
+
+    def say(what, value, limit, unit=""):
+        verdict = "met" if value <= limit else "NOT met"
+        lines.append(f"  {what}: {value:,.2f}{unit} (goal <= {limit:,g}{unit}): {verdict}")
+
+    for r in rows:
+        tk, x, info = (ok.get((r["events"], t)) for t in (TRACEKIT, hlo, INFO))
+        if r["tool"] != TRACEKIT or tk is None:
+            continue
+        ev = r["events"]
+        if r.get("untiled") and x:
+            say(f"small trace ({ev:,} events) analyze/xprof CPU", tk["cpu_s"] / x["cpu_s"], GOALS["small"], "x")
+        if 1_000_000 <= ev <= 2_000_000:
+            if x:
+                say(f"{ev:,} events analyze/xprof CPU", tk["cpu_s"] / x["cpu_s"], GOALS["1.5M cpu"], "x")
+            say(f"{ev:,} events analyze peak RSS", tk["peak_rss_bytes"] / MB, GOALS["1.5M rss"] / MB, " MB")
+        if info:
+            say(f"{ev:,} events info/analyze CPU", info["cpu_s"] / tk["cpu_s"], GOALS["info"], "x")
+    tiled = sorted((r for r in rows if r["tool"] == TRACEKIT and r.get("status") == "ok" and not r.get("untiled")),
+                   key=lambda r: r["events"])
+    if len(tiled) >= 2 and tiled[-1]["events"] >= 10_000_000:
+        a, b = tiled[0], tiled[-1]
+        say(f"analyze memory per event, {a['events']:,} -> {b['events']:,} events (marginal)",
+            (b["peak_rss_bytes"] - a["peak_rss_bytes"]) / (b["events"] - a["events"]), GOALS["marginal B/event"], " B")
+    return "goals (issue 18):\n" + "\n".join(lines) if lines else None
+
+
 # ------------------------------------------------------------------------------------------------------ main
 def _predicted(rows: list[dict], tool: str, events: int) -> int | None:
     prev = [r for r in rows if r["tool"] == tool and r.get("status") == "ok" and r["events"] < events]
@@ -580,6 +617,9 @@ def report_text(results: dict) -> str:
         line = linearity_text(rows, tool)
         if line:
             out.append(line)
+    goals = goals_text(rows)
+    if goals:
+        out.append(goals)
     la = results["machine"].get("load_avg_end")
     out.append(f"load average at start {results['machine'].get('load_avg')}, at end {la} "
                f"(other work on the machine slows every tool alike)")

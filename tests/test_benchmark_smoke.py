@@ -21,6 +21,8 @@ def test_benchmark_quick_prints_table(tmp_path):
     rows = [line.split() for line in out.splitlines() if "tracekit analyze" in line or "tracekit info" in line]
     assert len([r for r in rows if r[0].replace(",", "").isdigit()]) == 4  # one table row per size and command
     assert "linearity tracekit analyze" in out
+    goals = out[out.index("goals (issue 18):"):].splitlines()[1:3]  # info against analyze, at each size
+    assert all("info/analyze CPU" in g and ("met" in g) for g in goals), goals
     for stage in ("decode", "roofline", "timeline", "rules", "report", "total in-process"):
         assert stage in out
     assert (tmp_path / "results.json").exists() and (tmp_path / "table.txt").exists()
