@@ -142,3 +142,18 @@ def test_record_run_reuses_this_machines_stored_calibration(tmp_path, monkeypatc
     assert run_dir("other") is None  # (calibrate_s=0: nothing measured either)
     cal.write_json_atomic(cal.calibration_path(), dict(stored, cpu_wait_share=0.6))
     assert run_dir("busy") is None
+
+
+def test_calibrate_command_warns_when_measured_under_load(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from tracekit.cli.app import main
+    from tracekit.model import calibrate as cal
+
+    rec = {"version": cal.FORMAT_VERSION, "measured_at": "2026-12-02T00:00:00Z", "processor": "x", "cpu_count": 2,
+           "platform": "p", "peak_flops_per_s": {"f32": 5e10}, "hbm_bw_bytes_per_s": 1e10}
+    for share, warned in ((0.45, True), (0.05, False)):
+        monkeypatch.setattr(cal, "measure", lambda seconds=5.0, share=share: dict(rec, cpu_wait_share=share))
+        r = CliRunner().invoke(main, ["calibrate", "--path", str(tmp_path / f"{share}.json")])
+        assert r.exit_code == 0, r.output
+        assert ("other work was running" in r.output) is warned, r.output

@@ -72,6 +72,10 @@ def calibrate(seconds, path):
         click.echo(f"{k:>5} matmul: {fmt_num(v, 'FLOP/s')}")
     click.echo(f"memory bandwidth: {fmt_num(chip.hbm_bw_bytes_per_s, 'B/s')}")
     click.echo(f"stored in {cal.calibration_path(path)}; CPU traces now use these peaks")
+    busy = cal.busy_share(cal.calibration_path(path))
+    if busy is not None:
+        click.echo(f"warning: its threads waited for a core {busy:.0%} of the time: other work was running, so "
+                   "these rates are likely low; run `tracekit calibrate` again on an idle machine", err=True)
 
 
 

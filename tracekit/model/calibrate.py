@@ -247,6 +247,16 @@ def _wait_share(before, after) -> float | None:
     return round(wait / (run + wait), 3) if run > 0 and wait >= 0 else None
 
 
+def busy_share(path) -> float | None:
+    """The ``cpu_wait_share`` of the calibration stored at ``path`` when it is above :data:`BUSY_WAIT_SHARE`
+    (measured while other work ran), else None (never raises)."""
+    try:
+        share = json.loads(Path(path).read_text(encoding="utf-8")).get("cpu_wait_share")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(share) if isinstance(share, (int, float)) and share > BUSY_WAIT_SHARE else None
+
+
 def _load_note(record: dict) -> str:
     """'' or the note that the calibration ran on a busy machine: its threads waited for a core more than
     :data:`BUSY_WAIT_SHARE` of the time (``cpu_wait_share``)."""
