@@ -70,6 +70,8 @@ HLO = {
     "is_entry": ("bool", "True for instructions of the entry computation"),
     "category": (CAT, "op family: the opcode, or for fusions what they fuse (e.g. 'dot fusion', 'loop fusion')"),
     "host_memory": ("bool", "True when the result or an operand lives in host memory (layout memory space S(5))"),
+    "to_host": ("bool", "True for a copy whose destination is host memory (device to host); False for one from host "
+                "memory (host to device) and every other instruction"),
     "transfer_bytes": ("int64", "bytes a copy moves: the destination array (copy, copy-start, copy-done)"),
     "dot_m": ("int64", "dot (or the dot a fusion holds): product of lhs non-contracting, non-batch dims; -1 if none"),
     "dot_n": ("int64", "same for the rhs"),
@@ -153,7 +155,8 @@ ROOFLINE = {
     "compute_ps": ("float32", "flops / peak FLOP/s of the op's compute_dtype"),
     "memory_ps": ("float32", "bytes_accessed / peak memory bandwidth"),
     "network_ps": ("float32", "collective time from the topology-aware model (sum of its levels' phases); host "
-                              "transfers: bytes / host-link bandwidth"),
+                              "transfers: bytes / host-link bandwidth, queued behind the transfers in flight before "
+                              "them in the same direction on the device"),
     "roofline_ps": ("float32", "max(compute_ps, memory_ps, network_ps)"),
     "bound_by": (CAT, "compute | memory | network | host_link | unknown"),
     "is_host_transfer": ("bool", "a copy between device and host memory (host offload): timed on the host link"),

@@ -20,7 +20,8 @@ step of its device: the ops frame's ``step`` >= 0):
   roofline uses the one-way rate, the direction of each copy is not in the ops frame).
 * **possible step time** = the largest, over devices, of max(Σ roofline time of the compute ops (measured self
   time where the roofline is unknown: a loop or conditional whose body ops are traced adds only its own time),
-  Σ network time of collectives, Σ host-link time of host transfers) per step: each resource's work at its
+  Σ network time of collectives, Σ host-link time of host transfers (bytes / one-way bandwidth, each transfer
+  alone)) per step: each resource's work at its
   roofline, everything else hidden behind the busiest. A lower bound; ``bound_by`` names the resource. Unknown
   (NaN) on a device whose compute ops have no roofline at all: it would be their measured time, not a roofline.
 * **coverage** (``known_share``): the share of the compute ops' measured time whose FLOPs, bytes or roofline are
@@ -181,14 +182,17 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         comp = comp.sum(dtype=np.float64)
         netw = np.nansum(nn[o & cl], dtype=np.float64)
         # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
-        # a lower bound on the busier direction's time
-        hostt = np.nansum(nn[o & hx], dtype=np.float64) / 2
+        # a lower bound on the busier direction's time. Each transfer's own time (bytes / bandwidth), not its
+        # network_ps: that one includes its wait behind the transfers in flight before it (work counted once)
+        hostb = np.nansum(num["net_bytes"][ix][o & hx], dtype=np.float64)
+        one_way = ch.host_link_bw_bytes_per_s if ch is not None else np.nan
+        hostt = hostb / one_way * 1e12 / 2 if hostb > 0 and one_way > 0 else 0.0
         parts = {"compute": comp, "interconnect": netw, "host link": hostt}
         bound = max(parts, key=lambda k: parts[k])
         tot = {"flops": fl.sum(), "model": np.nansum(mf),
                "model_rows": int((~np.isnan(nm) & with_flops).sum()),
                "flop_rows": int(with_flops.sum()), "hbm": np.nansum(nb[w]),
-               "net": np.nansum(num["net_bytes"][ix][o & cl]), "hostb": np.nansum(num["net_bytes"][ix][o & hx]),
+               "net": np.nansum(num["net_bytes"][ix][o & cl]), "hostb": hostb,
                "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0, "work_ps": work_ps,
                "flops_known_ps": known["flops"], "bytes_known_ps": known["bytes"], "roof_known_ps": known["roof"]}
         if ch is not None:

@@ -178,8 +178,8 @@ def _dot_dims(ins: hlo_pb2.HloInstructionProto, shapes: dict) -> tuple[int, int,
 
 
 def _extras(m: hlo_pb2.HloModuleProto) -> dict[int, tuple]:
-    """instruction id -> (host_memory, transfer_bytes, dot_m, dot_n, dot_k); a fusion reports the dims of the
-    first dot it holds."""
+    """instruction id -> (host_memory, to_host, transfer_bytes, dot_m, dot_n, dot_k); a fusion reports the dims of
+    the first dot it holds."""
     shapes = {i.id: i.shape for c in m.computations for i in c.instructions}
     comps = {c.id: c for c in m.computations}
     comp_dot: dict[int, tuple] = {}
@@ -191,17 +191,18 @@ def _extras(m: hlo_pb2.HloModuleProto) -> dict[int, tuple]:
     for c in m.computations:
         for i in c.instructions:
             host = _on_host(i.shape) or any(_on_host(shapes[o]) for o in i.operand_ids if o in shapes)
+            dest = None  # a copy's destination array: copy-start's result tuple holds it first
             if i.opcode == "copy-start" and i.shape.tuple_shapes:
-                tb = hloshape.nbytes(i.shape.tuple_shapes[0])
+                dest = i.shape.tuple_shapes[0]
             elif i.opcode in ("copy", "copy-done"):
-                tb = hloshape.nbytes(i.shape)
-            else:
-                tb = 0
+                dest = i.shape
+            tb = hloshape.nbytes(dest) if dest is not None else 0
+            to_host = host and dest is not None and _on_host(dest)
             dims = _dot_dims(i, shapes)
             if dims[0] < 0 and i.opcode == "fusion":
                 dims = next((comp_dot[cid] for cid in i.called_computation_ids if cid in comp_dot and cid in comps),
                             dims)
-            out[i.id] = (host, tb) + tuple(dims)
+            out[i.id] = (host, to_host, tb) + tuple(dims)
     return out
 
 
@@ -254,8 +255,9 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
                 cols["is_fusion_computation"].append(comp.id in fused)
                 cols["is_entry"].append(is_entry)
                 cols["category"].append(cats.get(ins.id, ins.opcode))
-                hm, tb, dm, dn, dk = extras[ins.id]
+                hm, th, tb, dm, dn, dk = extras[ins.id]
                 cols["host_memory"].append(hm)
+                cols["to_host"].append(th)
                 cols["transfer_bytes"].append(_i64(tb))
                 cols["dot_m"].append(_i64(dm))
                 cols["dot_n"].append(_i64(dn))

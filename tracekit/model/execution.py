@@ -203,3 +203,26 @@ def done_roofline(ops: pd.DataFrame, d_idx: np.ndarray, w_idx: np.ndarray, windo
     dur = ops["duration_ps"].to_numpy(np.int64)
     left = start[w_idx] + window_roof - start[d_idx]
     return np.clip(left, 0, dur[d_idx]).astype(float)
+
+
+def queued_link_time(ops: pd.DataFrame, rows: np.ndarray, own: np.ndarray, to_host: np.ndarray) -> np.ndarray:
+    """The host-link time of the host-transfer windows at ``rows`` (positions in ``ops``; ``own``: each one's
+    time alone on the link, ``to_host``: its direction) when transfers in flight together share the link. PCIe is
+    full duplex, so each (host, device, direction) is one queue; the link moves the transfers in the order they
+    started, one after the other (three copies started together finish at 1, 2 and 3 times one's time, as the
+    copy engines serialize them): ``finish_i = max(start_i, finish_(i-1)) + own_i`` (Lindley's recursion, as
+    prefix sums and a running maximum). Returns ``finish_i - start_i``, never below ``own``."""
+    out = np.asarray(own, float).copy()
+    if len(rows) < 2:
+        return out
+    start = ops["start_ps"].to_numpy(np.int64)[rows].astype(float)
+    keys = [codes_of(ops[c].take(rows))[0] for c in ("host", "device")] + [np.asarray(to_host, np.int64)]
+    order = np.lexsort((start, *keys[::-1]))
+    k = np.stack([x[order] for x in keys])
+    cut = np.flatnonzero((k[:, 1:] != k[:, :-1]).any(axis=0)) + 1
+    for g in np.split(order, cut):
+        s, t = start[g], out[g]
+        done = np.cumsum(t)  # the link's work up to and including each transfer
+        ready = np.maximum.accumulate(s - (done - t))  # the latest start that the queue since then waited for
+        out[g] = np.maximum(done + ready - s, t)
+    return out

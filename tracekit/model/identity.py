@@ -107,7 +107,7 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
     xfer[done] = 0.0  # a -done moves nothing of its own: the transfer is its window's
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
-            "host_x": host_x, "xfer": xfer, "gsize": gsize,
+            "host_x": host_x, "to_host": hx["to_host"].to_numpy(bool), "xfer": xfer, "gsize": gsize,
             "peak_f": peak_f, "bw": bw, "hostw": hostw, **cm,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
             "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
@@ -132,16 +132,18 @@ def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) ->
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
-    cols = ["host_memory", "transfer_bytes", "dot_m", "dot_n", "dot_k"]
+    cols = ["host_memory", "to_host", "transfer_bytes", "dot_m", "dot_n", "dot_k"]
     if not tr.has_hlo:
-        return pd.DataFrame({"host_memory": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1},
+        return pd.DataFrame({"host_memory": False, "to_host": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1,
+                             "dot_k": -1},
                             index=range(len(key)))
     h = tr.hlo[~tr.hlo["is_fusion_computation"]][["program_id", "name"] + cols]
     h = h.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
     h["op"] = h["op"].astype(str)
     j = key.merge(h, on=["program_id", "op"], how="left")
-    return j.fillna({"host_memory": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1}).astype(
-        {"host_memory": bool, "transfer_bytes": np.int64, "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
+    return j.fillna({"host_memory": False, "to_host": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1,
+                     "dot_k": -1}).astype({"host_memory": bool, "to_host": bool, "transfer_bytes": np.int64,
+                                           "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
 
 
 def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame, key_op: np.ndarray,

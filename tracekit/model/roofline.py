@@ -153,6 +153,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     del tf, tb, share, rows
     if release_trace_costs:
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
+    _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
     del inv, first
     new: dict = {}
@@ -295,6 +296,27 @@ def _as_stored(p: dict) -> dict:
 
 def _combine(a, b):
     return b if a is None else (a if b is None else a * b)
+
+
+def _queue_host_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
+    """Host-transfer windows in flight together share their direction of the host link: each one's host-link time
+    (``network``) and roofline become the time until the link, moving the transfers in the order they started,
+    would have finished it (:func:`tracekit.model.execution.queued_link_time`); in place, before the ``-done``
+    rows take their windows' verdicts."""
+    w = np.flatnonzero(np.asarray(p["host_x"], bool) & ops["is_async"].to_numpy(bool))
+    if len(w) < 2:
+        return
+    own = p["network"][w].astype(float)
+    w, own = w[np.isfinite(own)], own[np.isfinite(own)]
+    queued = execution.queued_link_time(ops, w, own, gather(u["to_host"], gather(inv, w)))
+    later = queued > own
+    if not later.any():
+        return
+    w, queued = w[later], queued[later]
+    for k in ("network", "roofline_ps"):
+        if not p[k].flags.writeable:
+            p[k] = p[k].copy()
+        p[k][w] = np.fmax(p[k][w], queued)
 
 
 def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
