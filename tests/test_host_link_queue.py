@@ -63,3 +63,20 @@ def test_copies_started_together_queue_on_the_link(v6e):
     assert np.allclose(d["roofline_ps"].to_numpy(float), want, rtol=1e-5, atol=1e3)
     assert (d["efficiency"] > 0.5).all()  # was 0: as if the copy had been done before the -done started
     assert float(ops["efficiency"].max()) <= 1.05  # and no op beats its roofline
+
+
+def test_overview_host_link_work_is_the_busier_direction(v6e):
+    """The possible step's host-link part is the busier direction's bytes / one-way bandwidth: the v6e steps move
+    three copies each way (3 x B/W); without the copies to host, still 3 x B/W, where (to + from) / 2 gave half."""
+    from tracekit.analysis import overview, rule_checks
+
+    tr, ops = v6e
+    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, modules=tr.modules)
+    dchips = roofline.device_chips(tr)
+    ch = dchips[(str(ops["host"].iloc[0]), "TPU:0")]
+    t = B / ch.host_link_bw_bytes_per_s * 1e12
+    both = overview.device_parts(ops, frames.steps, dchips)
+    one_way = ops[~(ops["to_host"] & ops["is_async"])]
+    only_in = overview.device_parts(one_way, frames.steps, dchips)
+    for parts in (both, only_in):
+        assert parts["host_link_per_step_ps"].to_numpy(float) == pytest.approx(3 * t, rel=1e-5)

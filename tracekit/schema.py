@@ -160,6 +160,8 @@ ROOFLINE = {
     "roofline_ps": ("float32", "max(compute_ps, memory_ps, network_ps)"),
     "bound_by": (CAT, "compute | memory | network | host_link | unknown"),
     "is_host_transfer": ("bool", "a copy between device and host memory (host offload): timed on the host link"),
+    "to_host": ("bool", "a host transfer whose destination is host memory (device to host); False: host to device, "
+                "or no host transfer"),
     "efficiency": ("float32", "roofline_ps / self_ps (1.0 = at the roofline; above 1.05 a model warning)"),
     "headroom_ps": ("float32", "self_ps - roofline_ps: time a perfect op would save"),
 }

@@ -17,11 +17,11 @@ step of its device: the ops frame's ``step`` >= 0):
 * **HBM bandwidth** = Σ ``bytes_accessed`` of the compute ops per step / T against Σ HBM peak; **interconnect** =
   Σ ``net_bytes`` of collectives per step / T against Σ egress bandwidth; **host link** = Σ bytes of host
   transfers per step / T against Σ host-link bandwidth of both directions (PCIe is full duplex; the per-op
-  roofline uses the one-way rate, the direction of each copy is not in the ops frame).
+  roofline uses the one-way rate of its direction, ``to_host``).
 * **possible step time** = the largest, over devices, of max(Σ roofline time of the compute ops (measured self
   time where the roofline is unknown: a loop or conditional whose body ops are traced adds only its own time),
-  Σ network time of collectives, Σ host-link time of host transfers (bytes / one-way bandwidth, each transfer
-  alone)) per step: each resource's work at its
+  Σ network time of collectives, the host link's busier direction: max(bytes to host, bytes from host) / one-way
+  bandwidth (PCIe is full duplex; each transfer's own time, counted once)) per step: each resource's work at its
   roofline, everything else hidden behind the busiest. A lower bound; ``bound_by`` names the resource. Unknown
   (NaN) on a device whose compute ops have no roofline at all: it would be their measured time, not a roofline.
 * **coverage** (``known_share``): the share of the compute ops' measured time whose FLOPs, bytes or roofline are
@@ -135,6 +135,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     coll = tl.is_collective(ops)
     hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
         np.zeros(len(ops), bool)
+    tohost = ops["to_host"].fillna(False).to_numpy(bool) if "to_host" in ops.columns else np.zeros(len(ops), bool)
     once = in_step & ~marker  # sync ops but the markers, and async windows: one row per execution
     work = once & sync & ~coll & ~hostx  # the compute path
     num = {c: _floats(ops, c) for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps",
@@ -181,12 +182,15 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         np.copyto(comp, wd.astype(float), where=np.isnan(comp))
         comp = comp.sum(dtype=np.float64)
         netw = np.nansum(nn[o & cl], dtype=np.float64)
-        # host link: full duplex, one-way peak each way; without the direction of each copy, (to + from) / 2 is
-        # a lower bound on the busier direction's time. Each transfer's own time (bytes / bandwidth), not its
-        # network_ps: that one includes its wait behind the transfers in flight before it (work counted once)
-        hostb = np.nansum(num["net_bytes"][ix][o & hx], dtype=np.float64)
+        # host link: full duplex, one-way peak each way: the busier direction's bytes set its time. Each
+        # transfer's own time (bytes / bandwidth), not its network_ps: that one includes its wait behind the
+        # transfers in flight before it (work counted once)
+        nb_x = num["net_bytes"][ix]
+        out_x = o & hx & tohost[ix]
+        hostb = np.nansum(nb_x[o & hx], dtype=np.float64)
+        busier = max(np.nansum(nb_x[out_x], dtype=np.float64), np.nansum(nb_x[o & hx & ~tohost[ix]], dtype=np.float64))
         one_way = ch.host_link_bw_bytes_per_s if ch is not None else np.nan
-        hostt = hostb / one_way * 1e12 / 2 if hostb > 0 and one_way > 0 else 0.0
+        hostt = busier / one_way * 1e12 if busier > 0 and one_way > 0 else 0.0
         parts = {"compute": comp, "interconnect": netw, "host link": hostt}
         bound = max(parts, key=lambda k: parts[k])
         tot = {"flops": fl.sum(), "model": np.nansum(mf),

@@ -155,6 +155,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
     _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
+    to_host = _to_rows(u["to_host"], inv)  # (held once when no copy goes to host memory: most traces)
     del inv, first
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
@@ -178,6 +179,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new["net_fast_ps"], new["loop_trip_count"] = p["net_fast"], narrow_int(p["trips"])
     new["coll_pattern"] = pd.Categorical.from_codes(p["pattern_codes"], categories=u["patterns"])
     new["is_host_transfer"] = p["host_x"]
+    new["to_host"] = (to_host & p["host_x"]) if to_host.any() else to_host
     for col in ("dot_m", "dot_n", "dot_k"):
         new[col] = p[col]
     order = [c for c in schema.ROOFLINE if c in new] + [c for c in new if c not in schema.ROOFLINE]
