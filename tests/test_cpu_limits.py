@@ -157,3 +157,19 @@ def test_calibrate_command_warns_when_measured_under_load(tmp_path, monkeypatch)
         r = CliRunner().invoke(main, ["calibrate", "--path", str(tmp_path / f"{share}.json")])
         assert r.exit_code == 0, r.output
         assert ("other work was running" in r.output) is warned, r.output
+
+
+def test_info_shows_the_recording_machine_and_its_ceiling():
+    from click.testing import CliRunner
+
+    from tracekit.cli.app import main
+
+    path = str(cpu_fixture("sharded8"))
+    r = CliRunner().invoke(main, ["info", path])
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("recording machine"))
+    # 2 cores x 64 f32 FLOP/cycle x 2.596 GHz reported x 1.5 = 498 GFLOP/s; the calibration as recorded
+    assert "AMD EPYC (2 cores)" in line and "f32 48.8 GFLOP/s" in line and "ceiling f32 498 GFLOP/s" in line
+    j = json.loads(CliRunner().invoke(main, ["info", path, "--format", "json"]).output)
+    (m,) = j["machines"]
+    assert m["ceilings"]["f32"] == pytest.approx(2 * 64 * 2596098000.0 * 1.5)

@@ -24,7 +24,9 @@ def info(path, run, fmt, max_size, max_events):
     """Hosts, devices, chip and its peaks, lines with event counts, modules, time span, and whether HLO is present
     (read from the headers: no event stats decoded)."""
     from tracekit.ingest import inventory
+    from tracekit.model import machine
     inv = inventory.scan(path, run=run, **limits(max_size, max_events))
+    inv["machines"] = machine.for_info(inv["paths"], inv["hosts"])
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
     else:

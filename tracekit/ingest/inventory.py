@@ -105,6 +105,8 @@ def render_text(inv: dict) -> str:
         rep = ", ".join(f"{k}={v}" for k, v in d["reported"].items())
         out.append(f"  {d['host']} {d['device']:<7} {d['device_kind']:<14} events={d['events']:<8,}"
                    + (f"  [trace reports: {rep}]" if rep else ""))
+    for m in inv.get("machines", []):  # (added by the caller: tracekit.model.machine.for_info)
+        out.append(m["summary"])
     if inv["modules"]:
         out.append("modules: " + ", ".join(f"{m['module']}({m['program_id']})" for m in inv["modules"][:20])
                    + (" …" if len(inv["modules"]) > 20 else ""))

@@ -28,6 +28,7 @@ import numpy as np
 from tracekit.model.chips import Chip, cpu_entry, estimate_cpu
 from tracekit.errors import TraceError
 from tracekit.fileio import write_atomic
+from tracekit.model.cpu_limits import BUSY_WAIT_SHARE
 
 FILE_NAME = "cpu_chip.json"
 FORMAT_VERSION = 1
@@ -217,9 +218,6 @@ def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
     return chip
 
 
-#: a calibration whose threads spent more than this share of their runnable time waiting for a core is flagged:
-#: other work took the cores from the matmul and the copy, so their rates are low
-BUSY_WAIT_SHARE = 0.2
 
 
 def _runqueue() -> tuple[int, int] | None:

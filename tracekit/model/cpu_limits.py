@@ -24,6 +24,9 @@ ISA_FLAGS = ("sse2", "avx", "fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp1
 MAX_CLOCK_HZ = 6.0e9
 #: a nominal clock (a virtual machine's "cpu MHz") times this covers boost clocks
 BOOST_ALLOWANCE = 1.5
+#: a measurement (a calibration) whose threads spent more than this share of their runnable time waiting for a
+#: core ran beside other work: its rates are below what the CPU can do, and are flagged so
+BUSY_WAIT_SHARE = 0.2
 
 # FLOP per cycle per core by dtype class, widest unit first: (flag needed, FLOP/cycle, what it is)
 _F32 = (("avx512f", 64, "AVX-512: 2 FMA pipes x 16 f32 lanes x 2"),

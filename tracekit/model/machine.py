@@ -60,7 +60,8 @@ def stored_calibration() -> dict | None:
     """The stored calibration (``tracekit calibrate``: :func:`tracekit.model.calibrate.calibration_path`) when it
     describes this machine (same processor, core count and platform) and was not measured while other work ran;
     its ``stored_at`` names the file. None otherwise (never raises)."""
-    from tracekit.model.calibrate import BUSY_WAIT_SHARE, FORMAT_VERSION, calibration_path, processor_name
+    from tracekit.model.calibrate import FORMAT_VERSION, calibration_path, processor_name
+    from tracekit.model.cpu_limits import BUSY_WAIT_SHARE
 
     path = calibration_path()
     try:
@@ -162,6 +163,38 @@ def record_run(run_dir, calibrate_s: float | None = None) -> list:
         except Exception:  # noqa: BLE001 - the record helps the analysis; it must never break a capture
             continue
     return written
+
+
+def for_info(paths: list, hosts: list) -> list[dict]:
+    """The recording machine of each CPU trace in ``paths`` that has a record beside it, as ``tracekit info``
+    shows it: processor, cores, the calibration's rates and when they were measured, the FLOP/s ceilings, and a
+    one-line ``summary``."""
+    from tracekit.model.cpu_limits import BUSY_WAIT_SHARE
+    from tracekit.units import fmt_num
+
+    out = []
+    for path, host in zip(paths, hosts):
+        rec = read(path)
+        if rec is None:
+            continue
+        cal = rec.get("calibration") if isinstance(rec.get("calibration"), dict) else {}
+        m = {"host": host, "record": path_for(path).name, "processor": rec.get("processor"),
+             "cpu_count": rec.get("cpu_count"), "calibrated_at": cal.get("measured_at"),
+             "peak_flops_per_s": dict(cal.get("peak_flops_per_s") or {}),
+             "memory_bw_bytes_per_s": cal.get("hbm_bw_bytes_per_s"), "cpu_wait_share": cal.get("cpu_wait_share"),
+             "ceilings": {k.split(".", 1)[1]: v["value"] for k, v in ceilings_of(rec).items()}}
+        rates = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in sorted(m["peak_flops_per_s"].items()))
+        if m["memory_bw_bytes_per_s"]:
+            rates += f", memory {fmt_num(m['memory_bw_bytes_per_s'], 'B/s')}"
+        busy = m["cpu_wait_share"]
+        m["summary"] = (
+            f"recording machine ({m['record']}): {summary(rec)}; "
+            + (f"calibrated {m['calibrated_at']}: {rates}" if m["calibrated_at"] else "not calibrated")
+            + (f" (under load: its threads waited for a core {busy:.0%} of the time)"
+               if isinstance(busy, (int, float)) and busy > BUSY_WAIT_SHARE else "")
+            + (f"; FLOP/s ceiling f32 {fmt_num(m['ceilings']['f32'], 'FLOP/s')}" if "f32" in m["ceilings"] else ""))
+        out.append(m)
+    return out
 
 
 def is_cpu_trace(tr) -> bool:
