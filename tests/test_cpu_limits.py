@@ -173,3 +173,28 @@ def test_info_shows_the_recording_machine_and_its_ceiling():
     j = json.loads(CliRunner().invoke(main, ["info", path, "--format", "json"]).output)
     (m,) = j["machines"]
     assert m["ceilings"]["f32"] == pytest.approx(2 * 64 * 2596098000.0 * 1.5)
+
+
+@pytest.mark.parametrize("odd", [{"cpu_flags": "avx512f", "clock": "fast"},
+                                 {"cpu_flags": [1, None], "clock": {"max_hz": "x", "reported_hz": -5}},
+                                 {"cpu_count": "abc"}, {"cpu_count": 0}, {"clock": {"max_hz": float("nan")}}])
+def test_an_odd_machine_record_gives_a_generous_ceiling_or_none(odd):
+    """A record is read from disk: flags or a clock it cannot read count as not recorded (the most generous
+    ceiling), a core count it cannot read as no ceiling; never an error."""
+    rec = json.loads((cpu_fixture("big_matmul") / "plugins/profile/run1/cpu.machine.json").read_text())
+    got = machine.ceilings_of({**rec, **odd})
+    if "cpu_count" in odd:
+        assert got == {}
+    else:
+        assert got["peak_flops_per_s.f32"]["value"] >= 2 * 64 * 2.596e9 * 1.5
+
+
+def test_info_skips_a_machine_record_it_cannot_read(tmp_path):
+    rec = json.loads((cpu_fixture("big_matmul") / "plugins/profile/run1/cpu.machine.json").read_text())
+    trace = tmp_path / "h.xplane.pb"
+    trace.write_bytes(b"")
+    (tmp_path / "h.machine.json").write_text(json.dumps({**rec, "calibration": {"peak_flops_per_s": "fast"}}))
+    assert machine.for_info([str(trace)], ["h"]) == []
+    (tmp_path / "h.machine.json").write_text(json.dumps(rec))
+    (got,) = machine.for_info([str(trace)], ["h"])
+    assert got["summary"].startswith("recording machine (h.machine.json): AMD EPYC (2 cores)")

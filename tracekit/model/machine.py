@@ -117,9 +117,9 @@ def ceilings_of(record: dict) -> dict:
     """The FLOP/s ceilings (:func:`tracekit.model.cpu_limits.ceilings`) of the machine ``record`` describes."""
     from tracekit.model.cpu_limits import ceilings
 
-    flags = record.get("cpu_flags")
-    return ceilings(record.get("cpu_count"), list(flags) if isinstance(flags, (list, tuple)) else None,
-                    record.get("clock"))
+    flags = record.get("cpu_flags")  # (a record is read from disk: anything but a list of names is "not recorded")
+    ok = isinstance(flags, (list, tuple)) and all(isinstance(f, str) for f in flags)
+    return ceilings(record.get("cpu_count"), list(flags) if ok else None, record.get("clock"))
 
 
 def _record_chip(rec: dict, where: str):
@@ -177,24 +177,32 @@ def for_info(paths: list, hosts: list) -> list[dict]:
         rec = read(path)
         if rec is None:
             continue
-        cal = rec.get("calibration") if isinstance(rec.get("calibration"), dict) else {}
-        m = {"host": host, "record": path_for(path).name, "processor": rec.get("processor"),
-             "cpu_count": rec.get("cpu_count"), "calibrated_at": cal.get("measured_at"),
-             "peak_flops_per_s": dict(cal.get("peak_flops_per_s") or {}),
-             "memory_bw_bytes_per_s": cal.get("hbm_bw_bytes_per_s"), "cpu_wait_share": cal.get("cpu_wait_share"),
-             "ceilings": {k.split(".", 1)[1]: v["value"] for k, v in ceilings_of(rec).items()}}
-        rates = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in sorted(m["peak_flops_per_s"].items()))
-        if m["memory_bw_bytes_per_s"]:
-            rates += f", memory {fmt_num(m['memory_bw_bytes_per_s'], 'B/s')}"
-        busy = m["cpu_wait_share"]
-        m["summary"] = (
-            f"recording machine ({m['record']}): {summary(rec)}; "
-            + (f"calibrated {m['calibrated_at']}: {rates}" if m["calibrated_at"] else "not calibrated")
-            + (f" (under load: its threads waited for a core {busy:.0%} of the time)"
-               if isinstance(busy, (int, float)) and busy > BUSY_WAIT_SHARE else "")
-            + (f"; FLOP/s ceiling f32 {fmt_num(m['ceilings']['f32'], 'FLOP/s')}" if "f32" in m["ceilings"] else ""))
-        out.append(m)
+        try:
+            out.append(_info_entry(rec, path, host, BUSY_WAIT_SHARE, fmt_num))
+        except (TypeError, ValueError, AttributeError, KeyError):  # a record it cannot read: info shows the rest
+            continue
     return out
+
+
+def _info_entry(rec: dict, path, host: str, busy_share: float, fmt_num) -> dict:
+    """One entry of :func:`for_info` (raises on a record it cannot read)."""
+    cal = rec.get("calibration") if isinstance(rec.get("calibration"), dict) else {}
+    m = {"host": host, "record": path_for(path).name, "processor": rec.get("processor"),
+         "cpu_count": rec.get("cpu_count"), "calibrated_at": cal.get("measured_at"),
+         "peak_flops_per_s": dict(cal.get("peak_flops_per_s") or {}),
+         "memory_bw_bytes_per_s": cal.get("hbm_bw_bytes_per_s"), "cpu_wait_share": cal.get("cpu_wait_share"),
+         "ceilings": {k.split(".", 1)[1]: v["value"] for k, v in ceilings_of(rec).items()}}
+    rates = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in sorted(m["peak_flops_per_s"].items()))
+    if m["memory_bw_bytes_per_s"]:
+        rates += f", memory {fmt_num(m['memory_bw_bytes_per_s'], 'B/s')}"
+    busy = m["cpu_wait_share"]
+    m["summary"] = (
+        f"recording machine ({m['record']}): {summary(rec)}; "
+        + (f"calibrated {m['calibrated_at']}: {rates}" if m["calibrated_at"] else "not calibrated")
+        + (f" (under load: its threads waited for a core {busy:.0%} of the time)"
+           if isinstance(busy, (int, float)) and busy > busy_share else "")
+        + (f"; FLOP/s ceiling f32 {fmt_num(m['ceilings']['f32'], 'FLOP/s')}" if "f32" in m["ceilings"] else ""))
+    return m
 
 
 def is_cpu_trace(tr) -> bool:
