@@ -222,7 +222,8 @@ def queued_link_time(ops: pd.DataFrame, rows: np.ndarray, own: np.ndarray, to_ho
     cut = np.flatnonzero((k[:, 1:] != k[:, :-1]).any(axis=0)) + 1
     for g in np.split(order, cut):
         s, t = start[g], out[g]
-        done = np.cumsum(t)  # the link's work up to and including each transfer
-        ready = np.maximum.accumulate(s - (done - t))  # the latest start that the queue since then waited for
+        done = np.cumsum(t)  # S_i: the link's work up to and including transfer i
+        # finish_i = S_i + max over j <= i of (start_j - S_(j-1)): the last time the queue ran empty sets it
+        ready = np.maximum.accumulate(s - (done - t))
         out[g] = np.maximum(done + ready - s, t)
     return out
