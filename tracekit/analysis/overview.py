@@ -185,10 +185,9 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         # host link: full duplex, one-way peak each way: the busier direction's bytes set its time. Each
         # transfer's own time (bytes / bandwidth), not its network_ps: that one includes its wait behind the
         # transfers in flight before it (work counted once)
-        nb_x = num["net_bytes"][ix]
-        out_x = o & hx & tohost[ix]
-        hostb = np.nansum(nb_x[o & hx], dtype=np.float64)
-        busier = max(np.nansum(nb_x[out_x], dtype=np.float64), np.nansum(nb_x[o & hx & ~tohost[ix]], dtype=np.float64))
+        xb, xout = num["net_bytes"][ix][o & hx], tohost[ix][o & hx]
+        hostb = np.nansum(xb, dtype=np.float64)
+        busier = max(np.nansum(xb[xout], dtype=np.float64), np.nansum(xb[~xout], dtype=np.float64))
         one_way = ch.host_link_bw_bytes_per_s if ch is not None else np.nan
         hostt = busier / one_way * 1e12 if busier > 0 and one_way > 0 else 0.0
         parts = {"compute": comp, "interconnect": netw, "host link": hostt}

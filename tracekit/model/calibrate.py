@@ -7,8 +7,8 @@ the STREAM "copy" convention: write-allocate traffic is not counted). The result
 ``~/.config``). :func:`cpu_chip` hands it to the chip table for CPU traces (``chips.detect(..., cpu=cpu_chip)``); without one the
 table uses :func:`tracekit.model.chips.estimate_cpu`, a rough entry from the core count.
 
-The record also keeps ``load_average`` and ``cpu_wait_share``: the share of its threads' runnable time spent waiting
-for a core while measuring (Linux schedstat). Above :data:`BUSY_WAIT_SHARE` other work was running, and every
+The record also keeps ``cpu_wait_share``: the share of its threads' runnable time spent waiting
+for a core while measuring (Linux schedstat). Above :data:`~tracekit.model.cpu_limits.BUSY_WAIT_SHARE` other work was running, and every
 source text built from the record says its rates are likely low.
 
 These are achieved rates, not theoretical peaks: a CPU trace's ops are compared against what this machine can
@@ -28,7 +28,7 @@ import numpy as np
 from tracekit.model.chips import Chip, cpu_entry, estimate_cpu
 from tracekit.errors import TraceError
 from tracekit.fileio import write_atomic
-from tracekit.model.cpu_limits import BUSY_WAIT_SHARE
+from tracekit.model.cpu_limits import busy
 
 FILE_NAME = "cpu_chip.json"
 FORMAT_VERSION = 1
@@ -122,10 +122,6 @@ def processor_name() -> str:
 def measure(seconds: float = 5.0) -> dict:
     """Run the measurements (about ``seconds`` plus JAX's import and compile time) and return the record."""
     seconds = max(float(seconds), 0.1)
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]
-    except (OSError, AttributeError):
-        load = None
     queued = _runqueue()
     bw, bw_detail = _copy_bandwidth(0.15 * seconds)
     flops, details, engines = {}, {"copy": bw_detail}, {}
@@ -145,7 +141,6 @@ def measure(seconds: float = 5.0) -> dict:
         "processor": processor_name(),
         "cpu_count": os.cpu_count() or 1,
         "platform": platform.platform(),
-        "load_average": load,
         "cpu_wait_share": _wait_share(queued, _runqueue()),
         "peak_flops_per_s": flops,
         "hbm_bw_bytes_per_s": bw,
@@ -218,8 +213,6 @@ def _to_chip(record: dict, path, label: str = "calibration") -> Chip:
     return chip
 
 
-
-
 def _runqueue() -> tuple[int, int] | None:
     """(ns on a CPU, ns runnable but waiting for one), summed over this process's threads (Linux schedstat);
     None where the kernel does not say."""
@@ -246,20 +239,20 @@ def _wait_share(before, after) -> float | None:
 
 
 def busy_share(path) -> float | None:
-    """The ``cpu_wait_share`` of the calibration stored at ``path`` when it is above :data:`BUSY_WAIT_SHARE`
+    """The ``cpu_wait_share`` of the calibration stored at ``path`` when it is above :data:`~tracekit.model.cpu_limits.BUSY_WAIT_SHARE`
     (measured while other work ran), else None (never raises)."""
     try:
         share = json.loads(Path(path).read_text(encoding="utf-8")).get("cpu_wait_share")
     except (OSError, ValueError, AttributeError):
         return None
-    return float(share) if isinstance(share, (int, float)) and share > BUSY_WAIT_SHARE else None
+    return busy(share)
 
 
 def _load_note(record: dict) -> str:
     """'' or the note that the calibration ran on a busy machine: its threads waited for a core more than
-    :data:`BUSY_WAIT_SHARE` of the time (``cpu_wait_share``)."""
-    share = record.get("cpu_wait_share")
-    if isinstance(share, (int, float)) and share > BUSY_WAIT_SHARE:
+    :data:`~tracekit.model.cpu_limits.BUSY_WAIT_SHARE` of the time (``cpu_wait_share``)."""
+    share = busy(record.get("cpu_wait_share"))
+    if share is not None:
         return (f" [its threads waited for a core {share:.0%} of the time while measuring: other work was running, "
                 "so these rates are likely low]")
     return ""

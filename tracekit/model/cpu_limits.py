@@ -48,6 +48,12 @@ _WIDEST = {"f32": (64, "any CPU: at most 64 f32 FLOP/cycle (AVX-512, 2 FMA pipes
            "int8": (4096, "any CPU: at most 4096 int8 OP/cycle (AMX)")}
 
 
+def busy(share) -> float | None:
+    """``share`` (a record's ``cpu_wait_share``, read from disk) when it says the measurement ran beside other work
+    (above :data:`BUSY_WAIT_SHARE`), else None."""
+    return float(share) if isinstance(share, (int, float)) and share > BUSY_WAIT_SHARE else None
+
+
 def read_flags() -> list[str] | None:
     """This machine's ISA flags that matter for FLOP/s (:data:`ISA_FLAGS`), or None when they cannot be read."""
     try:
@@ -133,13 +139,17 @@ def ceilings(cores, flags, clock) -> dict:
     return out
 
 
-def limit(limits: dict, key: str) -> float:
-    """The ceiling of chip field ``key`` in ``limits`` (a Chip's ``limits``), inf when there is none; a dtype
-    without its own ceiling takes the largest one the chip has (never below the truth)."""
-    if not limits:
-        return math.inf
-    got = limits.get(key)
+def entry(limits: dict, key: str) -> dict | None:
+    """The ceiling ({value, source}) of chip field ``key`` in ``limits`` (a Chip's ``limits``), None when there is
+    none; a dtype without its own ceiling takes the largest one the chip has (never below the truth)."""
+    got = (limits or {}).get(key)
     if got is None and key.startswith("peak_flops_per_s."):
-        vals = [v["value"] for k, v in limits.items() if k.startswith("peak_flops_per_s.")]
-        return max(vals) if vals else math.inf
+        flops = [v for k, v in (limits or {}).items() if k.startswith("peak_flops_per_s.")]
+        got = max(flops, key=lambda v: v["value"]) if flops else None
+    return got
+
+
+def limit(limits: dict, key: str) -> float:
+    """The value of :func:`entry`, inf when there is none."""
+    got = entry(limits, key)
     return float(got["value"]) if got is not None else math.inf

@@ -61,7 +61,7 @@ def stored_calibration() -> dict | None:
     describes this machine (same processor, core count and platform) and was not measured while other work ran;
     its ``stored_at`` names the file. None otherwise (never raises)."""
     from tracekit.model.calibrate import FORMAT_VERSION, calibration_path, processor_name
-    from tracekit.model.cpu_limits import BUSY_WAIT_SHARE
+    from tracekit.model.cpu_limits import busy
 
     path = calibration_path()
     try:
@@ -72,8 +72,7 @@ def stored_calibration() -> dict | None:
         return None
     same = (rec.get("processor") == processor_name() and rec.get("cpu_count") == (os.cpu_count() or 1)
             and rec.get("platform") == platform.platform())
-    busy = rec.get("cpu_wait_share")
-    if not same or (isinstance(busy, (int, float)) and busy > BUSY_WAIT_SHARE):
+    if not same or busy(rec.get("cpu_wait_share")) is not None:
         return None
     return dict(rec, stored_at=str(path))
 
@@ -169,23 +168,23 @@ def for_info(paths: list, hosts: list) -> list[dict]:
     """The recording machine of each CPU trace in ``paths`` that has a record beside it, as ``tracekit info``
     shows it: processor, cores, the calibration's rates and when they were measured, the FLOP/s ceilings, and a
     one-line ``summary``."""
-    from tracekit.model.cpu_limits import BUSY_WAIT_SHARE
-    from tracekit.units import fmt_num
-
     out = []
     for path, host in zip(paths, hosts):
         rec = read(path)
         if rec is None:
             continue
         try:
-            out.append(_info_entry(rec, path, host, BUSY_WAIT_SHARE, fmt_num))
+            out.append(_info_entry(rec, path, host))
         except (TypeError, ValueError, AttributeError, KeyError):  # a record it cannot read: info shows the rest
             continue
     return out
 
 
-def _info_entry(rec: dict, path, host: str, busy_share: float, fmt_num) -> dict:
+def _info_entry(rec: dict, path, host: str) -> dict:
     """One entry of :func:`for_info` (raises on a record it cannot read)."""
+    from tracekit.model.cpu_limits import busy
+    from tracekit.units import fmt_num
+
     cal = rec.get("calibration") if isinstance(rec.get("calibration"), dict) else {}
     m = {"host": host, "record": path_for(path).name, "processor": rec.get("processor"),
          "cpu_count": rec.get("cpu_count"), "calibrated_at": cal.get("measured_at"),
@@ -195,12 +194,11 @@ def _info_entry(rec: dict, path, host: str, busy_share: float, fmt_num) -> dict:
     rates = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in sorted(m["peak_flops_per_s"].items()))
     if m["memory_bw_bytes_per_s"]:
         rates += f", memory {fmt_num(m['memory_bw_bytes_per_s'], 'B/s')}"
-    busy = m["cpu_wait_share"]
+    loaded = busy(m["cpu_wait_share"])
     m["summary"] = (
         f"recording machine ({m['record']}): {summary(rec)}; "
         + (f"calibrated {m['calibrated_at']}: {rates}" if m["calibrated_at"] else "not calibrated")
-        + (f" (under load: its threads waited for a core {busy:.0%} of the time)"
-           if isinstance(busy, (int, float)) and busy > busy_share else "")
+        + (f" (under load: its threads waited for a core {loaded:.0%} of the time)" if loaded is not None else "")
         + (f"; FLOP/s ceiling f32 {fmt_num(m['ceilings']['f32'], 'FLOP/s')}" if "f32" in m["ceilings"] else ""))
     return m
 

@@ -73,7 +73,8 @@ def _demonstrated(ops: pd.DataFrame, cap=None) -> pd.DataFrame:
         med = k.groupby(["host", "module", "op"], sort=False)["rate"].transform("median")
         # an execution far faster than the op's own median is suspect (mistimed), not evidence
         k = k[(k["t"] >= MIN_EVIDENCE_PS) & (k["rate"] <= MAX_OVER_MEDIAN * med)]
-        lim = k["host"].map(lambda h: cap(h, term) if cap is not None else math.inf).to_numpy(float)
+        caps = {h: cap(h, term) for h in k["host"].unique()} if cap is not None else {}
+        lim = k["host"].map(caps).to_numpy(float) if caps else np.full(len(k), math.inf)
         over = k["rate"].to_numpy() > lim
         above = k[over]
         if over.any():  # an op shown to end before its work is done demonstrates nothing, not even when slower
@@ -169,12 +170,11 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
 def _ceiling_text(ch, field: str, short: bool = False) -> str:
     """'the physical ceiling 333 GFLOP/s (ceiling: 2 cores x ...)' for ``field`` of ``ch`` (``short``: without
     its source); '' without one."""
-    from tracekit.model.cpu_limits import limit
-    v = limit(ch.limits, field) if ch is not None else math.inf
-    if not math.isfinite(v):
+    from tracekit.model.cpu_limits import entry
+    got = entry(ch.limits, field) if ch is not None else None
+    if got is None:
         return ""
-    got = ch.limits.get(field) or max(ch.limits.values(), key=lambda x: x["value"])
-    return f"the physical ceiling {fmt_num(v, 'FLOP/s')}" + ("" if short else f" ({got['source']})")
+    return f"the physical ceiling {fmt_num(got['value'], 'FLOP/s')}" + ("" if short else f" ({got['source']})")
 
 
 def _cap(ch, term: str) -> float:
