@@ -16,7 +16,9 @@ What it does:
    (``python -m tracekit.cli`` in a fresh child, in a fresh empty folder) and ``xprof get_hlo_stats FILE`` and
    ``xprof analyze_async_overlap FILE`` (``tracekit.run.xprof.measure``: a fresh run folder and TMPDIR per call,
    so xprof starts cold: no saved op_stats, empty CLI cache); for each, wall time, CPU time (user + system) and
-   peak RSS of the child from ``os.wait4``; best of N (3 below 5 M events, 1 above; ``--repeat``), the tools
+   peak RSS of the child from ``os.wait4``; on the source trace (size 0) also the post-run hook's analysis child
+   (``tracekit.run.hook.analysis_command`` in ``child_env(1)``, on a fresh run folder, writing JSON and HTML) and
+   the floor every analysis pays, ``python -c "import numpy, pandas"``; best of N (3 below 5 M events, 1 above; ``--repeat``), the tools
    taking turns round by round so that a burst of load on this shared machine hits them alike;
 3. prints the machine, the table (events, tool, wall s, CPU s, peak RSS MB, ratios: tracekit analyze's CPU time
    and RSS over each xprof tool's, and info's CPU time over analyze's), the CPU-time range over the runs, a
@@ -52,6 +54,8 @@ QUICK_SIZES = (20_000, 100_000)
 XPROF_TOOLS = ("get_hlo_stats", "analyze_async_overlap")
 TRACEKIT = "tracekit analyze"
 INFO = "tracekit info"
+HOOK = "tracekit hook child"
+FLOOR = "import numpy, pandas"
 MB = 1e6
 #: tiling holds the whole tiled XSpace in upb objects: about this many bytes of RAM per device event (measured)
 TILE_BYTES_PER_EVENT = 400
@@ -202,6 +206,27 @@ def measure_tracekit(trace: Path, command: str = "analyze") -> dict:
     with tempfile.TemporaryDirectory(prefix="tracekit_bench_") as tmp:
         extra = ["-o", os.path.join(tmp, "report.json")] if command == "analyze" else []
         return run_measured([sys.executable, "-m", "tracekit.cli", command, str(trace)] + extra, cwd=tmp)
+
+
+def measure_hook_child(trace: Path) -> dict:
+    """The post-run hook's analysis child as ``tracekit.profile`` starts it (its environment: every thread pool on
+    one thread; it nices itself) on a fresh run folder holding ``trace``, writing the hook's default reports (JSON
+    and HTML) into that folder."""
+    from tracekit.run import hook
+    with tempfile.TemporaryDirectory(prefix="tracekit_bench_") as tmp:
+        run_dir = Path(tmp) / "plugins" / "profile" / "run"
+        run_dir.mkdir(parents=True)
+        os.symlink(trace.resolve(), run_dir / "host.xplane.pb")
+        spec = {"outputs": ["json", "html"], "fail_on": "never"}
+        return run_measured(hook.analysis_command(run_dir, spec), cwd=tmp, env=hook.child_env(1))
+
+
+def measure_import_floor() -> dict:
+    """``import numpy, pandas`` alone, with NumPy's BLAS on one thread as the command line sets it: the least any
+    tracekit analysis can cost, since every analysis runs on pandas frames."""
+    with tempfile.TemporaryDirectory(prefix="tracekit_bench_") as tmp:
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+        return run_measured([sys.executable, "-c", "import numpy, pandas"], cwd=tmp, env=env)
 
 
 def measure_xprof(tool: str, trace: Path) -> dict:
@@ -438,7 +463,7 @@ def table_text(rows: list[dict]) -> str:
     for r in rows:
         tk = by.get((r["events"], TRACEKIT))
         ok = r.get("status") == "ok"
-        xprof_row = r["tool"] not in (TRACEKIT, INFO)
+        xprof_row = r["tool"].startswith("xprof")
         cpus = r.get("all_cpu_s") or []
         body.append([f"{r['events']:,}", r["tool"], f"{r['wall_s']:.2f}" if ok else r.get("status", "?"),
                      f"{r['cpu_s']:.2f}" if ok else "",
@@ -470,7 +495,8 @@ def linearity_text(rows: list[dict], tool: str) -> str | None:
 
 
 #: the goals of this benchmark (issue 18): (what, limit) checked by :func:`goals_text` on the rows measured
-GOALS = {"small": 1.0, "info": 0.5, "1.5M cpu": 0.25, "1.5M rss": 400 * MB, "marginal B/event": 250}
+GOALS = {"small": 1.0, "info": 0.5, "1.5M cpu": 0.25, "1.5M rss": 400 * MB, "marginal B/event": 250,
+         "hook cpu s": 0.3}
 
 
 def goals_text(rows: list[dict]) -> str | None:
@@ -497,6 +523,13 @@ def goals_text(rows: list[dict]) -> str | None:
             say(f"{ev:,} events analyze peak RSS", tk["peak_rss_bytes"] / MB, GOALS["1.5M rss"] / MB, " MB")
         if info:
             say(f"{ev:,} events info/analyze CPU", info["cpu_s"] / tk["cpu_s"], GOALS["info"], "x")
+        hook, floor = ok.get((ev, HOOK)), ok.get((ev, FLOOR))
+        if hook:
+            say(f"hook analysis child ({ev:,} events)", hook["cpu_s"], GOALS["hook cpu s"], " CPU-s")
+        if floor and x:
+            lines.append(f"  floor: `{FLOOR}` alone takes {floor['cpu_s']:.2f} CPU-s, "
+                         f"{floor['cpu_s'] / x['cpu_s']:.2f}x of xprof get_hlo_stats' whole run "
+                         f"({x['cpu_s']:.2f} CPU-s); every tracekit analysis pays it")
     tiled = sorted((r for r in rows if r["tool"] == TRACEKIT and r.get("status") == "ok" and not r.get("untiled")),
                    key=lambda r: r["events"])
     if len(tiled) >= 2 and tiled[-1]["events"] >= 10_000_000:
@@ -556,6 +589,8 @@ def run(args) -> dict:
             reps = args.repeat or (3 if ev < 5_000_000 else 1)
             tools = [(TRACEKIT, lambda: measure_tracekit(Path(t["path"]))),
                      (INFO, lambda: measure_tracekit(Path(t["path"]), "info"))]
+            if n == 0:  # the small trace: also the hook's child and the import floor
+                tools += [(HOOK, lambda: measure_hook_child(Path(t["path"]))), (FLOOR, measure_import_floor)]
             if use_xprof:
                 tools += [(f"xprof {x}", (lambda x=x: measure_xprof(x, Path(t["path"])))) for x in XPROF_TOOLS]
             skipped = {}

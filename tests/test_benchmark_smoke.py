@@ -10,7 +10,7 @@ from conftest import ROOT, shared_trace
 def test_benchmark_quick_prints_table(tmp_path):
     src = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--no-xprof", "--src", str(src),
-                        "--sizes", "20000,40000", "--out", str(tmp_path)], capture_output=True, text=True,
+                        "--sizes", "0,20000,40000", "--out", str(tmp_path)], capture_output=True, text=True,
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
@@ -19,10 +19,14 @@ def test_benchmark_quick_prints_table(tmp_path):
     for col in ("tool", "wall s", "CPU s", "peak RSS MB", "analyze/xprof CPU", "info/analyze CPU"):
         assert col in head
     rows = [line.split() for line in out.splitlines() if "tracekit analyze" in line or "tracekit info" in line]
-    assert len([r for r in rows if r[0].replace(",", "").isdigit()]) == 4  # one table row per size and command
+    assert len([r for r in rows if r[0].replace(",", "").isdigit()]) == 6  # one table row per size and command
+    table = out[out.index("results (best"):]
+    # the source trace as it is (size 0) also measures the hook's analysis child and the import floor
+    assert table.count("tracekit hook child") == 1 and table.count("import numpy, pandas") == 1
     assert "linearity tracekit analyze" in out
-    goals = out[out.index("goals (issue 18):"):].splitlines()[1:3]  # info against analyze, at each size
-    assert all("info/analyze CPU" in g and ("met" in g) for g in goals), goals
+    goals = out[out.index("goals (issue 18):"):].splitlines()[1:]
+    assert len([g for g in goals if "info/analyze CPU" in g and "met" in g]) == 3, goals  # info at each size
+    assert any(g.startswith("  hook analysis child") and "CPU-s (goal <= 0.3 CPU-s)" in g for g in goals), goals
     for stage in ("decode", "roofline", "timeline", "rules", "report", "total in-process"):
         assert stage in out
     assert (tmp_path / "results.json").exists() and (tmp_path / "table.txt").exists()

@@ -44,7 +44,7 @@ def fake_analysis(monkeypatch, payload=None, code=None):
             return [sys.executable, "-c", code]
         return [sys.executable, "-c", "import sys; print(sys.argv[1])", json.dumps(payload)]
 
-    monkeypatch.setattr(hook_mod, "_analysis_command", cmd)
+    monkeypatch.setattr(hook_mod, "analysis_command", cmd)
     return calls
 
 
@@ -206,7 +206,7 @@ def test_gate_of_the_real_analysis(tmp_path, fail_on, fails):
         pytest.skip("fixture missing")
     run = tmp_path / "run1"
     shutil.copytree(src, run)
-    p = subprocess.run(hook_mod._analysis_command(run, {"outputs": ["json", "md"], "fail_on": fail_on}),
+    p = subprocess.run(hook_mod.analysis_command(run, {"outputs": ["json", "md"], "fail_on": fail_on}),
                        capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout.strip().splitlines()[-1])
@@ -280,7 +280,7 @@ def test_analysis_child_runs_on_one_thread(tmp_path, monkeypatch):
         out = tmp_path / f"seen{want}.json"
         monkeypatch.setenv("THREAD_SPY_OUT", str(out))
         monkeypatch.setenv("TRACEKIT_THREADS", "8")  # what the job itself uses must not leak into the child
-        monkeypatch.setattr(hook_mod, "_analysis_command",
+        monkeypatch.setattr(hook_mod, "analysis_command",
                             lambda run, spec: [sys.executable, "-c", THREAD_SPY, str(run), json.dumps(spec)])
         h = tracekit.profile(logdir=tmp_path, outputs=("json",), **({} if threads is None else {"threads": threads}))
         h._analyze(run)
@@ -289,5 +289,5 @@ def test_analysis_child_runs_on_one_thread(tmp_path, monkeypatch):
         # the analysis starts no pool of its own; any pool that does start is bounded by the setting
         assert all(w is not None and w <= want for w in seen["pool_workers"]), seen
         assert h.result and h.result["written"], h.result
-    env = hook_mod._child_env()
+    env = hook_mod.child_env()
     assert all(env[k] == "1" for k in hook_mod.THREAD_VARIABLES)

@@ -238,11 +238,11 @@ class Profile:
     def _analyze(self, run: Path):
         try:
             spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never"}
-            env = _child_env(self.threads)
+            env = child_env(self.threads)
             root = str(Path(__file__).resolve().parents[2])  # so the child imports this same tracekit
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
             try:
-                p = subprocess.run(_analysis_command(run, spec), stdin=subprocess.DEVNULL, capture_output=True,
+                p = subprocess.run(analysis_command(run, spec), stdin=subprocess.DEVNULL, capture_output=True,
                                    text=True, timeout=self.timeout_s, env=env)
             except subprocess.TimeoutExpired:
                 self._warn(f"the analysis of {run} ran past timeout_s={self.timeout_s} and was stopped")
@@ -320,7 +320,7 @@ THREAD_VARIABLES = ("TRACEKIT_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS
                     "NUMEXPR_NUM_THREADS")
 
 
-def _child_env(threads: int = 1) -> dict:
+def child_env(threads: int = 1) -> dict:
     """The analysis child's environment: this one, with every thread pool sized to ``threads`` (it is niced too,
     but on a machine as busy as a training job, a second decoding thread still takes a core from it)."""
     env = dict(os.environ)
@@ -328,7 +328,7 @@ def _child_env(threads: int = 1) -> dict:
     return env
 
 
-def _analysis_command(run: Path, spec: dict) -> list[str]:
+def analysis_command(run: Path, spec: dict) -> list[str]:
     return [sys.executable, "-m", "tracekit.run.hook", str(run), json.dumps(spec)]  # runs _analysis_main
 
 
@@ -390,5 +390,5 @@ def _analysis_main() -> None:
                       "summary_lines": _summary_lines(rep, written)}))
 
 
-if __name__ == "__main__":  # the analysis child (:func:`_analysis_command`)
+if __name__ == "__main__":  # the analysis child (:func:`analysis_command`)
     _analysis_main()
