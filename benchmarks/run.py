@@ -18,8 +18,9 @@ What it does:
    so xprof starts cold: no saved op_stats, empty CLI cache); for each, wall time, CPU time (user + system) and
    peak RSS of the child from ``os.wait4``; on the source trace (size 0) also the post-run hook's analysis child
    (``tracekit.run.hook.analysis_command`` in ``child_env(1)``, on a fresh run folder, writing JSON and HTML) and
-   the floor every analysis pays, ``python -c "import numpy, pandas"``; best of N (3 below 5 M events, 1 above; ``--repeat``), the tools
-   taking turns round by round so that a burst of load on this shared machine hits them alike;
+   the floor every analysis pays, ``python -c "import numpy, pandas"``; best of N (3 below 5 M events, 1 above;
+   ``--repeat``), the tools taking turns round by round so that a burst of load on this shared machine hits them
+   alike;
 3. prints the machine, the table (events, tool, wall s, CPU s, peak RSS MB, ratios: tracekit analyze's CPU time
    and RSS over each xprof tool's, and info's CPU time over analyze's), the CPU-time range over the runs, a
    linearity line (per-event CPU time and memory from the smallest to the largest size), and where tracekit's
