@@ -216,10 +216,17 @@ def queued_link_time(ops: pd.DataFrame, rows: np.ndarray, own: np.ndarray, to_ho
     if len(rows) < 2:
         return out
     start = ops["start_ps"].to_numpy(np.int64)[rows].astype(float)
-    keys = [codes_of(ops[c].take(rows))[0] for c in ("host", "device")] + [np.asarray(to_host, np.int64)]
-    order = np.lexsort((start, *keys[::-1]))
-    k = np.stack([x[order] for x in keys])
-    cut = np.flatnonzero((k[:, 1:] != k[:, :-1]).any(axis=0)) + 1
+    (hc, hu), (dc, du) = (codes_of(ops[c], compact=True) for c in ("host", "device"))
+    queue = (gather(hc, rows).astype(np.int64) * (len(du) + 1) + gather(dc, rows)) * 2  # (host, device, direction)
+    queue += np.asarray(to_host, bool)  # (a missing host or device, code -1, only shifts its queue's number)
+    # ops sorted by (host, device, start), rows ascending: a stable sort of the queue number alone gives (queue,
+    # start) order (checked); otherwise sort on both
+    order = np.argsort(queue, kind="stable")
+    q, t0 = queue[order], start[order]
+    if not bool(((q[1:] != q[:-1]) | (t0[1:] >= t0[:-1])).all()):
+        order = np.lexsort((start, queue))
+        q = queue[order]
+    cut = np.flatnonzero(q[1:] != q[:-1]) + 1
     for g in np.split(order, cut):
         s, t = start[g], out[g]
         done = np.cumsum(t)  # S_i: the link's work up to and including transfer i
