@@ -418,7 +418,10 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                 mods.append(m)
     h = [p.hlo for p in parts if len(p.hlo)]
     hl = pd.concat(h, ignore_index=True).drop_duplicates(["program_id", "computation", "name"]) if h else schema.empty(schema.HLO)
-    ops = constant_columns(sorted_frame(cat("ops", schema.OPS)))  # (no trace costs on GPU/CPU: stored once)
+    ops = cat("ops", schema.OPS)
+    if sum(len(p.ops) > 0 for p in parts) > 1:  # one host's rows are in (device, start) order already (load_host)
+        ops = sorted_frame(ops)
+    ops = constant_columns(ops)  # (no trace costs on GPU/CPU: stored once)
     ops = with_columns(ops, {c: narrow_int(ops[c].to_numpy()) for c in schema.NARROW_INTS if c in ops.columns})
     devs = pd.concat([p.devices for p in parts], ignore_index=True)
     dstats = {}
