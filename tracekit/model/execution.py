@@ -216,9 +216,10 @@ def queued_link_time(ops: pd.DataFrame, rows: np.ndarray, own: np.ndarray, to_ho
     if len(rows) < 2:
         return out
     start = ops["start_ps"].to_numpy(np.int64)[rows].astype(float)
-    (hc, hu), (dc, du) = (codes_of(ops[c], compact=True) for c in ("host", "device"))
-    queue = (gather(hc, rows).astype(np.int64) * (len(du) + 1) + gather(dc, rows)) * 2  # (host, device, direction)
-    queue += np.asarray(to_host, bool)  # (a missing host or device, code -1, only shifts its queue's number)
+    (hc, _), (dc, du) = (codes_of(ops[c], compact=True) for c in ("host", "device"))
+    # one number per (host, device, direction); the radix len(du) + 1 keeps a missing device (code -1) apart
+    queue = (gather(hc, rows).astype(np.int64) * (len(du) + 1) + gather(dc, rows)) * 2
+    queue += np.asarray(to_host, bool)
     # ops sorted by (host, device, start), rows ascending: a stable sort of the queue number alone gives (queue,
     # start) order (checked); otherwise sort on both
     order = np.argsort(queue, kind="stable")
