@@ -39,13 +39,67 @@ def cache_dir() -> Path | None:
     return Path(base) / "tracekit"
 
 
+#: why a file with an anchor or alias is refused, and what to do (YamlError's message)
+NO_ALIASES = ("YAML anchors and aliases (&name, *name, <<: *name) are not allowed in tracekit's YAML files "
+              "(a few lines of them can stand for billions of values); write each value out in full")
+
+
+class AliasRefused(Exception):
+    """An anchor or alias event: raised by :func:`plain_loader`'s loader before any node is built."""
+
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+def _no_alias(event) -> None:
+    import yaml
+    if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+        raise AliasRefused(event.start_mark.line + 1)
+
+
+_LOADER = None
+
+
+def plain_loader():
+    """A SafeLoader that refuses anchors and aliases (``&a``/``*a``, merge keys) where they are composed, so a
+    "billion laughs" document is refused before it is expanded. libyaml composes in C, so there the events are
+    read first (one pass, one event at a time, no node built) and the document composed only when none has an
+    anchor or alias; the pure-Python loader checks each event as it composes it."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+        if hasattr(yaml, "CSafeLoader"):
+            class PlainLoader(yaml.CSafeLoader):
+                def __init__(self, stream):
+                    super().__init__(stream)
+                    self.text = stream
+
+                def get_single_data(self):
+                    for event in yaml.parse(self.text, Loader=yaml.CSafeLoader):
+                        _no_alias(event)
+                    return super().get_single_data()
+        else:
+            class PlainLoader(yaml.SafeLoader):
+                def compose_node(self, parent, index):
+                    _no_alias(self.peek_event())
+                    return super().compose_node(parent, index)
+        _LOADER = PlainLoader
+    return _LOADER
+
+
 def parse_yaml(path: Path, text: str):
-    """One YAML document (no cache): what user files go through. Invalid YAML: :class:`YamlError`."""
+    """One YAML document (no cache): what user files go through; anchors and aliases refused
+    (:func:`plain_loader`). Invalid YAML: :class:`YamlError`."""
     import yaml  # only when the cache cannot serve
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(text, Loader=plain_loader())
+    except AliasRefused as e:
+        raise YamlError(path, f"line {e.line}: {NO_ALIASES}") from None
     except yaml.YAMLError as e:
         raise YamlError(path, str(e).splitlines()[0]) from None
+    except (ValueError, RecursionError, MemoryError) as e:  # e.g. an integer of more digits than Python converts
+        raise YamlError(path, f"a value cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
 
 
 def _same(a, b) -> bool:

@@ -18,7 +18,6 @@ evaluates the rule's ``savings`` expression on those rows. The columns each fram
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -28,6 +27,7 @@ import pandas as pd
 from tracekit.analysis import gaps as idle, timeline as tl
 from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
 from tracekit.analysis.opstats import op_stats
+from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.columns import with_columns
 from tracekit.grouping import cat_apply
 
@@ -278,8 +278,7 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
     ev, steps = frames["host_events"], frames["steps"]
-    rx = re.compile(p["pattern"], re.IGNORECASE)
-    hit = tl.cat_mask(ev["name"], lambda names: names.map(lambda n: rx.search(n) is not None))
+    hit = tl.cat_mask(ev["name"], lambda names: regex_search_mask(names, p["pattern"], case=False))  # RE2
     ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
     dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
     s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)

@@ -49,6 +49,8 @@ from typing import Any, Callable, Collection, Mapping
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.rule_safety import RegexError, compile_regex, str_contains
+
 MAX_LENGTH = 4000
 MAX_DEPTH = 60
 _PARAM = "PARAM__"  # ``@name`` is rewritten to ``PARAM__name`` before parsing (user names cannot start so)
@@ -106,11 +108,10 @@ METHODS: dict[str, tuple] = {
 #: text method -> the same fields; called as ``column.str.method(...)``
 STR_METHODS: dict[str, tuple] = {
     "contains": (1, 1, ("case", "regex", "na"), "const",
-                 lambda s, pat, case=True, regex=True, na=None: s.str.contains(pat, case=case, regex=regex,
-                                                                              **({} if na is None else {"na": na})),
+                 str_contains,
                  "x.str.contains('pat', case=False, regex=True, na=False)",
-                 "true where the text contains the pattern (a regular expression unless regex=False; case=False "
-                 "ignores case; na: the value for missing text)"),
+                 "true where the text contains the pattern (a regular expression, run by RE2: no backreferences "
+                 "or lookaround, unless regex=False; case=False ignores case; na: the value for missing text)"),
     "startswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.startswith(p, **na), "x.str.startswith('s')",
                    "true where the text starts with s"),
     "endswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.endswith(p, **na), "x.str.endswith('s')",
@@ -385,6 +386,12 @@ class _Compiler:
                 if not isinstance(k.value, ast.Constant) or isinstance(k.value.value, bytes):
                     self.refuse(k.value, f"keyword {k.arg} of {label}() must be a constant")
                 kws[k.arg] = k.value.value
+            pat = node.args[0] if label == ".str.contains" and node.args else None
+            if isinstance(pat, ast.Constant) and kws.get("regex", True):  # compiled now: refused at load
+                try:
+                    compile_regex(pat.value, case=bool(kws.get("case", True)))
+                except RegexError as e:
+                    raise ExprError(str(e)) from None
 
             def call(values, params):
                 s = on(values, params)

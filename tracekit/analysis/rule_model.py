@@ -24,6 +24,7 @@ from tracekit import artefacts, schema
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_checks import CHECKS, check_columns
 from tracekit.analysis.rule_expr import ExprError, compile_expr, grammar_summary
+from tracekit.analysis.rule_safety import MAX_PRECISION, MAX_WIDTH, RegexError, compile_regex, format_spec_problem
 from tracekit.units import parse_quantity
 
 #: The rule file format this tracekit reads and writes. 2: expressions in tracekit's own grammar, case names,
@@ -115,11 +116,11 @@ class Param:
                 value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
             elif kind in ("text", "regex"):
                 value = str(value)
-                if kind == "regex":
+                if kind == "regex":  # compiled by RE2, as the rule will run it (tracekit.analysis.rule_safety)
                     try:
-                        re.compile(value)
-                    except re.error as e:
-                        raise ValueError(f"not a valid regular expression ({e})") from None
+                        compile_regex(value)
+                    except RegexError as e:
+                        raise ValueError(str(e)) from None
             else:
                 v = parse_quantity(value, kind)
                 if isinstance(v, float) and not math.isfinite(v):
@@ -265,6 +266,11 @@ def _template(doc, path, label, text, names, columns):
                     "use {count}, {savings}, {share}, a parameter, {sum_COLUMN} (sum mean min max median), "
                     "{top[COLUMN]}, {t_VALUE} for a duration; no attribute access or nested fields "
                     "(docs/rules.md#message-template-variables)")
+        problem = format_spec_problem(spec or "")
+        if problem:
+            _refuse(doc, path, f"`{label}` field {{{f}:...}}: {problem}",
+                    f"widths up to {MAX_WIDTH} and precisions up to {MAX_PRECISION}, e.g. {{{f}:.1f}} or "
+                    "{share:.0%} (docs/rules.md#message-template-variables)")
 
 
 def _cases(doc, path, params) -> dict:
@@ -400,12 +406,15 @@ def params_for(rule: Rule, overrides: dict | None) -> dict:
 
 def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
     """Built-in rules plus every ``*.yaml``/``*.yml`` in ``extra_dirs``, sorted by id. ``select`` keeps rules
-    matching any entry, ``ignore`` drops them (see :func:`matches`; ids in any case). Duplicate ids or names
-    raise :class:`TraceError`. The rules' cases are not run here (see :mod:`tracekit.analysis.rule_cases`)."""
-    rules, seen = [], {}
+    matching any entry, ``ignore`` drops them (see :func:`matches`; ids in any case). A folder named twice (the
+    built-in one included) is read once; duplicate ids or names raise :class:`TraceError`. The rules' cases are not run here (see :mod:`tracekit.analysis.rule_cases`)."""
+    rules, seen, folders = [], {}, set()
     for d in (builtin_rules_dir(), *map(Path, extra_dirs)):
         if not d.is_dir():
             raise TraceError("rules directory not found", str(d))
+        if d.resolve() in folders:  # the built-in folder named again (`rules test rules`), or a folder twice
+            continue
+        folders.add(d.resolve())
         files = sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
         try:  # the built-in files through tracekit's cached artefact; a user's parsed as they are
             docs = artefacts.yaml_docs(files, "rules") if d == builtin_rules_dir() else \

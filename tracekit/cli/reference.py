@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -125,8 +126,8 @@ def rules_test(ctx, dirs, verbose):
     from tracekit.analysis import rule_cases, rule_model
     dirs = tuple(dirs) + tuple((ctx.obj or {}).get("rules_dirs", ()))
     rs = rule_model.load_rules(extra_dirs=dirs)
-    if dirs:
-        rs = [r for r in rs if not r.builtin]
+    if dirs and not any(os.path.realpath(d) == os.path.realpath(rule_model.builtin_rules_dir()) for d in dirs):
+        rs = [r for r in rs if not r.builtin]  # only the folders named (the built-in one when it is named)
     results = rule_cases.run_cases(rs)
     failed = [r for r in results if r.error]
     for r in results:

@@ -10,6 +10,7 @@ import sys
 from tracekit import schema
 from tracekit.analysis import rule_expr
 from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS
+from tracekit.analysis.rule_safety import MAX_PRECISION, MAX_WIDTH
 from tracekit.analysis.rule_model import (AGGREGATES, FIELDS, PARAM_KINDS, RULE_FORMAT, TEMPLATE_VALUES, TIME_COLUMN,
                                           Rule, load_rules)
 
@@ -111,7 +112,10 @@ def reference_sections() -> list[str]:
            "  numbers, 'strings', `True`/`False`; in `report_if` the finding's values instead (next section)",
            "- arithmetic `+ - * / // % **` (numbers only; integers are 64-bit), comparisons",
            "  `== != < <= > >=` (chained: `0 < x <= 1`), `x in ['a', 'b']`, `x not in [...]`",
-           "- boolean `and or not`, also written `& | ~` (with the precedence of `and`/`or`, as in pandas)", "",
+           "- boolean `and or not`, also written `& | ~` (with the precedence of `and`/`or`, as in pandas)",
+           "- regular expressions (`.str.contains(pat)`, `kind: regex` parameters, `--param`) run on RE2: time",
+           "  linear in the text whatever the pattern, so `(a+)+$` cannot hang; no backreferences (`\\1`) or",
+           "  lookaround (`(?=`, `(?!`, `(?<=`, `(?<!`): such a pattern is refused at load (exit 2, one line)", "",
            "| function | meaning |", "|---|---|"]
     out += [f"| `{v[-2]}` | {_cell(v[-1])} |" for v in rule_expr.FUNCTIONS.values()]
     out += ["", "Column methods, directly on an expression that reads a column (text arguments: constants or",
@@ -119,7 +123,9 @@ def reference_sections() -> list[str]:
     out += [f"| `{v[-2]}` | {_cell(v[-1])} |" for t in (rule_expr.METHODS, rule_expr.STR_METHODS) for v in t.values()]
     out += ["", "## Message template variables", "",
             "`message` and `fix` are `str.format` templates (`{count}`, `{share:.0%}`); `report_if` reads the same",
-            "values (without `top` and `savings`). Each rule's parameters are values too.", "",
+            "values (without `top` and `savings`). Each rule's parameters are values too. A format spec may ask for",
+            f"a width up to {MAX_WIDTH} and a precision up to {MAX_PRECISION} (`{{count:>8}}`, `{{share:.1%}}`); a "
+            "larger one, or a spec", "Python does not read, is refused when the rule loads (exit 2).", "",
             "| variable | meaning |", "|---|---|"]
     out += [f"| `{k}` | {_cell(v)} |" for k, v in TEMPLATE_VALUES.items()]
     out += [f"| `{a}_COLUMN` | {a} of an evidence column over all evidence rows |" for a in AGGREGATES]
