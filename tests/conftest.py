@@ -9,10 +9,24 @@ FIXTURES = ROOT / "fixtures"
 CPU_CASES = ("train_step", "sharded8", "allreduce_exposed", "matvec_b1", "sleepy_steps", "big_matmul")
 
 
+#: set in CI (.ci/run), where ../shared/traces is always beside the clone: a missing third-party trace then fails
+#: the test instead of skipping it, so the third-party checks cannot quietly stop running
+REQUIRE_SHARED = os.environ.get("TRACEKIT_REQUIRE_SHARED", "") not in ("", "0")
+
+
+def shared_missing(rel: str) -> None:
+    """Skip the test (``rel`` is not under ../shared/traces), or fail it when TRACEKIT_REQUIRE_SHARED=1."""
+    why = f"third-party trace {rel} not available ({SHARED} absent or incomplete)"
+    if REQUIRE_SHARED:
+        pytest.fail(why + "; TRACEKIT_REQUIRE_SHARED=1 makes it a failure (unset it where ../shared is not beside "
+                    "the clone)", pytrace=False)
+    pytest.skip(why)
+
+
 def shared_trace(rel: str) -> Path:
     p = SHARED / rel
     if not p.exists():
-        pytest.skip(f"third-party trace {rel} not available (../shared/traces absent)")
+        shared_missing(rel)
     return p
 
 

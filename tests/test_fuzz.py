@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from conftest import FIXTURES, ROOT, SHARED, varint
+from conftest import FIXTURES, ROOT, SHARED, shared_missing, varint
 from tracekit import pipeline
 from tracekit.ingest import paths as loader
 from tracekit.report import render
@@ -84,7 +84,7 @@ def fixture_bytes(case: str) -> bytes:
 def shared_bytes(rel: str) -> bytes:
     p = SHARED / rel
     if not p.exists():
-        pytest.skip(f"third-party trace {rel} not available")
+        shared_missing(rel)
     return p.read_bytes()
 
 

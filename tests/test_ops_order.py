@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import SHARED, cpu_fixture
+from conftest import cpu_fixture, shared_trace
 from tracekit.ingest.trace import load
 
 
@@ -28,10 +28,7 @@ def test_one_host_cpu_trace_is_sorted(case):
 @pytest.mark.parametrize("rel, has_async", [("tpu/v6e-4_jax_inference.xplane.pb", True),  # windows merged in
                                             ("gpu/v100x8_tf_bert.xplane.pb", False)])
 def test_one_host_third_party_trace_is_sorted(rel, has_async):
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"third-party trace {rel} not available (../shared/traces absent)")
-    tr = load(p)
+    tr = load(shared_trace(rel))
     assert bool(tr.ops["is_async"].any()) == has_async
     _assert_sorted(tr.ops)
 

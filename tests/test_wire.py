@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import SHARED, shared_trace
 from tracekit.ingest import wire
 from tracekit.proto import xplane_pb2
 
@@ -22,7 +23,6 @@ except ImportError:  # pragma: no cover
     given = None
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 CPU_TRACES = sorted(ROOT.glob("fixtures/cpu/*/plugins/profile/run1/cpu.xplane.pb"))
 SHARED_NAMES = ["tpu/v6e-4_jax_inference.xplane.pb", "gpu/mi300x8_jax_conv3d.xplane.pb",
                 "gpu/mi300x_jax_gemm.xplane.pb", "gpu/v100x8_tf_bert.xplane.pb"]
@@ -32,10 +32,7 @@ needs_c = pytest.mark.skipif(wire._wire is None, reason="tracekit.ingest._wire n
 
 
 def shared(rel: str) -> Path:
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"{rel} not available (../shared/traces absent)")
-    return p
+    return shared_trace(rel)
 
 
 def all_traces():

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 import tracekit.run.xprof as bridge
+from conftest import SHARED
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-V6E = TRACES / "tpu" / "v6e-4_jax_inference.xplane.pb"
+V6E = SHARED / "tpu" / "v6e-4_jax_inference.xplane.pb"
 
 needs_xprof = pytest.mark.skipif(not bridge.available(), reason="xprof is not installed")
-needs_trace = pytest.mark.skipif(not V6E.is_file(), reason="../shared/traces is absent")
+needs_trace = pytest.mark.usefixtures("v6e")  # skips when ../shared/traces is absent (fails: TRACEKIT_REQUIRE_SHARED)
 
 
 def test_import_is_lazy():
