@@ -96,10 +96,10 @@ def regex_contains(s: pd.Series, pattern: str, case: bool = True, na=None) -> pd
     safe = np.where(missing, 0, codes)
     out = hit[safe] if len(texts) else np.zeros(len(codes), dtype=bool)
     missing = missing | (~text_ok[safe] if len(texts) else missing)
-    if not missing.any():
-        return pd.Series(out, index=s.index)
-    if na is not None:
-        return pd.Series(np.where(missing, na, out), index=s.index)
+    nullable = isinstance(s.dtype, pd.StringDtype)  # pandas answers a string column with a nullable boolean
+    if not missing.any() or na is not None:
+        out = np.where(missing, na, out) if missing.any() else out
+        return pd.Series(pd.array(out, dtype="boolean") if nullable else out, index=s.index)
     if isinstance(s.dtype, pd.CategoricalDtype):
         return pd.Series(out & ~missing, index=s.index)
     return pd.Series(pd.array(out, dtype="boolean"), index=s.index).mask(missing)
