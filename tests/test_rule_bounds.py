@@ -104,7 +104,8 @@ BASE = {
 
 
 def dump(doc: dict) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, width=1 << 30, allow_unicode=True)
+    """YAML text of ``doc``; copied first, so that PyYAML writes no anchor for an object used twice."""
+    return yaml.safe_dump(json.loads(json.dumps(doc)), sort_keys=False, width=1 << 30, allow_unicode=True)
 
 
 def write_rule(folder, text: str):
@@ -275,7 +276,7 @@ def test_nested_quantifiers_in_where_and_through_params(tmp_path):
     argvs = []
     for i, (pattern, (yes, no)) in enumerate(NESTED.items()):
         for n in LENGTHS:
-            lit = "r" + repr(pattern)
+            lit = repr(pattern)  # a string literal of the expression language (as in Python)
             docs = [_regex_rule(f"op.str.contains({lit})", no(n), yes(n)),
                     _regex_rule("op.str.contains(@pat) and share > 0", no(n), yes(n), params=True,
                                 case_params={"pat": pattern})]
