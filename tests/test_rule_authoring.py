@@ -84,6 +84,22 @@ def test_rules_test_command_builtin_passes():
     assert f"{len(RULES)} rule(s), {n} case(s): {n} passed, 0 failed" in r.output
 
 
+def test_rules_test_command_on_the_builtin_folder(tmp_path):
+    """`tracekit rules test rules` (the README's example, run from a checkout) tests the built-in rules once, not
+    "duplicate rule 'tk001'"; named beside a user folder (and through a symlink) both are tested."""
+    from tracekit.analysis.rule_model import builtin_rules_dir
+    n = sum(len(x.cases.get("pass", [])) + len(x.cases.get("fail", [])) for x in RULES)
+    link = tmp_path / "builtin-link"
+    link.symlink_to(builtin_rules_dir(), target_is_directory=True)
+    for folder in (builtin_rules_dir(), link):
+        r = CliRunner().invoke(main, ["rules", "test", str(folder)])
+        assert r.exit_code == 0 and "duplicate" not in r.output, r.output
+        assert f"{len(RULES)} rule(s), {n} case(s): {n} passed, 0 failed" in r.output
+    d = _write(tmp_path / "mine", _rule())
+    r = CliRunner().invoke(main, ["rules", "test", str(builtin_rules_dir()), str(d), str(d)])
+    assert r.exit_code == 0 and f"{len(RULES) + 1} rule(s), {n + 2} case(s)" in r.output, r.output
+
+
 def test_rules_test_command_names_the_failing_case(tmp_path):
     d = _write(tmp_path / "ok", _rule())
     r = CliRunner().invoke(main, ["rules", "test", str(d), "-v"])
