@@ -391,7 +391,7 @@ class _Compiler:
                 try:
                     compile_regex(pat.value, case=bool(kws.get("case", True)))
                 except RegexError as e:
-                    raise ExprError(str(e)) from None
+                    raise ExprError(str(e)) from e  # the cause tells the loader it is the pattern, not the grammar
 
             def call(values, params):
                 s = on(values, params)

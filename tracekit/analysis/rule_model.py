@@ -234,8 +234,10 @@ def _expr(doc, path, label, text, names, params, names_are="column"):
     try:
         return compile_expr(text, names, params, names_are=names_are)
     except ExprError as e:
-        _refuse(doc, path, f"`{label}` expression `{' '.join(str(text).split())}` is not allowed: {e}",
-                grammar_summary())
+        shown = " ".join(str(text).split())
+        if isinstance(e.__cause__, RegexError):  # the grammar is fine: the pattern is not one RE2 runs
+            _refuse(doc, path, f"`{label}` expression `{shown}`: {e}")
+        _refuse(doc, path, f"`{label}` expression `{shown}` is not allowed: {e}", grammar_summary())
 
 
 _FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_]*)(?:\[(?P<key>[A-Za-z][A-Za-z0-9_]*)\])?$")
