@@ -444,3 +444,23 @@ def test_tk010_default_pattern_means_what_the_lookahead_did():
     names = ["".join(rng.choice(words, size=rng.integers(1, 5))) for _ in range(3000)]
     rx = compile_regex(rule.params["pattern"].default, case=False)
     assert [bool(rx.search(n)) for n in names] == [bool(old.search(n)) for n in names]
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_both_loaders_refuse_anchors_and_read_the_rest_alike(monkeypatch, libyaml):
+    """libyaml's loader (events read first) and the pure-Python one (each event checked as it is composed) refuse
+    the same anchors on the same line and read every other document as PyYAML's SafeLoader does (the oracle)."""
+    from pathlib import Path
+    from tracekit import artefacts
+    monkeypatch.setattr(artefacts, "_LOADER", None)
+    if not libyaml:
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    text = dump(BASE)
+    assert artefacts.parse_yaml(Path("x.yaml"), text) == yaml.load(text, Loader=yaml.SafeLoader)
+    for width, depth in BOMBS:
+        bad = dump(with_leaf(BASE, ("fix",), "BOMB_HERE")).replace("BOMB_HERE", bomb(width, depth))
+        line = 1 + next(n for n, s in enumerate(bad.splitlines()) if "&a0" in s)
+        with pytest.raises(artefacts.YamlError) as e:
+            artefacts.parse_yaml(Path("x.yaml"), bad)
+        assert e.value.message.startswith(f"line {line}: YAML anchors and aliases"), e.value.message
+    assert artefacts.plain_loader().__mro__[1].__name__ == ("CSafeLoader" if libyaml else "SafeLoader")
