@@ -349,7 +349,8 @@ def test_a_group_through_param_adds_nothing_to_stderr(tmp_path):
     assert errs[0] == errs[1] and "UserWarning" not in errs[1] and "match groups" not in errs[1], errs
 
 
-BAD_PATTERNS = [r"(a)\1", "a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "a{2,1}", "(unclosed", "a" * 5000]
+BAD_PATTERNS = [r"(a)\1", "a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "a{2,1}", "(unclosed", "(a{1000}){1000}",
+                "((a{100}){100}){100}", "a" * 5000]
 
 
 @pytest.mark.parametrize("pattern", BAD_PATTERNS[:-1])  # the last is longer than an expression may be
