@@ -4,7 +4,7 @@
 Loading checks everything that can be checked without data: the fields, the parameters (kind and bounds), every
 expression against the grammar of :mod:`tracekit.analysis.rule_expr` and the columns the rule's frame declares
 (:data:`tracekit.schema.RULE_FRAMES`), the message/fix templates against the values a finding provides, and the
-shape of the cases. The rule format has a version (:data:`RULE_FORMAT`); a file without ``version:`` is format 1
+shape of the cases (those two in :mod:`tracekit.analysis.rule_fields`). The rule format has a version (:data:`RULE_FORMAT`); a file without ``version:`` is format 1
 (expressions were pandas query/eval), read with the current grammar, and told how to update when refused.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ import dataclasses
 import json
 import math
 import re
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ from tracekit import artefacts, schema
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_checks import CHECKS, check_columns
 from tracekit.analysis.rule_expr import ExprError, compile_expr, grammar_summary
-from tracekit.analysis.rule_safety import MAX_PRECISION, MAX_WIDTH, RegexError, compile_regex, format_spec_problem
+from tracekit.analysis.rule_fields import Refused, check_cases, check_template, value_names
+from tracekit.analysis.rule_safety import RegexError, compile_regex
 from tracekit.units import parse_quantity
 
 #: The rule file format this tracekit reads and writes. 2: expressions in tracekit's own grammar, case names,
@@ -68,15 +68,6 @@ FIELDS = {
     "cases": (True, "pass: / fail: lists of {name, note, rows, frames, params, expect}"),
     "example": (False, "before: / after: what the trace or code looks like when the rule fires, and after the fix"),
 }
-CASE_FIELDS = ("name", "note", "rows", "frames", "params", "expect")
-EXPECT_FIELDS = ("evidence", "savings_ps")
-#: values every finding provides to ``message``/``fix``/``report_if`` (besides the parameters and aggregates)
-TEMPLATE_VALUES = {"count": "number of evidence rows", "savings_ps": "the finding's savings (ps)",
-                   "savings": "savings_ps as text with a unit", "share": "savings_ps / profiled time",
-                   "profiled_ps": "profiled device time (sum of device spans)",
-                   "devices": "devices with evidence", "hosts": "hosts with evidence",
-                   "top": "the evidence row with the largest savings: {top[column]}"}
-AGGREGATES = ("sum", "mean", "min", "max", "median")
 _ID = re.compile(r"^[A-Z]{2,}\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 #: the evidence columns shown when a rule names none (those the frame has), then its time column
@@ -240,73 +231,6 @@ def _expr(doc, path, label, text, names, params, names_are="column"):
         _refuse(doc, path, f"`{label}` expression `{shown}` is not allowed: {e}", grammar_summary())
 
 
-_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_]*)(?:\[(?P<key>[A-Za-z][A-Za-z0-9_]*)\])?$")
-
-
-def value_names(columns, params) -> set:
-    """Names a finding's template and ``report_if`` can use: :data:`TEMPLATE_VALUES`, the parameters, and
-    ``<agg>_<column>`` / ``top_<column>`` for every evidence column (``t_`` in front: as a duration)."""
-    cols = set(columns) | {"savings_ps"}
-    return (set(TEMPLATE_VALUES) | set(params) | {f"{a}_{c}" for a in AGGREGATES for c in cols}
-            | {f"top_{c}" for c in cols})
-
-
-def _template(doc, path, label, text, names, columns):
-    """Every ``{field}`` of a str.format template is a known value, ``{top[column]}`` or ``t_<value>``; no
-    attribute access, no other indexing, no nested fields."""
-    try:
-        fields = [(f, spec) for _, f, spec, _ in string.Formatter().parse(text) if f is not None]
-    except ValueError as e:
-        _refuse(doc, path, f"`{label}` is not a valid template ({e})", "write {name} or {name:.1f}; {{ for a brace")
-    for f, spec in fields:
-        m = _FIELD.match(f)
-        base = m and m.group("name")
-        ok = m and ((m.group("key") is None and (base in names or (base.startswith("t_") and base[2:] in names)))
-                    or (base == "top" and m.group("key") in columns))
-        if not ok or "{" in (spec or ""):
-            _refuse(doc, path, f"`{label}` uses {{{f}}}, which is not a value a finding provides",
-                    "use {count}, {savings}, {share}, a parameter, {sum_COLUMN} (sum mean min max median), "
-                    "{top[COLUMN]}, {t_VALUE} for a duration; no attribute access or nested fields "
-                    "(docs/rules.md#message-template-variables)")
-        problem = format_spec_problem(spec or "")
-        if problem:
-            _refuse(doc, path, f"`{label}` field {{{f}:...}}: {problem}",
-                    f"widths up to {MAX_WIDTH} and precisions up to {MAX_PRECISION}, e.g. {{{f}:.1f}} or "
-                    "{share:.0%} (docs/rules.md#message-template-variables)")
-
-
-def _cases(doc, path, params) -> dict:
-    cases = doc["cases"] or {}
-    if not isinstance(cases, dict) or set(cases) - {"pass", "fail"}:
-        _refuse(doc, path, "cases may only have `pass` and `fail`")
-    out, seen = {}, set()
-    for kind in ("pass", "fail"):
-        out[kind] = []
-        for i, case in enumerate(cases.get(kind) or [], 1):
-            where = f"case {kind}[{i}]"
-            if not isinstance(case, dict):
-                _refuse(doc, path, f"{where} must be a mapping with rows")
-            extra = set(case) - set(CASE_FIELDS)
-            if extra:
-                _refuse(doc, path, f"{where} has unknown fields {sorted(extra)}", f"known: {', '.join(CASE_FIELDS)}")
-            name = str(case.get("name") or f"{kind}-{i}")
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in seen:
-                _refuse(doc, path, f"{where}: bad or duplicate case name {name!r}",
-                        "names are unique within a rule: letters, digits, - _ .")
-            seen.add(name)
-            if set(case.get("params") or {}) - set(params):
-                _refuse(doc, path, f"case {name!r} sets unknown parameters {sorted(set(case['params']) - set(params))}")
-            if set(case.get("expect") or {}) - set(EXPECT_FIELDS):
-                _refuse(doc, path, f"case {name!r} expects unknown fields", f"known: {', '.join(EXPECT_FIELDS)}")
-            if set(case.get("frames") or {}) - set(FRAMES):
-                _refuse(doc, path, f"case {name!r} gives unknown frames", f"frames: {', '.join(FRAMES)}")
-            rows = case.get("rows") or []
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                _refuse(doc, path, f"case {name!r}: rows must be a list of mappings column -> value")
-            out[kind].append({**case, "name": name})
-    return out
-
-
 def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
     """A :class:`Rule` from one parsed YAML document, validated; raises :class:`TraceError`."""
     if not isinstance(doc, dict):
@@ -367,8 +291,12 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
     if doc.get("report_if") is not None:
         exprs["report_if"] = _expr(doc, path, "report_if", doc["report_if"], names - {"top", "savings"}, params,
                                    "value of the finding (count, share, sum_COLUMN, ...)")
-    for label in ("message", "fix"):
-        _template(doc, path, label, str(doc[label]), names, set(columns) | {"savings_ps"})
+    try:
+        for label in ("message", "fix"):
+            check_template(label, str(doc[label]), names, set(columns) | {"savings_ps"})
+        cases = check_cases(doc["cases"], params, FRAMES)
+    except Refused as e:
+        _refuse(doc, path, e.what, e.hint)
     example = doc.get("example") or {}
     if not isinstance(example, dict) or set(example) - {"before", "after"}:
         _refuse(doc, path, "`example` may only have `before` and `after`")
@@ -376,7 +304,7 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
         id=doc["id"], name=doc["name"], severity=doc["severity"], groups=tuple(doc["groups"]), frame=doc["frame"],
         summary=str(doc["summary"]).strip(), savings=str(doc["savings"]), message=str(doc["message"]).strip(),
         fix=str(doc["fix"]).strip(), why=str(doc["why"]).strip(), references=tuple(doc["references"] or ()),
-        cases=_cases(doc, path, params), params=params, needs=tuple(doc.get("needs") or ()),
+        cases=cases, params=params, needs=tuple(doc.get("needs") or ()),
         derive=derive, where=doc.get("where"), check=doc.get("check"), time=doc.get("time"),
         report_if=doc.get("report_if"), evidence=tuple(doc.get("evidence") or ()), path=path, version=version,
         example={k: str(v).rstrip() for k, v in example.items()}, exprs=exprs)

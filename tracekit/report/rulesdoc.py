@@ -11,8 +11,8 @@ from tracekit import schema
 from tracekit.analysis import rule_expr
 from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS
 from tracekit.analysis.rule_safety import MAX_PRECISION, MAX_WIDTH
-from tracekit.analysis.rule_model import (AGGREGATES, FIELDS, PARAM_KINDS, RULE_FORMAT, TEMPLATE_VALUES, TIME_COLUMN,
-                                          Rule, load_rules)
+from tracekit.analysis.rule_fields import AGGREGATES, TEMPLATE_VALUES
+from tracekit.analysis.rule_model import FIELDS, PARAM_KINDS, RULE_FORMAT, TIME_COLUMN, Rule, load_rules
 
 
 def _cell(value) -> str:
