@@ -29,6 +29,8 @@ Grammar (the allow-list)
   ``.str.lower()``, ``.str.upper()``, ``.str.len()``. Text arguments are constants or ``@params``; keyword
   arguments are constants.
 
+The functions and methods, with their implementations, are in :mod:`tracekit.analysis.rule_functions`.
+
 Refused, among others: any other attribute (``x.__class__``, ``x.apply``, ``pd.eval``), indexing (``x[0]``,
 ``f(x)[0]``), names starting with ``_``, lambdas, comprehensions, f-strings, ``:=``, ``*``/``**`` unpacking,
 conditional expressions (use ``where(c, a, b)``), ``is``, dicts and sets, and any name that is not a declared
@@ -49,7 +51,8 @@ from typing import Any, Callable, Collection, Mapping
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.rule_safety import RegexError, compile_regex, str_contains
+from tracekit.analysis.rule_functions import FUNCTIONS, METHODS, STR_METHODS
+from tracekit.analysis.rule_safety import RegexError, compile_regex
 
 MAX_LENGTH = 4000
 MAX_DEPTH = 60
@@ -61,66 +64,6 @@ class ExprError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------- the allow-list
-def _nary(fn):
-    def call(*args):
-        out = args[0]
-        for a in args[1:]:
-            out = fn(out, a)
-        return out
-    return call
-
-
-def _where(cond, a, b):
-    index = next((v.index for v in (cond, a, b) if isinstance(v, pd.Series)), None)
-    out = np.where(np.asarray(cond, dtype=bool), a, b)
-    return out if index is None else pd.Series(out, index=index)
-
-
-#: name -> (min args, max args or None, implementation, usage, meaning)
-FUNCTIONS: dict[str, tuple] = {
-    "abs": (1, 1, np.abs, "abs(x)", "absolute value"),
-    "min": (2, None, _nary(np.minimum), "min(a, b, ...)", "element-wise minimum (NaN if any is NaN)"),
-    "max": (2, None, _nary(np.maximum), "max(a, b, ...)", "element-wise maximum (NaN if any is NaN)"),
-    "sqrt": (1, 1, np.sqrt, "sqrt(x)", "square root"),
-    "exp": (1, 1, np.exp, "exp(x)", "e to the power x"),
-    "log": (1, 1, np.log, "log(x)", "natural logarithm"),
-    "log2": (1, 1, np.log2, "log2(x)", "base-2 logarithm"),
-    "log10": (1, 1, np.log10, "log10(x)", "base-10 logarithm"),
-    "floor": (1, 1, np.floor, "floor(x)", "round down"),
-    "ceil": (1, 1, np.ceil, "ceil(x)", "round up"),
-    "where": (3, 3, _where, "where(cond, a, b)", "a where cond is true, else b"),
-    "isna": (1, 1, pd.isna, "isna(x)", "true where the value is missing (NaN)"),
-    "notna": (1, 1, pd.notna, "notna(x)", "true where the value is present"),
-}
-
-#: method -> (min args, max args, keyword arguments, "list"/"const"/"" (what the arguments must be),
-#: implementation, usage, meaning); called as ``column.method(...)``
-METHODS: dict[str, tuple] = {
-    "isin": (1, 1, (), "list", lambda s, v: s.isin(v), "x.isin(['a', 'b'])", "true where x is one of the constants"),
-    "between": (2, 2, (), "", lambda s, lo, hi: s.between(lo, hi), "x.between(lo, hi)", "lo <= x <= hi"),
-    "abs": (0, 0, (), "", lambda s: s.abs(), "x.abs()", "absolute value"),
-    "isna": (0, 0, (), "", lambda s: s.isna(), "x.isna()", "true where x is missing"),
-    "notna": (0, 0, (), "", lambda s: s.notna(), "x.notna()", "true where x is present"),
-    "isnull": (0, 0, (), "", lambda s: s.isna(), "x.isnull()", "the same as x.isna()"),
-    "notnull": (0, 0, (), "", lambda s: s.notna(), "x.notnull()", "the same as x.notna()"),
-    "fillna": (1, 1, (), "", lambda s, v: s.fillna(v), "x.fillna(v)", "x with missing values replaced by v"),
-}
-#: text method -> the same fields; called as ``column.str.method(...)``
-STR_METHODS: dict[str, tuple] = {
-    "contains": (1, 1, ("case", "regex", "na"), "const",
-                 str_contains,
-                 "x.str.contains('pat', case=False, regex=True, na=False)",
-                 "true where the text contains the pattern (a regular expression, run by RE2: no backreferences "
-                 "or lookaround, unless regex=False; case=False ignores case; na: the value for missing text)"),
-    "startswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.startswith(p, **na), "x.str.startswith('s')",
-                   "true where the text starts with s"),
-    "endswith": (1, 1, ("na",), "const", lambda s, p, **na: s.str.endswith(p, **na), "x.str.endswith('s')",
-                 "true where the text ends with s"),
-    "lower": (0, 0, (), "", lambda s: s.str.lower(), "x.str.lower()", "the text in lower case"),
-    "upper": (0, 0, (), "", lambda s: s.str.upper(), "x.str.upper()", "the text in upper case"),
-    "len": (0, 0, (), "", lambda s: s.str.len(), "x.str.len()", "length of the text"),
-}
-
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,

@@ -4,8 +4,9 @@
 Loading checks everything that can be checked without data: the fields, the parameters (kind and bounds), every
 expression against the grammar of :mod:`tracekit.analysis.rule_expr` and the columns the rule's frame declares
 (:data:`tracekit.schema.RULE_FRAMES`), the message/fix templates against the values a finding provides, and the
-shape of the cases (those two in :mod:`tracekit.analysis.rule_fields`). The rule format has a version (:data:`RULE_FORMAT`); a file without ``version:`` is format 1
-(expressions were pandas query/eval), read with the current grammar, and told how to update when refused.
+shape of the cases (those two in :mod:`tracekit.analysis.rule_fields`). The rule format has a version
+(:data:`RULE_FORMAT`); a file without ``version:`` is format 1 (expressions were pandas query/eval), read with the
+current grammar, and told how to update when refused.
 """
 from __future__ import annotations
 
@@ -337,7 +338,8 @@ def params_for(rule: Rule, overrides: dict | None) -> dict:
 def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
     """Built-in rules plus every ``*.yaml``/``*.yml`` in ``extra_dirs``, sorted by id. ``select`` keeps rules
     matching any entry, ``ignore`` drops them (see :func:`matches`; ids in any case). A folder named twice (the
-    built-in one included) is read once; duplicate ids or names raise :class:`TraceError`. The rules' cases are not run here (see :mod:`tracekit.analysis.rule_cases`)."""
+    built-in one included) is read once; duplicate ids or names raise :class:`TraceError`. The rules' cases are
+    not run here (see :mod:`tracekit.analysis.rule_cases`)."""
     rules, seen, folders = [], {}, set()
     for d in (builtin_rules_dir(), *map(Path, extra_dirs)):
         if not d.is_dir():

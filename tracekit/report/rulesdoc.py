@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from tracekit import schema
-from tracekit.analysis import rule_expr
+from tracekit.analysis import rule_functions
 from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS
 from tracekit.analysis.rule_safety import MAX_PRECISION, MAX_WIDTH
 from tracekit.analysis.rule_fields import AGGREGATES, TEMPLATE_VALUES
@@ -117,10 +117,11 @@ def reference_sections() -> list[str]:
            "  linear in the text whatever the pattern, so `(a+)+$` cannot hang; no backreferences (`\\1`) or",
            "  lookaround (`(?=`, `(?!`, `(?<=`, `(?<!`): such a pattern is refused at load (exit 2, one line)", "",
            "| function | meaning |", "|---|---|"]
-    out += [f"| `{v[-2]}` | {_cell(v[-1])} |" for v in rule_expr.FUNCTIONS.values()]
+    out += [f"| `{v[-2]}` | {_cell(v[-1])} |" for v in rule_functions.FUNCTIONS.values()]
     out += ["", "Column methods, directly on an expression that reads a column (text arguments: constants or",
             "`@params`):", "", "| method | meaning |", "|---|---|"]
-    out += [f"| `{v[-2]}` | {_cell(v[-1])} |" for t in (rule_expr.METHODS, rule_expr.STR_METHODS) for v in t.values()]
+    out += [f"| `{v[-2]}` | {_cell(v[-1])} |" for t in (rule_functions.METHODS, rule_functions.STR_METHODS)
+            for v in t.values()]
     out += ["", "## Message template variables", "",
             "`message` and `fix` are `str.format` templates (`{count}`, `{share:.0%}`); `report_if` reads the same",
             "values (without `top` and `savings`). Each rule's parameters are values too. A format spec may ask for",
