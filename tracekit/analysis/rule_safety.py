@@ -85,11 +85,9 @@ def regex_contains(s: pd.Series, pattern: str, case: bool = True, na=None) -> pd
     """What ``s.str.contains(pattern, case=case, regex=True, na=na)`` gives, matched by RE2 once per distinct
     value: true where the text contains a match. Missing (or non-text) values give ``na`` when it is given, else
     False for a categorical column and missing (NA, a nullable boolean) for any other."""
-    rx = compile_regex(pattern, case)
     codes, uniques = pd.factorize(s, use_na_sentinel=True)
     texts = uniques.astype(str) if isinstance(s.dtype, pd.CategoricalDtype) else np.asarray(uniques, dtype=object)
-    hit = np.fromiter((isinstance(t, str) and rx.search(t) is not None for t in texts), dtype=bool,
-                      count=len(texts))
+    hit = regex_search_mask(texts, pattern, case)
     text_ok = np.fromiter((isinstance(t, str) for t in texts), dtype=bool, count=len(texts))
     codes = np.asarray(codes)
     missing = codes < 0
