@@ -328,3 +328,34 @@ def test_export_to_real_stdout_and_no_file(tmp_path):
     assert p.returncode == 0, p.stderr
     check("export", p.stdout)
     assert os.listdir(tmp_path) == [] and p.stderr.startswith("wrote -:")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"), reason="needs /proc")
+def test_ctrl_c_with_worker_processes_is_130_one_line(tmp_path):
+    """Ctrl-C at a terminal goes to the whole process group: ``analyze --jobs 2`` and its workers. One line
+    (no worker's traceback), 130, no report and no temporary."""
+    src = cpu_fixture("train_step") / "plugins" / "profile" / "run1" / "cpu.xplane.pb"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for i in range(6):
+        (run_dir / f"host{i}.xplane.pb").write_bytes(src.read_bytes())
+    out = tmp_path / "r.json"
+    p = subprocess.Popen(EXE + ["analyze", str(run_dir), "--jobs", "2", "-o", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None and len(_children(p.pid)) < 1:
+        time.sleep(0.05)
+    assert p.poll() is None, ("analyze ended before it was interrupted", p.returncode)
+    time.sleep(0.3)  # the workers are loading hosts
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, (p.returncode, err[-2000:])
+    assert err.strip() == "tracekit: interrupted", err[-2000:]
+    assert not out.exists() and temporaries(tmp_path) == []
