@@ -359,3 +359,17 @@ def test_ctrl_c_with_worker_processes_is_130_one_line(tmp_path):
     assert p.returncode == 130, (p.returncode, err[-2000:])
     assert err.strip() == "tracekit: interrupted", err[-2000:]
     assert not out.exists() and temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("cmd", ALL + ["info"])
+def test_stdout_on_a_full_device_is_one_line(tmp_path, cmd):
+    """No -o, stdout redirected to a full device (`> /dev/full`): one line and exit 2 (it used to be exit 3,
+    "internal error", for every command)."""
+    node = device(tmp_path, "full", 7)
+    args = COMMANDS[cmd][0]() if cmd in COMMANDS else ["info", _big()]
+    if cmd == "export":
+        args += ["-o", "-"]
+    with open(node, "w") as out:
+        p = subprocess.run(EXE + args, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
+    one_line(p, "No space left")
+    assert stat.S_ISCHR(os.stat(node).st_mode)

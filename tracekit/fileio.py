@@ -113,7 +113,12 @@ def write_all(items, *, what: str = "the output") -> None:
             _write_through(t, text, what)
 
 
-def _hint(e: OSError) -> str:
+def _hint(e: OSError, through: bool = False) -> str:
+    """What to do about ``e``; ``through``: it came from a device, FIFO or stdout written through (no old file)."""
+    if through and e.errno == errno.ENOSPC:
+        return "the device is full: give a file, or a device with room"
+    if through and e.errno == errno.EPIPE:
+        return "keep the reader open until the output is written"
     if e.errno == errno.ELOOP:
         return "the path is a loop of symlinks: give a file name"
     if e.errno == errno.ENOTDIR:
@@ -231,7 +236,8 @@ def _write_through(t: Target, text: str, what: str) -> None:
     except BrokenPipeError:
         raise  # the reader of stdout went away (`| head`): the command line ends quietly
     except OSError as e:  # /dev/full (ENOSPC), a FIFO whose reader left (EPIPE)
-        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given, _hint(e)) from None
+        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given,
+                         _hint(e, through=True)) from None
 
 
 def _open_through(t: Target, what: str) -> int:
@@ -296,7 +302,8 @@ def _stream_through(t: Target, what: str):
     except BrokenPipeError:
         raise
     except OSError as e:
-        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given, _hint(e)) from None
+        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given,
+                         _hint(e, through=True)) from None
     finally:
         if opened is not None:
             with contextlib.suppress(OSError):

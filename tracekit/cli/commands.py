@@ -324,6 +324,7 @@ def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, ma
     lim = limits(max_size, max_events)
     out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
                           rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
-    click.echo(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, {out.steps:,} step rows, "
+    click.echo(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, "
+               f"{out.steps:,} step rows, "
                f"{out.finding_windows:,} windows of {out.findings} finding(s), {out.gaps:,} idle gaps, "
                f"{out.exposed_windows:,} exposed-collective windows", err=True)
