@@ -373,3 +373,20 @@ def test_stdout_on_a_full_device_is_one_line(tmp_path, cmd):
         p = subprocess.run(EXE + args, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
     one_line(p, "No space left")
     assert stat.S_ISCHR(os.stat(node).st_mode)
+
+
+def test_keyboard_interrupt_in_process(monkeypatch):
+    """The same in a caller's process (click's runner calls main as the console script does): 130 and the line;
+    main(standalone_mode=False) leaves the interrupt to its caller (click's Abort, not an exit)."""
+    import click
+
+    import tracekit.ingest.trace as trace_mod
+
+    def load(*a, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(trace_mod, "load", load)
+    res = CliRunner().invoke(main, ["ops", _big()])
+    assert res.exit_code == 130 and res.stderr.strip() == "tracekit: interrupted", (res.exit_code, res.output)
+    with pytest.raises(click.exceptions.Abort):
+        main(["ops", _big()], standalone_mode=False)
+    assert CliRunner().invoke(main, ["ops", _big()]).exit_code == 130  # the flag was reset, and set again

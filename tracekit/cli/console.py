@@ -44,11 +44,20 @@ class OneLineErrors(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
+            if not getattr(self, "_one_line", False):  # main(standalone_mode=False): the caller's to handle
+                raise
             raise Interrupted() from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        self._one_line = True
+        try:
+            self._one_line_main(args, prog_name, complete_var, **extra)
+        finally:
+            self._one_line = False
+
+    def _one_line_main(self, args, prog_name, complete_var, **extra):
         try:
             rv = super().main(args, prog_name or "tracekit", complete_var, standalone_mode=False, **extra)
         except click.UsageError as e:
