@@ -390,3 +390,64 @@ def test_keyboard_interrupt_in_process(monkeypatch):
     with pytest.raises(click.exceptions.Abort):
         main(["ops", _big()], standalone_mode=False)
     assert CliRunner().invoke(main, ["ops", _big()]).exit_code == 130  # the flag was reset, and set again
+
+
+# ---- the post-run hook: its analysis child writes <run>/tracekit-report.json through the same writer ------------
+
+def _hook_run(tmp_path: Path) -> Path:
+    import shutil
+    run_dir = tmp_path / "run1"
+    shutil.copytree(cpu_fixture("big_matmul") / "plugins" / "profile" / "run1", run_dir)
+    return run_dir
+
+
+def _hook_child(run_dir: Path):
+    from tracekit.run import hook
+    return subprocess.run(hook.analysis_command(run_dir, {"outputs": ["json"], "fail_on": "never"}),
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("kind", ["null", "full", "symlink", "dangling", "loop", "read-only", "folder"])
+def test_the_hook_report_path_is_the_same_writer(tmp_path, kind):
+    """Whatever sits at the report's path in the run folder, the hook's child treats it as `-o` does: a device
+    stays a device, a link stays a link (its target gets the report), a read-only report is replaced and stays
+    read-only; a full device, a loop or a folder fail the child (the job's hook logs one warning) and leave
+    everything as it was."""
+    from tracekit.run.hook import REPORT_STEM
+    run_dir = _hook_run(tmp_path)
+    report = run_dir / f"{REPORT_STEM}.json"
+    elsewhere = tmp_path / "kept.json"
+    if kind in ("null", "full"):
+        node = device(run_dir, report.name, 3 if kind == "null" else 7)
+    elif kind == "symlink":
+        elsewhere.write_text("old")
+        report.symlink_to(elsewhere)
+    elif kind == "dangling":
+        report.symlink_to(elsewhere)
+    elif kind == "loop":
+        report.symlink_to(report)
+    elif kind == "read-only":
+        report.write_text("old")
+        report.chmod(0o444)
+    else:
+        report.mkdir()
+    p = _hook_child(run_dir)
+    if kind in ("full", "loop", "folder"):
+        assert p.returncode != 0, p.stdout
+        assert "cannot write the report" in p.stderr, p.stderr[-1000:]
+    else:
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert json.loads(p.stdout.strip().splitlines()[-1])["written"] == [str(report)]
+    if kind in ("null", "full"):
+        assert stat.S_ISCHR(os.stat(node).st_mode)
+    elif kind in ("symlink", "dangling"):
+        assert report.is_symlink() and os.readlink(report) == str(elsewhere)
+        check("analyze", elsewhere.read_text())
+    elif kind == "loop":
+        assert report.is_symlink()
+    elif kind == "read-only":
+        assert stat.S_IMODE(report.stat().st_mode) == 0o444
+        check("analyze", report.read_text())
+    else:
+        assert report.is_dir() and list(report.iterdir()) == []
+    assert temporaries(run_dir) == []
