@@ -64,6 +64,7 @@ def _text(df, fmt: str, topo: dict, model, executions: bool) -> str:
         lines += [f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else "") for r in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
+
 def _format(df, executions: bool):
     from tracekit.units import fmt_eff, fmt_num, fmt_time
     cols = ["host", "device", "op", "kind"] if executions else ["op", "kind", "group_size", "span", "executions"]
