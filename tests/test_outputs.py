@@ -190,8 +190,9 @@ def test_a_signal_while_writing_leaves_no_temporary(tmp_path, sig):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode != 0
     assert out.read_text() == "old" and not temporaries(tmp_path), (p.returncode, p.stderr[-500:])
-    if sig != "SIGINT":
-        assert p.returncode == 128 + getattr(signal, sig), p.returncode  # the usual exit status for the signal
+    assert p.returncode == 128 + getattr(signal, sig), p.returncode  # the usual exit status (SIGINT: 130)
+    if sig == "SIGINT":
+        assert p.stderr.strip() == "tracekit: interrupted", p.stderr[-500:]  # it used to be click's "Aborted!", 1
 
 
 def test_a_kill_leaves_a_temporary_that_the_next_run_removes(tmp_path):

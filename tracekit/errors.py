@@ -10,6 +10,7 @@ from __future__ import annotations
 EXIT_OK = 0  #: analysis done; no finding reached ``--fail-on``
 EXIT_FINDINGS = 1  #: a finding reached ``--fail-on`` severity (or ``diff`` found a regression)
 EXIT_BAD_INPUT = 2  #: bad input or usage: the message says what and where
+EXIT_INTERRUPTED = 130  #: stopped by SIGINT (Ctrl-C): 128 + 2, the shell's convention; nothing partial is left
 
 
 class TraceError(Exception):

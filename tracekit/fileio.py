@@ -8,12 +8,15 @@ signal) leaves every old file as it was. What is not a regular file is never rep
 target is replaced, the link stays), ``-`` and ``/dev/stdout`` are stdout, a character device or FIFO
 (``/dev/null``, a pipe) is written through, and a folder, block device or socket is refused. SIGINT, SIGTERM and
 SIGHUP while writing remove the temporaries; those of a process killed with SIGKILL are removed by the next write
-into that folder. Used by the command line, the post-run hook and calibration alike.
+into that folder. :func:`stream` is the same writer for an output too large to hold as one text (``tracekit
+export``): written as it is produced, to the same kind of temporary, renamed when complete. Used by every command
+that writes, the post-run hook and calibration alike.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import re
 import secrets
@@ -59,8 +62,8 @@ def target(path, what: str = "the output") -> Target:
         mode = os.stat(given).st_mode  # through symlinks, /proc/self/fd/N's too (whose target may have no path)
     except FileNotFoundError:  # a new file (a dangling symlink: its target is created, the link stays)
         return Target(given, "file", os.path.realpath(given))
-    except OSError as e:
-        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", given) from None
+    except OSError as e:  # a symlink loop (ELOOP), a path through a file (ENOTDIR), no permission to look
+        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", given, _hint(e)) from None
     if stat.S_ISREG(mode):  # a symlink is followed: its target is replaced, the link stays
         return Target(given, "file", os.path.realpath(given))
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # opened by the name given (a pipe's realpath is no path)
@@ -110,7 +113,16 @@ def write_all(items, *, what: str = "the output") -> None:
             _write_through(t, text, what)
 
 
-def _hint(e: OSError) -> str:
+def _hint(e: OSError, through: bool = False) -> str:
+    """What to do about ``e``; ``through``: it came from a device, FIFO or stdout written through (no old file)."""
+    if through and e.errno == errno.ENOSPC:
+        return "the device is full: give a file, or a device with room"
+    if through and e.errno == errno.EPIPE:
+        return "keep the reader open until the output is written"
+    if e.errno == errno.ELOOP:
+        return "the path is a loop of symlinks: give a file name"
+    if e.errno == errno.ENOTDIR:
+        return "a folder on the path is a file: give a file name"
     if e.errno == errno.ENOENT:
         return "check that the folder exists"
     if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
@@ -185,6 +197,10 @@ def _fill(tmp: str, path: str, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
+    _keep_mode(tmp, path)
+
+
+def _keep_mode(tmp: str, path: str) -> None:
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)  # a replaced file keeps its permissions
     except FileNotFoundError:
@@ -209,22 +225,124 @@ def _fsync_folder(folder: str) -> None:
 
 
 def _write_through(t: Target, text: str, what: str) -> None:
-    if t.kind in ("stdout", "stderr"):
-        stream = sys.stdout if t.kind == "stdout" else sys.stderr
-        stream.write(text)
-        stream.flush()
-        return
-    try:  # a FIFO nobody reads: ENXIO at once instead of blocking forever
+    try:
+        if t.kind in ("stdout", "stderr"):
+            out = sys.stdout if t.kind == "stdout" else sys.stderr
+            out.write(text)
+            out.flush()
+            return
+        with open(_open_through(t, what), "w", encoding="utf-8", closefd=True) as f:
+            f.write(text)
+    except BrokenPipeError:
+        raise  # the reader of stdout went away (`| head`): the command line ends quietly
+    except OSError as e:  # /dev/full (ENOSPC), a FIFO whose reader left (EPIPE)
+        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given,
+                         _hint(e, through=True)) from None
+
+
+def _open_through(t: Target, what: str) -> int:
+    """A blocking descriptor on the device or FIFO ``t``; a FIFO nobody reads is ENXIO at once instead of blocking
+    forever (opened with O_NONBLOCK, then made blocking)."""
+    try:
         fd = os.open(t.path, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         hint = "start the reader first" if e.errno == errno.ENXIO else "check that it is writable"
         raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given, hint) from None
+    os.set_blocking(fd, True)
+    return fd
+
+
+@contextlib.contextmanager
+def stream(path, *, what: str = "the output"):
+    """Write one output as it is produced (too large to hold as one text): yields a binary stream, which the
+    caller may wrap (gzip, text) and close; this writer closes the file. The same rules as :func:`write_all`: a
+    regular file (a symlink's target) is a temporary next to it, flushed to disk and renamed over it only when the
+    body ends without error, keeping the old file's permissions (a read-only report is replaced and stays
+    read-only, as with every other output); a failure, SIGINT, SIGTERM or SIGHUP leaves the old file and no
+    temporary. A character device or FIFO is written through, ``-`` / ``/dev/stdout`` is stdout; a folder, block
+    device or socket is refused before anything is written. An OSError (no space, EFBIG) is a TraceError."""
+    t = target(path, what)
+    if t.kind != "file":
+        yield from _stream_through(t, what)
+        return
+    folder = os.path.dirname(t.path) or "."
+    remove_stale_temporaries(folder)
+    tmp = None
+    with _signals_end_the_write():
+        try:
+            tmp = _temporary(t.path)
+            with open(tmp, "wb") as f:
+                yield _Kept(f)
+                f.flush()
+                os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
+            _keep_mode(tmp, t.path)
+            os.replace(tmp, t.path)
+            tmp = None
+        except OSError as e:
+            raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given, _hint(e)) from None
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+    _fsync_folder(folder)
+
+
+def _stream_through(t: Target, what: str):
+    if t.kind in ("stdout", "stderr"):
+        text = sys.stdout if t.kind == "stdout" else sys.stderr
+        opened = None
+    else:
+        text, opened = None, open(_open_through(t, what), "wb")
     try:
-        os.set_blocking(fd, True)
-        with open(fd, "w", encoding="utf-8", closefd=True) as f:
-            f.write(text)
+        if text is not None:
+            text.flush()  # what was printed before goes first
+        dest = opened if opened is not None else getattr(text, "buffer", None)
+        yield _Kept(dest) if dest is not None else _Kept(_TextBytes(text))
+        (opened or text).flush()
+    except BrokenPipeError:
+        raise
     except OSError as e:
-        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given) from None
+        raise TraceError(f"cannot write {what} ({e.strerror or type(e).__name__})", t.given,
+                         _hint(e, through=True)) from None
+    finally:
+        if opened is not None:
+            with contextlib.suppress(OSError):
+                opened.close()
+
+
+class _Kept(io.RawIOBase):
+    """A writable view of a binary file that its user may close (a gzip or text wrapper closes what it wraps)
+    while the file itself stays open: :func:`stream` closes, flushes and renames it."""
+
+    def __init__(self, f):
+        super().__init__()
+        self._f = f
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._f.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._f.flush()
+
+
+class _TextBytes:
+    """A text stream with no binary buffer (a test runner's stdout) as a binary one: UTF-8 decoded."""
+
+    def __init__(self, text):
+        import codecs
+        self._t, self._dec = text, codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data) -> int:
+        self._t.write(self._dec.decode(bytes(data)))
+        return len(data)
+
+    def flush(self) -> None:
+        self._t.flush()
 
 
 @contextlib.contextmanager

@@ -2,14 +2,15 @@
 (:mod:`tracekit.cli.reference`) under one name.
 
 Exit codes: 0 ok; 1 a finding reached ``--fail-on`` (``analyze``) or a regression (``diff``); 2 bad input or usage
-(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it).
+(one line on stderr saying what, where, and what to do); 3 an internal error (a bug: please report it); 130
+interrupted (SIGINT, Ctrl-C: one line, no partial output).
 """
 from __future__ import annotations
 
 import click
 
 from tracekit.cli import collectives, commands, memory, reference
-from tracekit.cli.console import OneLineErrors
+from tracekit.cli.console import OneLineErrors, interrupted
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,8 +38,11 @@ def entry():
     no frame to a caller, so its constant columns are held once (:func:`tracekit.threads.mark_one_shot`) and its
     garbage collector waits while it imports (:mod:`tracekit.collector`);
     :func:`main` called in a caller's process (click's test runner, a notebook) leaves its frames writable."""
-    from tracekit import collector
-    from tracekit.threads import mark_one_shot
-    mark_one_shot()  # (no pandas import here: `tracekit info` never loads it)
-    collector.pause()  # no cyclic collection while the command imports; loading a trace resumes it
-    main()
+    try:
+        from tracekit import collector
+        from tracekit.threads import mark_one_shot
+        mark_one_shot()  # (no pandas import here: `tracekit info` never loads it)
+        collector.pause()  # no cyclic collection while the command imports; loading a trace resumes it
+        main()
+    except KeyboardInterrupt:  # before or after a command (its own SIGINT is main's): the same line and 130
+        interrupted()

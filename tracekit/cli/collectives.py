@@ -5,6 +5,7 @@ import json
 
 import click
 
+from tracekit.cli.console import output_format, output_opt, write_output
 from tracekit.cli.options import frame_table, guarded, limit_opts, limits, path_arg, run_opt, topology_opt
 
 COLUMNS = ["module", "op", "kind", "group_size", "groups", "span", "global_bytes", "size_bytes", "executions",
@@ -17,14 +18,17 @@ COLUMNS = ["module", "op", "kind", "group_size", "groups", "span", "global_bytes
 @run_opt
 @click.option("--chip", default=None, help="Chip name to price the collectives as (see `tracekit chips`).")
 @topology_opt
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
+              help="table (default), csv or json.")
+@output_opt("the table")
 @click.option("--executions", is_flag=True, help="One row per execution and device instead of per op.")
 @click.option("--limit", type=click.IntRange(min=0), default=30, show_default=True, help="Rows to show (0 = all).")
 @limit_opts
 @guarded
-def collectives_cmd(path, run, chip, topology, fmt, executions, limit, max_size, max_events):
+def collectives_cmd(path, run, chip, topology, fmt, output, executions, limit, max_size, max_events):
     """Every collective: measured time, start skew (waiting for the last participant), algorithm and bus
     bandwidth (nccl-tests convention), the time predicted on the topology's links and the level that bounds it."""
+    fmt = output_format(fmt, output, ("csv", "json"), "table")  # a bad -o path fails before the trace is read
     from tracekit import pipeline
     from tracekit.ingest.trace import load
     from tracekit.analysis import collectives
@@ -36,25 +40,29 @@ def collectives_cmd(path, run, chip, topology, fmt, executions, limit, max_size,
         df = df.head(limit)
     topo = model.topology.to_dict()
     topo.pop("devices")
+    text = _text(df, fmt, topo, model, executions)
+    if output is not None:
+        write_output(output, text, fmt)
+    else:
+        click.echo(text, nl=False)
+
+
+def _text(df, fmt: str, topo: dict, model, executions: bool) -> str:
     if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-        return
+        return df.to_csv(index=False)
     if fmt == "json":
         recs = json.loads(df.to_json(orient="records"))
-        click.echo(json.dumps({"topology": topo, "chip": getattr(model.chip, "name", ""),
-                               "executions" if executions else "collectives": recs}, indent=1, sort_keys=True))
-        return
-    click.echo(f"topology: {topo['description']} [{topo['source']}]"
-               + (f"; priced as {model.chip.name}" if model.chip is not None else ""))
-    for note in topo["notes"]:
-        click.echo(f"note: {note}")
+        return json.dumps({"topology": topo, "chip": getattr(model.chip, "name", ""),
+                           "executions" if executions else "collectives": recs}, indent=1, sort_keys=True) + "\n"
+    lines = [f"topology: {topo['description']} [{topo['source']}]"
+             + (f"; priced as {model.chip.name}" if model.chip is not None else "")]
+    lines += [f"note: {note}" for note in topo["notes"]]
     if not len(df):
-        click.echo("no collectives in this trace")
-        return
-    click.echo(frame_table(_format(df, executions)))
+        return "\n".join(lines + ["no collectives in this trace"]) + "\n"
+    lines.append(frame_table(_format(df, executions)))
     if not executions:
-        for r in df.itertuples(index=False):
-            click.echo(f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else ""))
+        lines += [f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else "") for r in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
 
 
 def _format(df, executions: bool):

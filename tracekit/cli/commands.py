@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from tracekit.cli.console import echo_out, gate_lines, quiet_opt, regression_lines, write_reports
+from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
+                                  write_output, write_reports)
 from tracekit.cli.options import (color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal,
                                   topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
@@ -39,15 +40,18 @@ def info(path, run, fmt, max_size, max_events):
 @click.option("--sort", type=click.Choice(["total", "mean", "count", "share", "headroom", "efficiency", "flops",
                                            "name"]), default="total", show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=30, show_default=True, help="Rows to show (0 = all).")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
+              help="table (default), csv or json.")
+@output_opt("the table")
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
 @click.option("--device", default=None, help="Only this device, e.g. TPU:0.")
 @topology_opt
 @limit_opts
 @guarded
-def ops(path, run, sort, limit, fmt, chip, device, topology, max_size, max_events):
+def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, max_events):
     """One row per op: module, op, opcode, category, occurrences, total and mean time, share of device time,
     and the roofline columns when the chip and costs are known."""
+    fmt = output_format(fmt, output, ("csv", "json"), "table")  # a bad -o path fails before the trace is read
     from tracekit import pipeline
     from tracekit.ingest.trace import load
     from tracekit.analysis import opstats
@@ -61,11 +65,17 @@ def ops(path, run, sort, limit, fmt, chip, device, topology, max_size, max_event
     if limit:
         table = table.head(limit)
     if fmt == "csv":
-        echo_out(table.to_csv(index=False))
+        text = table.to_csv(index=False)
     elif fmt == "json":
-        echo_out(table.to_json(orient="records", indent=1) + "\n")
+        text = table.to_json(orient="records", indent=1) + "\n"
     else:
-        click.echo(frame_table(_format_ops(table)))
+        text = frame_table(_format_ops(table)) + "\n"
+    if output is not None:
+        write_output(output, text, fmt)
+    elif fmt == "table":
+        click.echo(text, nl=False)
+    else:
+        echo_out(text)
 
 
 def _format_ops(t):
@@ -295,8 +305,8 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
 @click.command("export")
 @path_arg
 @run_opt
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
-              help="Chrome/Perfetto trace JSON to write (.json or .json.gz).")
+@click.option("-o", "--output", "output", required=True, metavar="FILE",
+              help="Chrome/Perfetto trace JSON to write (.json or .json.gz; - is stdout); replaced only when complete.")
 @click.option("--steps", default=None, help="Only the time of steps A-B (e.g. 3-7), or of one step.")
 @click.option("--device", "devices", multiple=True, help="Only this device (repeatable), e.g. TPU:0.")
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
@@ -308,11 +318,13 @@ def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, ma
     """Write the trace with tracekit's analysis as Chrome/Perfetto trace-event JSON (ui.perfetto.dev,
     chrome://tracing): every op with its roofline, steps, findings, exposed collectives, idle gaps, async
     start->done arrows."""
-    from tracekit import pipeline
+    from tracekit import fileio, pipeline
     from tracekit.report import export
+    fileio.target(output, what="the export")  # a folder, a block device, a symlink loop: one line, before any work
     lim = limits(max_size, max_events)
     out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
                           rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
-    click.echo(f"wrote {out.path}: {out.ops:,} ops, {out.async_windows:,} async windows, {out.steps:,} step rows, "
+    click.echo(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, "
+               f"{out.steps:,} step rows, "
                f"{out.finding_windows:,} windows of {out.findings} finding(s), {out.gaps:,} idle gaps, "
                f"{out.exposed_windows:,} exposed-collective windows", err=True)

@@ -7,21 +7,25 @@ import json
 
 import click
 
+from tracekit.cli.console import output_format, output_opt, write_output
 from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt
 
 
 @click.command("memory")
 @path_arg
 @run_opt
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default=None,
+              help="text (default), json or markdown.")
+@output_opt("the memory view")
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (its HBM capacity).")
 @click.option("--top", type=click.IntRange(0, 1000), default=10, show_default=True, help="Largest buffers to list.")
 @limit_opts
 @guarded
-def memory_cmd(path, run, fmt, chip, top, max_size, max_events):
+def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     """Memory per program and device from XLA's buffer assignment (argument, output, alias, temp and peak live
     bytes, the largest buffers, the device-level peak, host offload), and memory use over time when the trace
     has allocator events."""
+    fmt = output_format(fmt, output, ("json", "markdown"), "text")  # a bad -o path fails before the trace is read
     from tracekit.ingest.trace import load
     from tracekit.analysis import memory
     from tracekit.report import envelope
@@ -31,12 +35,14 @@ def memory_cmd(path, run, fmt, chip, top, max_size, max_events):
     data = {"memory": envelope.memory_section(mv)}
     data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))
     if fmt == "json":
-        click.echo(json.dumps(data["memory"], indent=1, sort_keys=True, ensure_ascii=False))
-        return
-    if not data["memory"].get("programs"):
-        click.echo("no buffer assignment in this trace (its HLO protos carry none): no memory view")
-        return
-    if fmt == "markdown":
-        click.echo("\n".join(sections.markdown(data, markdown.esc, markdown.table)).rstrip() + "\n", nl=False)
+        text = json.dumps(data["memory"], indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    elif not data["memory"].get("programs"):
+        text = "no buffer assignment in this trace (its HLO protos carry none): no memory view\n"
+    elif fmt == "markdown":
+        text = "\n".join(sections.markdown(data, markdown.esc, markdown.table)).rstrip() + "\n"
     else:
-        click.echo("\n".join(sections.memory_text(data, buffers=top)))
+        text = "\n".join(sections.memory_text(data, buffers=top)) + "\n"
+    if output is not None:
+        write_output(output, text, "text" if fmt == "text" else fmt)
+    else:
+        click.echo(text, nl=False)

@@ -2,6 +2,7 @@
 the plain table a command prints."""
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -13,6 +14,9 @@ from tracekit.report.termsafe import safe
 from tracekit.units import table
 
 EXIT_INTERNAL = 3  #: an internal error (a bug: please report it)
+#: no room to write (a full disk or device, a quota, a file-size limit): what no file output lets through (those
+#: are :mod:`tracekit.fileio`'s TraceErrors), so stdout's
+NO_ROOM = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)
 
 
 def guarded(fn):
@@ -37,11 +41,25 @@ def guarded(fn):
         except Exception as e:  # noqa: BLE001 — the CLI never shows a traceback unless asked
             if os.environ.get("TRACEKIT_DEBUG"):
                 raise
+            if isinstance(e, OSError) and e.errno in NO_ROOM:  # files are the writer's: this is stdout, full
+                click.echo(f"tracekit: error: cannot write stdout ({e.strerror}) — free some space, or give -o FILE",
+                           err=True)
+                _drop_stdout()
+                sys.exit(EXIT_BAD_INPUT)
             click.echo(f"tracekit: internal error: {type(e).__name__}: {safe(e)} (set TRACEKIT_DEBUG=1 for the "
                        "traceback, and please report it)", err=True)
             sys.exit(EXIT_INTERNAL)
 
     return wrapper
+
+
+def _drop_stdout() -> None:
+    """Forget what stdout still buffers (it cannot be written), so that the interpreter's last flush at exit adds
+    no second message to the one line."""
+    try:
+        sys.stdout = None  # the interpreter flushes sys.stdout at exit: nothing to flush
+    except Exception:  # noqa: BLE001
+        pass
 
 
 path_arg = click.argument("path", type=click.Path(path_type=str))

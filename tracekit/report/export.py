@@ -16,20 +16,22 @@ What is written (times in µs as the format wants, exact to the picosecond):
   (overlapping windows stack), with the finding's message and savings in ``args``.
 
 ``--steps A-B`` keeps what overlaps the time of steps A..B, ``--device`` the named devices. Events are written as
-they are formatted, a chunk of rows at a time (no second copy of the trace in memory), to a temporary file that
-replaces the output only when complete.
+they are formatted, a chunk of rows at a time (no second copy of the trace in memory), through
+:func:`tracekit.fileio.stream`: a temporary file that replaces the output only when complete (a device, a FIFO or
+``-`` is written through, as for every other output).
 """
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from tracekit import fileio
 from tracekit.errors import TraceError
 from tracekit.report import export_tracks
 from tracekit.report.trace_events import Writer, args_json, meta, num, us
@@ -105,34 +107,12 @@ def write(out: str | os.PathLike, ops: pd.DataFrame, frames: dict, findings: lis
     from tracekit.analysis import timeline as tl
     devices = tuple(devices or ())
     out = os.fspath(out)
-    folder = os.path.dirname(os.path.abspath(out))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tracekit-export-", dir=folder)
-    except OSError as e:
-        raise TraceError(f"cannot write the output ({e.strerror or type(e).__name__})", out,
-                         "check the folder exists and is writable") from None
-    os.close(fd)
-    try:
-        raw = open(tmp, "wb")
-        f = gzip.open(raw, "wt", encoding="utf-8", compresslevel=6) if out.endswith(".gz") else \
-            open(raw.fileno(), "w", encoding="utf-8", closefd=False)
-        try:
+    with fileio.stream(out, what="the export") as raw:  # a temporary renamed when complete; devices written through
+        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6) if out.endswith(".gz") else None
+        with io.TextIOWrapper(gz or raw, encoding="utf-8") as f:
             f.write('{"displayTimeUnit":"ns","otherData":{"producer":"tracekit export"},"traceEvents":[')
             counts = _write_all(Writer(f), ops, frames, findings, window, devices, tl, done_to_start)
             f.write("\n]}\n")
-        finally:
-            f.close()
-            raw.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise TraceError(f"cannot write the output ({e.strerror or type(e).__name__})", out,
-                         "check the folder exists and is writable") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return Exported(out, **counts)
 
 
