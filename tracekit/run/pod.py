@@ -136,9 +136,13 @@ def _client(dask, workers: int):
         raise TraceError("--dask needs dask.distributed", dask, "pip install 'tracekit[dask]'") from None
     if dask == "local":
         import logging
-        # silence_logs: a host that fails is one notice line, not the workers' "Compute Failed" tracebacks
-        cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                               dashboard_address=None, host="127.0.0.1", silence_logs=logging.CRITICAL)
+        import warnings
+        # silence_logs: a host that fails is one notice line, not the workers' "Compute Failed" tracebacks; the
+        # scheduler's HTTP server takes another port when 8787 is busy (another cluster): no warning for that
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                                   dashboard_address=None, host="127.0.0.1", silence_logs=logging.CRITICAL)
         return Client(cluster), cluster
     try:
         return Client(dask, timeout=10), None

@@ -1,0 +1,197 @@
+"""Hosts that cannot be read are handled alike on every path (in-process, ``--jobs 2``, Dask): the good hosts'
+report is the one of the good hosts analysed alone, each bad host gets the same one notice line (the reason the
+bad file alone gets as its error), and the exit code is the same; every host bad is one error line, exit 2.
+
+Bad-host kinds: a 0-byte file, a truncated real trace, random bytes, two hosts whose device ids clash (both 0..7,
+which must stay distinct, labelled by host), and 200 tiny synthetic hosts."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cpu_fixture
+from tracekit import pipeline
+from tracekit.errors import TraceError
+from tracekit.ingest.synth import SpaceBuilder
+from tracekit.run import hosts
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = "plugins/profile/run1/cpu.xplane.pb"
+PATHS = ("in-process", "jobs=2", "dask")
+KINDS = ("empty", "truncated", "random", "clash", "many")
+MANY = 200
+BASE_PS, STEP_PS, OPS = 500_000, 1000, 3  # a synthetic host h, device d: OPS fusions of BASE_PS + STEP_PS*h + d ps
+
+
+def synthetic(h: int, devices: int = 1) -> bytes:
+    """A tiny host: ``devices`` TPU devices numbered from 0 (every host alike: the ids clash), each OPS fusions."""
+    b = SpaceBuilder(hostname=f"h{h}")
+    for dev in range(devices):
+        p = b.plane(f"/device:TPU:{dev}", {"device_type_string": "TPU v6 Lite", "peak_teraflops_per_second": 918.0})
+        ops = p.line("XLA Ops", timestamp_ns=1_000_000)
+        for i in range(OPS):
+            ops.event("%fusion.1 = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop", i * 2_000_000,
+                      BASE_PS + STEP_PS * h + dev, display="fusion.1",
+                      md_stats={"program_id": 7, "hlo_category": "loop fusion"})
+    return b.serialize()
+
+
+def _real() -> bytes:
+    return (cpu_fixture("train_step") / SRC).read_bytes()
+
+
+def build(kind: str, folder: Path) -> tuple[dict, dict]:
+    """({good file name: bytes}, {bad file name: bytes}) of a run folder of this kind, written into ``folder``."""
+    if kind in ("empty", "truncated", "random"):
+        good = {f"host{i}.xplane.pb": _real() for i in range(2)}
+        bad = {"empty": b"", "truncated": _real()[: len(_real()) // 2],
+               "random": random.Random(33).randbytes(4096)}[kind]
+        bads = {"host2.xplane.pb": bad}
+    elif kind == "clash":  # both hosts have devices TPU:0..7; a 0-byte host between them
+        good = {"a.xplane.pb": synthetic(1, devices=8), "c.xplane.pb": synthetic(2, devices=8)}
+        bads = {"b.xplane.pb": b""}
+    else:  # many tiny hosts, one of them cut short, one random
+        good = {f"h{h:03d}.xplane.pb": synthetic(h) for h in range(MANY)}
+        bads = {"h050x.xplane.pb": synthetic(50)[:40], "h150x.xplane.pb": random.Random(7).randbytes(300)}
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in {**good, **bads}.items():
+        (folder / name).write_bytes(data)
+    return good, bads
+
+
+@pytest.fixture(scope="module")
+def dask_client():
+    distributed = pytest.importorskip("dask.distributed")
+    import logging
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       host="127.0.0.1", silence_logs=logging.CRITICAL)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _analyze(folder: Path, path: str, request):
+    if path == "in-process":
+        return hosts.analyze(folder, jobs=1)
+    if path == "jobs=2":
+        return hosts.analyze(folder, jobs=2)
+    return hosts.analyze(folder, dask=request.getfixturevalue("dask_client"))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Per kind: (run folder, the good hosts alone, good names, bad names); the good hosts' report, in process."""
+    out = {}
+    for kind in KINDS:
+        base = tmp_path_factory.mktemp(kind)
+        good, bads = build(kind, base / "run")
+        alone = base / "good"
+        alone.mkdir()
+        for name in good:
+            shutil.copy(base / "run" / name, alone / name)
+        out[kind] = (base / "run", json.loads(pipeline.analyze(alone).to_json()), sorted(good), sorted(bads))
+    return out
+
+
+def _core(d: dict) -> dict:
+    """The good-host numbers every path must give exactly: totals, devices, top ops."""
+    s = d["summary"]
+    return {"summary": {k: s[k] for k in ("op_executions", "op_time_ps", "busy_ps", "devices", "hosts",
+                                          "time_by_bound_ps")},
+            "devices": sorted((r["host"], r["device"], r["op_count"], r["busy_ps"]) for r in d["devices"]),
+            "top_ops": sorted((r["module"], r["op"], r["occurrences"], r["total_ps"]) for r in d["top_ops"]),
+            "inputs": [i["host"] for i in d["inputs"]]}
+
+
+def _alone_error(path: Path) -> str:
+    """The one error line the bad file alone gets, without its path: the reason its notice must give."""
+    with pytest.raises(TraceError) as ei:
+        pipeline.analyze(path)
+    return str(ei.value).removeprefix(f"{path}: ")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("path", PATHS)
+def test_good_hosts_reported_bad_ones_named(runs, kind, path, request):
+    folder, alone, good, bads = runs[kind]
+    rep = _analyze(folder, path, request)
+    d = json.loads(rep.to_json())
+    assert _core(d) == _core(alone)  # the good hosts' report, as if analysed alone
+    assert [i["host"] for i in d["inputs"]] == [n.removesuffix(".xplane.pb") for n in good]
+    want = [f"host {n.removesuffix('.xplane.pb')} was left out of the analysis ({folder / n}): "
+            f"{_alone_error(folder / n)}; tried 2 times, the report covers the other {len(good)} host(s)"
+            for n in bads]
+    assert list(rep.left_out) == want  # one line per bad host, in host order, with the bad file's own reason
+    assert [w for w in d["warnings"] if " was left out of the analysis " in w] == want
+
+
+def test_device_ids_that_clash_stay_distinct(runs, request):
+    folder, _, _, _ = runs["clash"]
+    for path in PATHS:
+        d = json.loads(_analyze(folder, path, request).to_json())
+        devs = {(r["host"], r["device"]): r["busy_ps"] for r in d["devices"]}
+        # the construction is the oracle: host file a holds synthetic host 1, c holds 2; 8 devices each
+        assert devs == {(f, f"TPU:{dev}"): OPS * (BASE_PS + STEP_PS * h + dev)
+                        for f, h in (("a", 1), ("c", 2)) for dev in range(8)}, path
+
+
+def test_many_tiny_hosts_totals(runs, request):
+    folder, _, good, _ = runs["many"]
+    want = OPS * sum(BASE_PS + STEP_PS * h for h in range(MANY))  # from the construction
+    for path in PATHS:
+        s = json.loads(_analyze(folder, path, request).to_json())["summary"]
+        assert (s["hosts"], s["op_executions"], s["op_time_ps"]) == (MANY, OPS * MANY, want), path
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_host_bad_is_one_error(tmp_path, path, request):
+    (tmp_path / "a.xplane.pb").write_bytes(b"")
+    (tmp_path / "b.xplane.pb").write_bytes(random.Random(1).randbytes(100))
+    (tmp_path / "c.xplane.pb").write_bytes(_real()[:1000])
+    with pytest.raises(TraceError) as ei:
+        _analyze(tmp_path, path, request)
+    assert str(ei.value) == (f"none of the 3 host file(s) could be analyzed; the first, a ({tmp_path / 'a.xplane.pb'}):"
+                             f" {_alone_error(tmp_path / 'a.xplane.pb')}")
+
+
+def _cli(folder: Path, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRACEKIT_DASK_WORKERS="1")
+    return subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(folder), "-q", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("all_bad", [False, True], ids=["some-bad", "all-bad"])
+def test_cli_same_lines_and_exit_code_on_every_path(tmp_path, all_bad):
+    """The command on each path: the same stderr lines (one per bad host; no worker tracebacks from Dask), the
+    same exit status (0 with some hosts left out, 2 with none left) and, when there is one, the same report."""
+    run = tmp_path / "run"
+    run.mkdir()
+    if not all_bad:
+        for i in range(2):
+            (run / f"host{i}.xplane.pb").write_bytes(_real())
+    (run / "host2.xplane.pb").write_bytes(b"")
+    (run / "host3.xplane.pb").write_bytes(_real()[:5000])
+    results = {}
+    for name, opts in (("in-process", []), ("jobs=2", ["--jobs", "2"]), ("dask", ["--dask", "local"])):
+        out = tmp_path / f"{name}.json"
+        p = _cli(run, *opts, "-o", str(out))
+        results[name] = (p.returncode, p.stderr.splitlines(), _core(json.loads(out.read_text())) if out.exists()
+                         else None)
+    first = results["in-process"]
+    assert all(r == first for r in results.values()), results
+    code, lines, core = first
+    if all_bad:
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("tracekit: error: none of the 2 host file(s)")
+        assert core is None  # no report file written
+    else:
+        assert code == 0 and core["inputs"] == ["host0", "host1"]
+        assert [ln.split(" was left out")[0] for ln in lines] == ["tracekit: warning: host host2",
+                                                                   "tracekit: warning: host host3"]
