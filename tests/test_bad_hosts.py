@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cpu_fixture
+from conftest import SHARED, cpu_fixture, report_diff, shared_trace
 from tracekit import pipeline
 from tracekit.errors import TraceError
 from tracekit.ingest.synth import SpaceBuilder
@@ -24,8 +24,10 @@ from tracekit.run import hosts
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = "plugins/profile/run1/cpu.xplane.pb"
+SHARED_GPU = SHARED / "gpu/mi300x8_jax_conv3d.xplane.pb"
+SHARED_BAD = SHARED / "bad/v6e-4_jax_inference.utf8_mangled.xplane.pb"
 PATHS = ("in-process", "jobs=2", "dask")
-KINDS = ("empty", "truncated", "random", "clash", "many")
+KINDS = ("empty", "truncated", "random", "clash", "many", "real-gpu")
 MANY = 200
 BASE_PS, STEP_PS, OPS = 500_000, 1000, 3  # a synthetic host h, device d: OPS fusions of BASE_PS + STEP_PS*h + d ps
 
@@ -57,6 +59,10 @@ def build(kind: str, folder: Path) -> tuple[dict, dict]:
     elif kind == "clash":  # both hosts have devices TPU:0..7; a 0-byte host between them
         good = {"a.xplane.pb": synthetic(1, devices=8), "c.xplane.pb": synthetic(2, devices=8)}
         bads = {"b.xplane.pb": b""}
+    elif kind == "real-gpu":  # a third-party 8-GPU trace twice (GPU:0..7 clash), the mangled real TPU trace between
+        gpu = shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb").read_bytes()
+        good = {"a.xplane.pb": gpu, "c.xplane.pb": gpu}
+        bads = {"b.xplane.pb": shared_trace("bad/v6e-4_jax_inference.utf8_mangled.xplane.pb").read_bytes()}
     else:  # many tiny hosts, one of them cut short, one random
         good = {f"h{h:03d}.xplane.pb": synthetic(h) for h in range(MANY)}
         bads = {"h050x.xplane.pb": synthetic(50)[:40], "h150x.xplane.pb": random.Random(7).randbytes(300)}
@@ -91,6 +97,8 @@ def runs(tmp_path_factory):
     """Per kind: (run folder, the good hosts alone, good names, bad names); the good hosts' report, in process."""
     out = {}
     for kind in KINDS:
+        if kind == "real-gpu" and not (SHARED_GPU.exists() and SHARED_BAD.exists()):
+            continue  # (the test of this kind skips: shared_trace says why)
         base = tmp_path_factory.mktemp(kind)
         good, bads = build(kind, base / "run")
         alone = base / "good"
@@ -121,10 +129,21 @@ def _alone_error(path: Path) -> str:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("path", PATHS)
 def test_good_hosts_reported_bad_ones_named(runs, kind, path, request):
+    if kind not in runs:
+        shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")
+        shared_trace("bad/v6e-4_jax_inference.utf8_mangled.xplane.pb")
     folder, alone, good, bads = runs[kind]
     rep = _analyze(folder, path, request)
     d = json.loads(rep.to_json())
     assert _core(d) == _core(alone)  # the good hosts' report, as if analysed alone
+    notice = " was left out of the analysis "
+    assert [w for w in d["warnings"] if notice not in w] == alone["warnings"]
+    # the whole report too: in process exactly, on the pod paths within the README's bounds (conftest.report_diff)
+    rest = {**d, "warnings": alone["warnings"], "inputs": alone["inputs"]}
+    if path == "in-process":
+        assert rest == alone
+    else:
+        assert report_diff(alone, rest) == []
     assert [i["host"] for i in d["inputs"]] == [n.removesuffix(".xplane.pb") for n in good]
     want = [f"host {n.removesuffix('.xplane.pb')} was left out of the analysis ({folder / n}): "
             f"{_alone_error(folder / n)}; tried 2 times, the report covers the other {len(good)} host(s)"
