@@ -245,8 +245,7 @@ class Profile:
         """Start the analysis child, detached (its own session, output to unlinked temporary files): it finishes
         its report on its own even when the job exits first. One log line says where the report will be; a
         daemon thread (never joined at exit) waits for the child and logs its summary."""
-        spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never", "timeout_s": self.timeout_s,
-                "niced": hasattr(os, "setpriority")}
+        spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never", "timeout_s": self.timeout_s}
         env = child_env(self.threads)
         root = str(Path(__file__).resolve().parents[2])  # so the child imports this same tracekit
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)

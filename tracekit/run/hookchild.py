@@ -52,11 +52,11 @@ def main() -> None:
     """Child side: analyze the run folder, write the reports there, print one JSON line for the parent."""
     run, spec = sys.argv[1], json.loads(sys.argv[2])
     _deadline(spec.get("timeout_s"))
-    if not spec.get("niced"):  # the hook nices it as it starts; anyone else's start: nice it here
-        try:
+    try:
+        if os.nice(0) < NICE:  # the hook nices it as it starts; started otherwise, it nices itself
             os.nice(NICE)  # leave the CPU to training
-        except (AttributeError, OSError):
-            pass
+    except (AttributeError, OSError):
+        pass
     if os.environ.get("TRACEKIT_HOOK_FAIL", "") not in ("", "0"):
         raise RuntimeError("TRACEKIT_HOOK_FAIL is set: failing the analysis on purpose")
     from tracekit import collector
