@@ -214,3 +214,50 @@ def test_cli_same_lines_and_exit_code_on_every_path(tmp_path, all_bad):
         assert code == 0 and core["inputs"] == ["host0", "host1"]
         assert [ln.split(" was left out")[0] for ln in lines] == ["tracekit: warning: host host2",
                                                                    "tracekit: warning: host host3"]
+
+
+BOUND_CHILD = """
+import resource, sys, time
+from tracekit.cli import main
+import pandas, numpy  # imported before the limit: only the analysis has to fit in it
+from tracekit import pipeline
+vm = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[2]), resource.RLIM_INFINITY))
+sys.argv = ["tracekit", "analyze", sys.argv[1], "-q", "--format", "json", "-o", "-"]
+main()
+"""
+BOUND_MEMORY = 1 << 30  # address space above the imports' (200 tiny hosts took ~120 MB RSS in all here)
+BOUND_SECONDS = 60  # 200 tiny hosts and their bad ones took ~3 s here (20x headroom)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+@pytest.mark.parametrize("good", [MANY, 0], ids=["200-good-20-bad", "200-bad"])
+def test_hundreds_of_hosts_within_time_and_memory(tmp_path, good):
+    """Hundreds of hosts, many bad (0-byte, cut short, random), in process under an address-space limit: the good
+    hosts' report and one line per bad host, or (none good) one error line, exit 2; within the stated bounds."""
+    import time
+    bad = 20 if good else MANY
+    for h in range(good):
+        (tmp_path / f"h{h:03d}.xplane.pb").write_bytes(synthetic(h))
+    rng = random.Random(5)
+    for b in range(bad):
+        data = (b"", synthetic(b)[: 10 + b], rng.randbytes(64 + b))[b % 3]
+        (tmp_path / f"x{b:03d}.xplane.pb").write_bytes(data)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", BOUND_CHILD, str(tmp_path), str(BOUND_MEMORY)], capture_output=True,
+                       text=True, timeout=BOUND_SECONDS * 3, env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                                                     TRACEKIT_THREADS="1"))
+    took = time.monotonic() - t0
+    lines = p.stderr.splitlines()
+    assert took < BOUND_SECONDS, took
+    if good:
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert [ln.split(" was left out")[0] for ln in lines] == [f"tracekit: warning: host x{b:03d}"
+                                                                  for b in range(bad)]
+        s = json.loads(p.stdout)["summary"]
+        assert (s["hosts"], s["op_time_ps"]) == (good, OPS * sum(BASE_PS + STEP_PS * h for h in range(good)))
+    else:
+        assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+        assert lines[0].startswith(f"tracekit: error: none of the {bad} host file(s) could be analyzed; the first, "
+                                   "x000 (")
+        assert p.stdout == ""
