@@ -258,7 +258,7 @@ class Profile:
             err.close()
             raise
         self._child = (child, out, err)
-        _lower_priority(child.pid)  # at once: its interpreter's start-up must not slow the job's next steps
+        hookchild.lower_priority(child.pid)  # at once: its interpreter's start-up must not slow the job's next steps
         where = ", ".join(hookchild.report_paths(run, self.outputs)) or f"{run} (no report files: outputs=())"
         self._info("tracekit: analyzing %s in the background (process %d); the report will be at %s", run,
                    child.pid, where)
@@ -383,14 +383,6 @@ def child_env(threads: int = 1) -> dict:
 
 def analysis_command(run: Path, spec: dict) -> list[str]:
     return [sys.executable, "-m", "tracekit.run.hook", str(run), json.dumps(spec)]  # runs _analysis_main
-
-
-def _lower_priority(pid: int) -> None:
-    """Nice the process ``pid`` by :data:`tracekit.run.hookchild.NICE` more than this one (where the OS can)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + hookchild.NICE))
-    except (AttributeError, OSError):
-        pass
 
 
 def _analysis_main() -> None:

@@ -20,6 +20,14 @@ def report_paths(run, outputs) -> list[str]:
     return list(dict.fromkeys(os.path.join(str(run), REPORT_STEM + EXTENSIONS[f]) for f in outputs))
 
 
+def lower_priority(pid: int) -> None:
+    """Nice the process ``pid`` (the child, as it starts) by :data:`NICE` more than this one, where the OS can."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE))
+    except (AttributeError, OSError):
+        pass
+
+
 def summary_lines(rep, written: list[str]) -> list[str]:
     from tracekit.units import fmt_pct, fmt_time
     s = rep.data["summary"]
