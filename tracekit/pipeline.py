@@ -55,9 +55,11 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
             select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
-            model_flops_per_step: float | None = None) -> report_mod.Report:
+            model_flops_per_step: float | None = None, left_out=()) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
-    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
+    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count.
+    A host of a run folder that cannot be read is left out and named (:mod:`tracekit.ingest.badhosts`);
+    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import timeline
@@ -68,7 +70,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
     resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
-    left_out: list = []  # hosts of a run folder that cannot be read: left out, named (tracekit.ingest.badhosts)
+    left_out = list(left_out)  # hosts of a run folder that cannot be read: left out, named (tracekit.ingest.badhosts)
     if isinstance(source, Trace):
         tr = source
     else:

@@ -77,10 +77,11 @@ def main() -> None:
     from tracekit.model import machine
     from tracekit.threads import mark_one_shot
     mark_one_shot()  # a one-shot child that hands no frame on: constant columns held once
-    tr = load(run)
+    left_out: list = []  # another host's file in a shared run folder may be unreadable: left out and named
+    tr = load(run, left_out=left_out)
     if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
         machine.record_run(run)
-    rep = pipeline.analyze(tr, fail_on=fail_on)
+    rep = pipeline.analyze(tr, fail_on=fail_on, left_out=left_out)
     items, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])
