@@ -55,9 +55,11 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
             select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
-            model_flops_per_step: float | None = None) -> report_mod.Report:
+            model_flops_per_step: float | None = None, left_out=()) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
-    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count."""
+    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count.
+    A host of a run folder that cannot be read is left out and named (:mod:`tracekit.ingest.badhosts`);
+    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import timeline
@@ -68,11 +70,14 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
     resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
+    left_out = list(left_out)  # hosts of a run folder that cannot be read: left out, named (tracekit.ingest.badhosts)
     if isinstance(source, Trace):
         tr = source
     else:
         kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
-        tr = load(source, run=run, max_events=max_events, **kw)
+        tr = load(source, run=run, max_events=max_events, left_out=left_out, **kw)
+    from tracekit.ingest import badhosts
+    notices = tuple(badhosts.notices(left_out, len(tr.hosts)))
     progress.stage("roofline")
     cost_table = identity.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
     if ops is None:  # a trace loaded here (ours): its cost stats go once they have served (16 B per row)
@@ -102,15 +107,17 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     head = claims.headline(findings, frames.devices, frames.ops)
     custom = customcalls.summary(ops, tr.hlo, cost_table)
     step_stats = timeline.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
-    return report_mod.build(report_mod.Analysis(
+    rep = report_mod.build(report_mod.Analysis(
         inputs=tuple(report_mod.Input(report_mod.display_path(p), h) for p, h in zip(tr.paths, tr.hosts)),
         chips=tuple(roofline.chips_used(tr, chip)), ops=ops, frames=frames, step_stats=step_stats,
         findings=tuple(findings), hlo=tr.hlo,
         params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps, "rules": resolved},
-        warnings=tuple(tr.warnings) + tuple(w["message"] for w in model_warnings),
+        warnings=tuple(tr.warnings) + notices + tuple(w["message"] for w in model_warnings),
         step_source=tuple(step_source), fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom, overview=ov,
         memory=mem, interconnect=interconnect(tr, ops, chip, topology), model_warnings=tuple(model_warnings),
         headline=head))
+    rep.left_out = notices
+    return rep
 
 
 def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,

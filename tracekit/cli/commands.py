@@ -157,6 +157,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
                             progress=progress, model_flops_per_step=model_flops)
     finally:
         progress.done()
+    for line in rep.left_out:  # a host left out: one line each on every path (in-process, --jobs, --dask), also -q
+        click.echo(f"tracekit: warning: {safe_terminal(line)}", err=True)
     texts = [render.render(rep, f) for f in out_fmts]  # every report rendered before any file is replaced
     write_reports(list(zip(outputs, texts)), out_fmts)
     if not quiet and (not outputs or fmt) and not _to_stdout(outputs):

@@ -62,16 +62,21 @@ class Trace:
 
 
 def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
-         max_events: int | None = None) -> Trace:
-    """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``)."""
+         max_events: int | None = None, left_out: list | None = None) -> Trace:
+    """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``). ``left_out``: a list to
+    collect the hosts of a run folder that cannot be read, as ``(host, path, reason)``, each tried
+    :data:`tracekit.ingest.badhosts.ATTEMPTS` times, instead of raising (:mod:`tracekit.ingest.badhosts`; when no
+    host is left, its one error)."""
     files = _load.resolve(path, run)
-    parts = []
     warnings: list[str] = []
-    for hf in files:
-        parts.append(load_host(hf, warnings, max_bytes=max_bytes, max_events=max_events,
-                               use_hostname=len(files) == 1))
+    kw = {"max_bytes": max_bytes, "max_events": max_events, "use_hostname": len(files) == 1}
+    if left_out is None or len(files) == 1:
+        parts, kept = [load_host(hf, warnings, **kw) for hf in files], files
+    else:
+        from tracekit.ingest import badhosts
+        parts, kept = badhosts.load_each(files, load_host, warnings, left_out, **kw)
     tr = combine(parts, warnings)
-    tr.paths = [str(f.path) for f in files]
+    tr.paths = [str(f.path) for f in kept]
     return tr
 
 

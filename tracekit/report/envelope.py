@@ -106,6 +106,9 @@ class Report:
     rules: tuple = ()
     #: every op aggregated (the ``op_stats`` frame) when the report was built here; not part of the JSON
     op_table: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    #: one line per host of the run left out of the analysis (tracekit.ingest.badhosts.notice); not part of the
+    #: JSON (the same lines are in its warnings)
+    left_out: tuple = field(default=(), repr=False, compare=False)
 
     def __repr__(self) -> str:
         from tracekit.report import notebook

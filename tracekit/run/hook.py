@@ -12,9 +12,11 @@
         train_step(...)
     hook.close()                                     # or `with tracekit.profile(...) as hook:` around the loop
 
-The trace goes to ``<logdir>/plugins/profile/<run>/``; the analysis runs in a child process (``python -c`` calling
-:func:`_analysis_main`, lower CPU priority, killed after ``timeout_s``) started as soon as the trace stops, so in
-the step-window form it overlaps the rest of training. The report files (``tracekit-report.json``,
+The trace goes to ``<logdir>/plugins/profile/<run>/``; the analysis runs in a detached child process
+(:mod:`tracekit.run.hookchild`: its own session, lower CPU priority, ended after ``timeout_s``) started as soon as
+the trace stops, so in the step-window form it overlaps the rest of training. One log line says where the report
+will be. ``close()`` waits for it; a job that exits without ``close()`` does not wait: the child finishes the
+report on its own. The report files (``tracekit-report.json``,
 ``tracekit-report.html``, ...) land in the run folder and a short summary (the top 3 findings with their savings)
 is logged: at WARNING when a finding is a warning or an error, else at INFO.
 
@@ -37,15 +39,16 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 from tracekit.errors import FindingsError
+from tracekit.run import hookchild
+from tracekit.run.hookchild import EXTENSIONS
 
 _LOG = logging.getLogger("tracekit")
 SEVERITIES = ("info", "warning", "error")
-EXTENSIONS = {"json": ".json", "html": ".html", "markdown": ".md", "md": ".md", "sarif": ".sarif", "text": ".txt"}
-REPORT_STEM = "tracekit-report"
 DEFAULT_LOGDIR = "tracekit-logs"
 STEP_NAME = "train"
 
@@ -151,11 +154,15 @@ class Profile:
         self._annotation = None
         self._before = {}
         self._thread = None
+        self._child = None
+        self._exiting = self._at_exit = False
         self._result = None
         self._closed = False
         self._gated = False
 
     def _warn(self, msg: str) -> None:
+        if getattr(self, "_exiting", False):
+            return
         try:
             self.log.warning("tracekit: %s; training goes on", msg)
         except Exception:  # noqa: BLE001 — a broken logger must not break training either
@@ -232,37 +239,71 @@ class Profile:
             if idx != 0:
                 self.log.info("tracekit: trace in %s; process %d leaves the analysis to process 0", run, idx)
                 return
-        self._thread = threading.Thread(target=self._analyze, args=(run,), name="tracekit-analysis")
-        self._thread.start()
+        self._launch(run)
+
+    def _launch(self, run: Path):
+        """Start the analysis child, detached (its own session, output to unlinked temporary files): it finishes
+        its report on its own even when the job exits first. One log line says where the report will be; a
+        daemon thread (never joined at exit) waits for the child and logs its summary."""
+        spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never", "timeout_s": self.timeout_s}
+        env = child_env(self.threads)
+        root = str(Path(__file__).resolve().parents[2])  # so the child imports this same tracekit
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        try:
+            child = subprocess.Popen(analysis_command(run, spec), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                     env=env, start_new_session=True, close_fds=True)
+        except BaseException:
+            out.close()
+            err.close()
+            raise
+        self._child = (child, out, err)
+        hookchild.lower_priority(child.pid)  # at once: its interpreter's start-up must not slow the job's next steps
+        where = ", ".join(hookchild.report_paths(run, self.outputs)) or f"{run} (no report files: outputs=())"
+        self._info("tracekit: analyzing %s in the background (process %d); the report will be at %s", run,
+                   child.pid, where)
+        if not self._at_exit:
+            self._thread = threading.Thread(target=self._watch, args=(run,), name="tracekit-analysis", daemon=True)
+            self._thread.start()
 
     def _analyze(self, run: Path):
+        """Analyze ``run`` and wait for it (at most ``timeout_s``)."""
+        self._launch(run)
+        self._thread.join()
+
+    def _watch(self, run: Path):
         try:
-            spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never"}
-            env = child_env(self.threads)
-            root = str(Path(__file__).resolve().parents[2])  # so the child imports this same tracekit
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+            child, out, err = self._child
             try:
-                p = subprocess.run(analysis_command(run, spec), stdin=subprocess.DEVNULL, capture_output=True,
-                                   text=True, timeout=self.timeout_s, env=env)
+                code = child.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
                 self._warn(f"the analysis of {run} ran past timeout_s={self.timeout_s} and was stopped")
                 return
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            if p.returncode != 0 or not lines:
-                tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode("utf-8", "replace")
+            stderr = err.read().decode("utf-8", "replace")
+            out.close()
+            err.close()
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+            if code != 0 or not lines:
+                tail = (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
                 self._warn(f"the analysis of {run} failed: {tail[:300]}")
                 return
             res = json.loads(lines[-1])
             self._result = res
             for fmt, why in (res.get("skipped") or {}).items():
-                self.log.info("tracekit: no %s report: %s", fmt, why)
+                self._info("tracekit: no %s report: %s", fmt, why)
             worst = res.get("worst")
             level = logging.WARNING if worst in ("warning", "error") else logging.INFO
-            self.log.log(level, "tracekit: %s", "\n  ".join(res.get("summary_lines") or []))
+            self._info("tracekit: %s", "\n  ".join(res.get("summary_lines") or []), level=level)
         except Exception as e:  # noqa: BLE001
             self._warn(f"the analysis of {run} failed: {type(e).__name__}: {e}")
 
-    def _finish(self):
+    def _finish(self, wait: bool = True):
+        """Stop tracing (the analysis starts) and, with ``wait``, wait for the analysis (at most ``timeout_s``)."""
         if self._closed:
             return
         self._closed = True
@@ -273,7 +314,7 @@ class Profile:
         if self._tracing:
             self._stop_and_analyze()
         t = self._thread
-        if t is not None:
+        if t is not None and wait:
             t.join(None if self.timeout_s is None else self.timeout_s + 15)
             if t.is_alive():
                 self._warn("the analysis is still running; not waiting for it")
@@ -290,9 +331,21 @@ class Profile:
                 jax.profiler.stop_trace()
 
     def _atexit(self):
-        self._safe(self._finish)
+        """The job exits without ``close()``: stop tracing and start the analysis, never wait for it (the child
+        finishes its report on its own)."""
+        self._at_exit = True  # no watcher thread from here on (none may start at interpreter shutdown)
+        self._safe(self._finish, False)
         if self._gate() is not None:
             self._warn(f"fail_on={self.fail_on!r}: a finding reached it, but the job is already exiting")
+        self._exiting = True  # the watcher logs nothing more: the job's log may be closing
+
+    def _info(self, msg: str, *args, level: int = logging.INFO) -> None:
+        if self._exiting:
+            return
+        try:
+            self.log.log(level, msg, *args)
+        except Exception:  # noqa: BLE001 — a broken logger must not break training either
+            pass
 
     def _gate(self) -> FindingsError | None:
         try:
@@ -332,62 +385,9 @@ def analysis_command(run: Path, spec: dict) -> list[str]:
     return [sys.executable, "-m", "tracekit.run.hook", str(run), json.dumps(spec)]  # runs _analysis_main
 
 
-def _summary_lines(rep, written: list[str]) -> list[str]:
-    from tracekit.units import fmt_pct, fmt_time
-    s = rep.data["summary"]
-    fs = sorted(rep.findings, key=lambda f: -(f.get("savings_ps") or 0))
-    head = (f"{len(fs)} finding(s) in {s['steps']} step(s), {fmt_time(s['profiled_ps'])} profiled; "
-            f"findings claim ~{fmt_time(s.get('claimed_savings_ps') or 0)} together"
-            + (f", {fmt_time(s['above_roofline_floor_ps'])} above the roofline floor"
-               if s.get("above_roofline_floor_ps") is not None else ""))
-    lines = [head + (f"; report: {', '.join(written)}" if written else "")]
-    for n, f in enumerate(fs[:3], 1):
-        msg = " ".join(str(f.get("message", "")).split())
-        lines.append(f"{n}. [{f['severity']}] {f.get('rule_id')} {f.get('name')}: ~{fmt_time(f.get('savings_ps'))} "
-                     f"({fmt_pct(f.get('share'))}) — {msg[:160]}")
-    from tracekit.report.termsafe import safe
-    return [safe(line) for line in lines]  # the job's log is often a terminal: nothing from the trace drives it
-
-
 def _analysis_main() -> None:
-    """Child side: analyze the run folder, write the reports there, print one JSON line for the parent."""
-    run, spec = sys.argv[1], json.loads(sys.argv[2])
-    try:
-        os.nice(10)  # leave the CPU to training
-    except (AttributeError, OSError):
-        pass
-    if os.environ.get("TRACEKIT_HOOK_FAIL", "") not in ("", "0"):
-        raise RuntimeError("TRACEKIT_HOOK_FAIL is set: failing the analysis on purpose")
-    from tracekit import collector
-    collector.pause()  # as the tracekit command: no cyclic collection while importing; load() resumes it
-    from tracekit import pipeline
-    from tracekit.report import render
-    from tracekit import fileio
-    fail_on = spec.get("fail_on") or "never"
-    from tracekit.ingest.trace import load
-    from tracekit.model import machine
-    from tracekit.threads import mark_one_shot
-    mark_one_shot()  # a one-shot child that hands no frame on: constant columns held once
-    tr = load(run)
-    if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
-        machine.record_run(run)
-    rep = pipeline.analyze(tr, fail_on=fail_on)
-    items, skipped, json_path = [], {}, None
-    for fmt in spec.get("outputs", []):
-        path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])
-        try:
-            items.append((path, render.render(rep, fmt)))
-        except ImportError as e:  # a renderer that has not landed yet
-            skipped[fmt] = f"renderer not available ({e})"
-            continue
-        json_path = path if fmt == "json" else json_path
-    fileio.write_all(items, what="the report")  # all written, or none replaced
-    written = [p for p, _ in items]
-    print(json.dumps({"run": run, "written": written, "skipped": skipped, "json": json_path,
-                      "worst": rep.worst_severity(), "fails": rep.fails(fail_on),
-                      "findings": [{k: f.get(k) for k in ("rule_id", "name", "severity", "savings_ps", "share")}
-                                   for f in rep.findings],
-                      "summary_lines": _summary_lines(rep, written)}))
+    """The analysis child's entry point (:func:`tracekit.run.hookchild.main`)."""
+    hookchild.main()
 
 
 if __name__ == "__main__":  # the analysis child (:func:`analysis_command`)

@@ -17,7 +17,9 @@ import sys
 import threading
 
 from tracekit.errors import TraceError
-from tracekit.run.podmap import ATTEMPTS, Options, summarize
+from tracekit.ingest import badhosts
+from tracekit.ingest.badhosts import ATTEMPTS
+from tracekit.run.podmap import Options, summarize
 
 
 
@@ -44,13 +46,6 @@ def _pool_context():
     return mp.get_context()
 
 
-def _why(e: BaseException) -> str:
-    if isinstance(e, TraceError):
-        return str(e)
-    name = type(e).__name__
-    return f"its worker died ({name}: {e})" if name in ("BrokenProcessPool", "KilledWorker") else f"{name}: {e}"
-
-
 def map_hosts(files: list, opt: Options, *, jobs: int = 1, dask=None, progress=None) -> tuple[list, list]:
     """(summaries in host order, failures [(host, path, reason)]) of ``files``
     (:class:`tracekit.ingest.paths.HostFile`), each host tried up to :data:`ATTEMPTS` times."""
@@ -68,23 +63,16 @@ def map_hosts(files: list, opt: Options, *, jobs: int = 1, dask=None, progress=N
     for i, f in enumerate(files):
         r = results.get(i)
         if isinstance(r, BaseException) or r is None:
-            failures.append((f.host, str(f.path), _why(r) if r is not None else "not analyzed"))
+            failures.append((f.host, str(f.path), badhosts.reason(r) if r is not None else "not analyzed"))
         else:
             summaries.append(r)
     return summaries, failures
 
 
 def _in_process(f, opt, hp):
-    err = None
-    for _ in range(ATTEMPTS):
-        try:
-            s = summarize(os.fspath(f.path), f.host, opt)
-            hp.host(f.host, True, s.seconds)
-            return s
-        except (TraceError, OSError, MemoryError) as e:
-            err = e
-    hp.host(f.host, False)
-    return err
+    s, err = badhosts.attempt(summarize, os.fspath(f.path), f.host, opt)  # what the pool and Dask catch, too
+    hp.host(f.host, err is None, 0.0 if s is None else s.seconds)
+    return s if err is None else err
 
 
 def _in_pool(files, opt, jobs, hp) -> dict:
@@ -147,8 +135,14 @@ def _client(dask, workers: int):
     except ImportError:
         raise TraceError("--dask needs dask.distributed", dask, "pip install 'tracekit[dask]'") from None
     if dask == "local":
-        cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                               dashboard_address=None, host="127.0.0.1")
+        import logging
+        import warnings
+        # silence_logs: a host that fails is one notice line, not the workers' "Compute Failed" tracebacks; the
+        # scheduler's HTTP server takes another port when 8787 is busy (another cluster): no warning for that
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                                   dashboard_address=None, host="127.0.0.1", silence_logs=logging.CRITICAL)
         return Client(cluster), cluster
     try:
         return Client(dask, timeout=10), None
@@ -210,8 +204,7 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
     n = (os.cpu_count() or 1) if not jobs else int(jobs)
     summaries, failures = map_hosts(files, opt, jobs=n, dask=dask, progress=progress)
     if not summaries:
-        host, path, why = failures[0]
-        raise TraceError(f"no host could be analyzed; {host}: {why}", path)
+        raise badhosts.none_left(failures)
     if progress is not None:
         progress.stage("reducing")
     return podreport.report(summaries, failures, files, resolved, opt, fail_on=fail_on,

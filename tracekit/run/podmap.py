@@ -26,7 +26,6 @@ from tracekit.report.envelope import Totals
 #: frames with a row per event: rules reading them run on the worker, per host
 WORKER_FRAMES = frozenset({"ops", "collectives", "gaps", "host_events"})
 TOP_COLLECTIVES = 50  #: the envelope's collectives table
-ATTEMPTS = 2  #: tries per host (the engines of tracekit.run.pod): the first and one retry
 #: the ops columns the collective executions read (tracekit.analysis.collectives.executions)
 COLLECTIVE_COLUMNS = ("host", "device", "module", "program_id", "op", "opcode", "category", "kernel", "step",
                       "start_ps", "duration_ps", "is_async", "network_ps", "net_level")

@@ -19,7 +19,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     from tracekit.model import roofline
     from tracekit.report import envelope
     from tracekit.run import podviews
-    from tracekit.run.podmap import ATTEMPTS
+    from tracekit.ingest import badhosts
     hosts = [s.host for s in summaries]
     tot = rd.totals([s.totals for s in summaries])
     devices = rd.devices_frame(summaries)
@@ -42,8 +42,8 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
     warnings = [w for s in summaries for w in s.warnings]
-    warnings += [f"host {h} was left out of the analysis ({path}): {why}; tried {ATTEMPTS} times, the report covers the "
-                 f"other {len(summaries)} host(s)" for h, path, why in failures]
+    left_out = badhosts.notices(failures, len(summaries))
+    warnings += left_out
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
     skel = rd.skeleton(summaries, hosts)
     roofline.remember_device_chips(skel, opt.chip, dchips)
@@ -63,6 +63,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
                                                                             devices),
         totals=tot))
     rep.data["pod"] = podviews.section(summaries, steps, crow, skel, dchips, opt, failures)
+    rep.left_out = tuple(left_out)
     return rep
 
 
