@@ -413,7 +413,7 @@ def test_the_hook_report_path_is_the_same_writer(tmp_path, kind):
     stays a device, a link stays a link (its target gets the report), a read-only report is replaced and stays
     read-only; a full device, a loop or a folder fail the child (the job's hook logs one warning) and leave
     everything as it was."""
-    from tracekit.run.hook import REPORT_STEM
+    from tracekit.run.hookchild import REPORT_STEM
     run_dir = _hook_run(tmp_path)
     report = run_dir / f"{REPORT_STEM}.json"
     elsewhere = tmp_path / "kept.json"
