@@ -252,8 +252,11 @@ def build(a: Analysis) -> Report:
                "achieved_flops_per_s": r["flops"] / (r["total_ps"] / 1e12) if r["total_ps"] else None}
               for r in records(pts)]
     finding_dicts = []
+    # the rules that claim device time (the memory and utilization rules, and TK000, claim none: savings "0")
+    claim = {r.id for r in a.rules if str(r.savings).strip() not in ("0", "0.0")}
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
+        d.setdefault("claims_time", d.get("rule_id") in claim)
         finding_dicts.append(clean(d))
     # what the findings claim together is the union of their claims on device time, not their sum (two findings
     # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
@@ -315,6 +318,16 @@ def build(a: Analysis) -> Report:
     }
     rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
+    return self_checked(rep)
+
+
+def self_checked(rep: Report) -> Report:
+    """``rep`` with its own check (:mod:`tracekit.report.invariants`): ``invariant_violations`` and a warning per
+    violation. Reports, never clamps."""
+    from tracekit.report import invariants
+    found = invariants.check(rep.data)
+    rep.data["invariant_violations"] = found
+    rep.data["warnings"] = list(rep.data.get("warnings") or []) + invariants.warning_lines(found)
     return rep
 
 
