@@ -316,6 +316,8 @@ def build(a: Analysis) -> Report:
                            "the last participant; algbw = size_bytes / transfer_ps, busbw per nccl-tests",
         },
     }
+    from tracekit.report import trust
+    trust.annotate(data, a.rules)
     rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
     return self_checked(rep)

@@ -17,6 +17,8 @@ The checks (docs/report-format.md, "invariant_violations"):
   at-roofline utilization against the overview's, to the message's rounding).
 * ``zero-claim``: no finding whose claim rounds to 0: a rule that claims time must claim some (``claims_time``
   and ``savings_ps`` > 0), and no message says a time of "~0 ps".
+* ``trust``: every headline number has its trust class (:mod:`tracekit.report.trust`): the overview's parts,
+  the summary's and every finding.
 * ``label``: no label that says nothing: steps counted with no source named ("0 step(s) from none"), sources
   named "none"/"raised"/"?".
 """
@@ -60,6 +62,7 @@ def check(d: dict) -> list[dict]:
     _consistency(d, bad)
     _claims(d, bad)
     _labels(d, bad)
+    _trust(d, bad)
     return out
 
 
@@ -178,3 +181,17 @@ def _labels(d: dict, bad) -> None:
         m = re.search(r"\(?from (none|raised|\?)\)?(?![\w-])", t)
         if m:
             bad("label", where, f"a label that says nothing: {m.group(0)!r}")
+
+
+def _trust(d: dict, bad) -> None:
+    from tracekit.report.trust import CLASSES
+    ov = d.get("overview") or {}
+    parts = [(f"overview.{k}", ov.get(k)) for k in ("step_time", "flops", "roofline", "breakdown")]
+    parts += [(f"overview.bandwidth.{k}", b) for k, b in sorted((ov.get("bandwidth") or {}).items())]
+    parts += [(f"findings[{i}] {f.get('rule_id')}", f) for i, f in enumerate(d.get("findings") or [])]
+    for where, part in parts:
+        if part and part.get("trust") not in CLASSES:
+            bad("trust", where, f"no trust class (one of {', '.join(CLASSES)})")
+    st = (d.get("summary") or {}).get("trust")
+    if d.get("summary") and not (isinstance(st, dict) and all(v in CLASSES for v in st.values())):
+        bad("trust", "summary.trust", "the summary's numbers have no trust classes")
