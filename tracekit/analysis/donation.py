@@ -51,21 +51,20 @@ def undonated(g: list, a: list, aliased: set | None, shapes: dict) -> tuple[int,
 
 
 def executions(tr) -> dict:
-    """program_id -> its runs in the trace's window (see the module docstring)."""
+    """(module, program_id) -> its runs in the trace's window (see the module docstring); keyed by name too: hosts
+    of one trace may give one program id to different programs."""
     out: dict = {}
     mods = getattr(tr, "modules", None)
     if mods is not None and len(mods) and "program_id" in mods.columns:
-        out = {int(k): int(v) for k, v in mods.groupby("program_id", observed=True).size().items()}
+        g = mods.assign(module=mods["module"].astype(str)).groupby(["module", "program_id"], observed=True).size()
+        out = {(str(m), int(p)): int(v) for (m, p), v in g.items() if v}
     ops = tr.ops
     if not len(ops):
         return out
-    pid = ops["program_id"].to_numpy(np.uint64)
-    if "run_id" in ops.columns:
-        keys = pd.DataFrame({"p": pid, "h": ops["host"].astype(str).to_numpy(),
-                             "d": ops["device"].astype(str).to_numpy(), "r": ops["run_id"].to_numpy()})
-        runs = {int(k): int(v) for k, v in keys.drop_duplicates().groupby("p").size().items()}
-    else:
-        runs = {int(p): 1 for p in np.unique(pid)}
-    for p, n in runs.items():  # programs with ops but no module execution events
-        out.setdefault(p, n)
+    keys = pd.DataFrame({"m": ops["module"].astype(str).to_numpy(), "p": ops["program_id"].to_numpy(np.uint64),
+                         "h": ops["host"].astype(str).to_numpy(), "d": ops["device"].astype(str).to_numpy(),
+                         "r": ops["run_id"].to_numpy() if "run_id" in ops.columns else np.zeros(len(ops), np.int64)})
+    runs = keys.drop_duplicates().groupby(["m", "p"]).size()
+    for (m, p), n in runs.items():  # programs with ops but no module execution events
+        out.setdefault((str(m), int(p)), int(n))
     return out
