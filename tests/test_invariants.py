@@ -129,3 +129,29 @@ def test_a_real_report_records_its_violations_and_never_clamps(monkeypatch):
     assert any(w.startswith("report check failed (utilization") for w in rep.data["warnings"])
     from tracekit.report.render import render
     assert "report check failed (utilization" in render(rep, "text")
+
+
+def _ops_rule(savings: str):
+    from tracekit.analysis.rule_model import parse_rule
+    return parse_rule({
+        "version": 2, "id": "XX001", "name": "slow-op", "severity": "info", "groups": ["test"], "frame": "ops",
+        "summary": "s", "where": "duration_ps >= 0", "savings": savings, "message": "{count} ops, {savings}",
+        "fix": "f", "why": "w", "references": [], "rank": "duration_ps",
+        "cases": {"pass": [], "fail": [{"name": "any", "rows": [{"host": "h", "device": "d", "duration_ps": 5}]}]}})
+
+
+@pytest.mark.parametrize("savings, kept", [("duration_ps", True), ("duration_ps * 0.0001", False),
+                                           ("0", True)])
+def test_a_claim_that_rounds_to_zero_is_no_finding(savings, kept):
+    """A rule that claims time and claims 0.3 ps here is dropped upstream (never shown as '~0 ps'); a rule that
+    claims no time (savings "0") still reports, as 'no time claimed'."""
+    import pandas as pd
+
+    from tracekit.analysis import rules
+    ops = pd.DataFrame({"host": ["h", "h"], "device": ["d", "d"], "duration_ps": [200, 3000], "op": ["a", "b"]})
+    rule = _ops_rule(savings)
+    got = rules.run_rules({"ops": ops}, [rule])
+    assert bool(got) == kept
+    if got:
+        assert got[0].evidence.iloc[0]["duration_ps"] == 3000  # rank: the largest first
+        assert (got[0].savings_ps > 0) == rule.claims_time

@@ -173,6 +173,12 @@ class Rule:
     #: the checked expressions: "where", "savings", "report_if", "derive.NAME" -> rule_expr.Expr
     exprs: dict = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def claims_time(self) -> bool:
+        """Whether the rule claims device time: false for a rule whose ``savings`` is the constant 0 (memory and
+        utilization context); its findings say so instead of a time."""
+        return str(self.savings).strip() not in ("0", "0.0")
+
     def resolve(self, override: dict | None = None) -> dict:
         """Parameter values: defaults updated with ``override`` (validated)."""
         override = override or {}

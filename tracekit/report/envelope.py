@@ -253,7 +253,7 @@ def build(a: Analysis) -> Report:
               for r in records(pts)]
     finding_dicts = []
     # the rules that claim device time (the memory and utilization rules, and TK000, claim none: savings "0")
-    claim = {r.id for r in a.rules if str(r.savings).strip() not in ("0", "0.0")}
+    claim = {r.id for r in a.rules if r.claims_time}
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
         d.setdefault("claims_time", d.get("rule_id") in claim)
