@@ -122,7 +122,7 @@ def test_a_real_report_records_its_violations_and_never_clamps(monkeypatch):
         d["overview"]["flops"]["utilization"] *= 100
         return real(d)
     monkeypatch.setattr(invariants, "check", spy)
-    rep = envelope.self_checked(envelope.Report(json.loads(rep.to_json())))
+    rep = invariants.self_checked(envelope.Report(json.loads(rep.to_json())))
     u = rep.data["overview"]["flops"]["utilization"]
     assert u > 1  # reported as it is: not clamped to 100 %
     assert {v["check"] for v in rep.data["invariant_violations"]} == {"utilization", "consistency"}  # TK024 too

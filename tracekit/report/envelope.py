@@ -316,21 +316,11 @@ def build(a: Analysis) -> Report:
                            "the last participant; algbw = size_bytes / transfer_ps, busbw per nccl-tests",
         },
     }
-    from tracekit.report import trust
+    from tracekit.report import invariants, trust
     trust.annotate(data, a.rules)
     rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
-    return self_checked(rep)
-
-
-def self_checked(rep: Report) -> Report:
-    """``rep`` with its own check (:mod:`tracekit.report.invariants`): ``invariant_violations`` and a warning per
-    violation. Reports, never clamps."""
-    from tracekit.report import invariants
-    found = invariants.check(rep.data)
-    rep.data["invariant_violations"] = found
-    rep.data["warnings"] = list(rep.data.get("warnings") or []) + invariants.warning_lines(found)
-    return rep
+    return invariants.self_checked(rep)
 
 
 MEMORY_BUFFERS = 20  #: largest buffers kept in the envelope

@@ -66,6 +66,15 @@ def check(d: dict) -> list[dict]:
     return out
 
 
+def self_checked(rep):
+    """``rep`` (a :class:`tracekit.report.envelope.Report`) with its own check: ``invariant_violations`` and a
+    warning per violation in its data. Reports, never clamps. Returns ``rep``."""
+    found = check(rep.data)
+    rep.data["invariant_violations"] = found
+    rep.data["warnings"] = list(rep.data.get("warnings") or []) + warning_lines(found)
+    return rep
+
+
 def warning_lines(violations: list[dict]) -> list[str]:
     """The violations as report warnings, one line each."""
     return [f"{_PREFIX} ({v['check']}, {v['where']}): {v['message']}" for v in violations]
