@@ -94,7 +94,8 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
         return df
     texts = [rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values()]
     names = {_AGG_PREFIX.sub("", w) for t in texts if t for w in _IDENT.findall(str(t))}
-    names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, ""), rule.rank or ""}
+    names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
+    names |= {rule.rank} if rule.rank else set()
     names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit
     cols = [c for c in df.columns if c in names]
     return df[cols] if len(cols) < len(df.columns) else df

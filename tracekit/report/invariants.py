@@ -134,7 +134,8 @@ def _breakdown(d: dict, bad) -> None:
             continue
         tot = sum(int(r.get(k) or 0) for k in COARSE)
         if tot != int(step):
-            bad("breakdown", where, f"compute + exposed collectives + waits + idle = {tot} ps, the steps take {step} ps")
+            bad("breakdown", where,
+                f"compute + exposed collectives + waits + idle = {tot} ps, the steps take {step} ps")
         for k, parts in COARSE.items():
             if len(parts) > 1 and all(p in r for p in parts):
                 sub = sum(int(r.get(p) or 0) for p in parts)

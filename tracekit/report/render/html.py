@@ -271,7 +271,8 @@ def summary_html(d: dict) -> str:
               ("findings", str(s.get("findings", 0)),
                f"claim {fmt_time(s.get('claimed_savings_ps'))}{tag(tr.get('claimed_savings_ps'))} together "
                "(union, not sum)"),
-              ("above roofline floor", fmt_time(s.get("above_roofline_floor_ps")) + tag(tr.get("above_roofline_floor_ps")),
+              ("above roofline floor",
+               fmt_time(s.get("above_roofline_floor_ps")) + tag(tr.get("above_roofline_floor_ps")),
                "the most any fix could win" + sections.floor_note(s))]
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{e(k)}</div><div class="v">{e(v)}</div><div class="sub">{e(sub)}</div>'

@@ -4,8 +4,9 @@ Reads only the report's data (``overview`` and ``memory`` of the envelope, docs/
 from __future__ import annotations
 
 import html
+import re
 
-from tracekit.report.trust import tag
+from tracekit.report.trust import CLASSES, tag
 from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 
 BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
@@ -41,7 +42,8 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
     f = ov.get("flops") or {}
     if f and f.get("per_step") is None:
         out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (the trace has no HLO, or none "
-                                "of its compute ops is priced); pass --model-flops-per-step N for MFU" + tag(f.get("trust"))))
+                                "of its compute ops is priced); pass --model-flops-per-step N for MFU"
+                                + tag(f.get("trust"))))
     elif f:
         src = f.get("source") or ""
         src = ("the trace's model_flops" if src.startswith("trace") else "given by --model-flops-per-step"
@@ -89,7 +91,6 @@ PEAK_ORIGINS = {"trace": "the trace's own peak stat", "table": "the chip table",
 def peak_origin(source: str | None) -> str:
     """Where a peak came from, in words: 'peak from the chip table', 'peak raised to a rate this trace demonstrates'
     (several sources joined with '; ' each named once); 'peak source unknown' without one."""
-    import re
     kinds = []
     for part in str(source or "").split("; "):
         m = re.search(r"(?:^|\(|: )(" + "|".join(PEAK_ORIGINS) + r")\b", part.strip().lower())
@@ -101,7 +102,6 @@ def peak_origin(source: str | None) -> str:
 
 
 def _weakest(classes: list) -> str | None:
-    from tracekit.report.trust import CLASSES
     known = [c for c in classes if c in CLASSES]
     return max(known, key=CLASSES.index) if known else None
 
