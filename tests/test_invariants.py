@@ -155,3 +155,10 @@ def test_a_claim_that_rounds_to_zero_is_no_finding(savings, kept):
     if got:
         assert got[0].evidence.iloc[0]["duration_ps"] == 3000  # rank: the largest first
         assert (got[0].savings_ps > 0) == rule.claims_time
+
+
+def test_a_report_of_an_odd_shape_gets_one_line_not_a_traceback():
+    from tracekit.report import envelope
+    rep = invariants.self_checked(envelope.Report({"overview": {"bandwidth": {"hbm": 3}}, "warnings": []}))
+    assert [v["check"] for v in rep.data["invariant_violations"]] == ["self-check"]
+    assert len(rep.data["warnings"]) == 1 and rep.data["warnings"][0].startswith("report check failed (self-check")

@@ -69,7 +69,10 @@ def check(d: dict) -> list[dict]:
 def self_checked(rep):
     """``rep`` (a :class:`tracekit.report.envelope.Report`) with its own check: ``invariant_violations`` and a
     warning per violation in its data. Reports, never clamps. Returns ``rep``."""
-    found = check(rep.data)
+    try:
+        found = check(rep.data)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:  # data of an odd shape: say so, never fail
+        found = [{"check": "self-check", "where": "report", "message": f"the check could not run ({e!r})"}]
     rep.data["invariant_violations"] = found
     rep.data["warnings"] = list(rep.data.get("warnings") or []) + warning_lines(found)
     return rep
