@@ -60,6 +60,7 @@ def _broken(edit):
     (lambda d: d["overview"]["flops"].update(utilization=1.7), "utilization+consistency"),  # TK024 says 25%
     (lambda d: d["overview"]["bandwidth"]["hbm"].update(utilization=1.01), "utilization"),
     (lambda d: d["devices"][0].update(utilization=1.2), "utilization"),
+    (lambda d: d["summary"].update(busy_ps=1001), "utilization"),
     (lambda d: d["findings"][1].update(message=d["findings"][1]["message"].replace("87.50%", "142.10%")),
      "utilization+consistency"),
     (lambda d: d["findings"][1]["evidence"][0].update(mfu=1.5), "utilization"),

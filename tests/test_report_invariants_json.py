@@ -78,6 +78,8 @@ def test_no_utilization_above_100(report):
             "at roofline": (ov.get("roofline") or {}).get("utilization_at_possible")}
     figs.update({f"bandwidth {k}": (b or {}).get("utilization") for k, b in (ov.get("bandwidth") or {}).items()})
     figs.update({f"device {r['device']}": r.get("utilization") for r in d.get("devices") or []})
+    s = d["summary"]
+    figs["summary busy share"] = s["busy_ps"] / s["profiled_ps"] if s["profiled_ps"] else None
     for i, f in enumerate(d["findings"]):
         for ev in f.get("evidence") or []:
             for k in ("mfu", "utilization"):

@@ -91,6 +91,9 @@ def _utilization(d: dict, bad) -> None:
              for k, b in sorted((ov.get("bandwidth") or {}).items())]
     figs += [(f"devices[{r.get('host')}/{r.get('device')}].utilization", r.get("utilization"))
              for r in d.get("devices") or []]
+    s = d.get("summary") or {}
+    if _num(s.get("profiled_ps")) and _num(s.get("busy_ps")) is not None:
+        figs.append(("summary busy_ps / profiled_ps", s["busy_ps"] / s["profiled_ps"]))
     for i, f in enumerate(d.get("findings") or []):
         for j, ev in enumerate(f.get("evidence") or []):
             for k in ("mfu", "utilization", "mfu_possible"):
