@@ -72,8 +72,7 @@ def headline(d: dict) -> list[str]:
     s = d["summary"]
     lines = []
     for c in d.get("chips") or []:
-        src = (c.get("sources") or {}).get("peak_flops_per_s.bf16") or \
-            (c.get("sources") or {}).get("peak_flops_per_s.f32") or ""
+        src = "; ".join((c.get("sources") or {}).get(f"peak_flops_per_s.{k}", "") for k in ("bf16", "f32"))
         peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in (c.get("peak_flops_per_s") or {}).items()
                           if k in ("bf16", "f32"))
         est = " — **estimated peaks** (run `tracekit calibrate`)" if c.get("estimated") else ""

@@ -146,7 +146,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     for c in d["chips"]:
         peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in c["peak_flops_per_s"].items()
                           if k in ("bf16", "f32"))
-        src = c["sources"].get("peak_flops_per_s.bf16") or c["sources"].get("peak_flops_per_s.f32", "")
+        src = "; ".join(c["sources"].get(f"peak_flops_per_s.{k}", "") for k in ("bf16", "f32"))
         est = (" (ESTIMATED — run `tracekit calibrate`)", "bold yellow") if c["estimated"] else ""
         o.para("chip: ", _safe(c["name"]), est, f" × {len(c['devices'])} device(s); {peaks}; memory "
                f"{fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [{sections.peak_origin(src)}]{tag(c.get('trust'))}")
