@@ -163,3 +163,24 @@ def test_a_report_of_an_odd_shape_gets_one_line_not_a_traceback():
     rep = invariants.self_checked(envelope.Report({"overview": {"bandwidth": {"hbm": 3}}, "warnings": []}))
     assert [v["check"] for v in rep.data["invariant_violations"]] == ["self-check"]
     assert len(rep.data["warnings"]) == 1 and rep.data["warnings"][0].startswith("report check failed (self-check")
+
+
+def test_tk024_on_unequal_virtual_devices_says_the_overviews_figures():
+    """Virtual XLA:CPU devices share one chip: a device that does more than its share of the work read its FLOPs
+    against its 1/8 of the peak, so TK024 said 8x the overview's utilization (and could pass 100 %). Here CPU:1-7
+    lose their dots and fusions (sharded8, ops filtered): TK024's figures are the chip's, the overview's."""
+    import re
+
+    from tracekit import pipeline
+    from tracekit.ingest.trace import load
+    tr = load(cpu_fixture("sharded8"))
+    ops = pipeline.with_roofline(tr)
+    drop = (ops["device"].astype(str) != "CPU:0") & ops["opcode"].astype(str).isin(["dot", "fusion"])
+    d = pipeline.analyze(tr, ops=ops[~drop.to_numpy()].reset_index(drop=True)).data
+    (f,) = [f for f in d["findings"] if f["rule_id"] == "TK024"]
+    ov = d["overview"]
+    util = float(re.search(r"utilization is ([\d.]+)%", f["message"]).group(1)) / 100
+    would = float(re.search(r"would be ([\d.]+)%", f["message"]).group(1)) / 100
+    assert util == pytest.approx(ov["flops"]["utilization"], abs=5e-5)
+    assert would == pytest.approx(ov["roofline"]["utilization_at_possible"], abs=5e-5) and would <= 1
+    assert [v for v in d["invariant_violations"] if v["check"] == "consistency"] == []
