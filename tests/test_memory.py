@@ -42,7 +42,8 @@ def test_sizes_equal_xla_memory_analysis(case, module, stats, views):
     tr, mv = views(case)
     ran = {int(p) for p in tr.ops.loc[tr.ops["module"].astype(str) == module, "program_id"].unique()}
     rows = mv.programs[(mv.programs["module"] == module) & (mv.programs["memory_space"] == "device")
-                       & mv.programs["program_id"].astype("uint64").isin(ran)]
+                       & (mv.programs["program_id"].astype("uint64").isin(ran) if ran else True)]  # (an init
+    # program that ran only before the window: the one program of that name)
     assert len(rows) == 1, (case, module, ran)
     r = rows.iloc[0]
     for ours, xla in (("argument_bytes", "argument_size_in_bytes"), ("output_bytes", "output_size_in_bytes"),

@@ -342,8 +342,10 @@ RULE_FRAMES = {
         "largest_temp_instruction": (_TEXT, "the instruction that defines it"),
         "largest_temp_opcode": (_TEXT, "its opcode"),
         "largest_temp_source": (_TEXT, "its Python source location"),
-        "undonated_bytes": ("int64", "bytes of parameters an output could have reused but did not (not donated)"),
-        "undonated_parameters": (_TEXT, "those parameters' numbers, comma-separated"),
+        "undonated_bytes": ("int64", "bytes of parameters an output of the same shape and dtype could have reused but "
+                                     "did not (not donated)"),
+        "undonated_parameters": (_TEXT, "those parameters' numbers, comma-separated, in number order"),
+        "executions": ("int64", "the program's runs in the trace's window (0: compiled but never ran there)"),
         "capacity_bytes": ("float64", "the smallest HBM capacity among the trace's devices"),
         "live_peak_share": ("float64", "live_peak_bytes / capacity_bytes"),
         "time_ps": ("int64", "0: memory findings claim no time"),
@@ -372,7 +374,10 @@ RULE_FRAMES = {
         "model_flops_per_step": ("float64", "the model's FLOPs per step when given (NaN otherwise)"),
         "peak_flops_per_s": ("float64", "peak FLOP/s of the dtype that carries most FLOPs (of a chip several devices "
                              "share, XLA:CPU's virtual devices of a host: the device's share)"),
-        "mfu": ("float64", "flops_per_step / (peak_flops_per_s x step time)"),
+        "mfu": ("float64", "flops_per_step / (peak_flops_per_s x step time); of a chip several devices share: the "
+                "chip's, all its devices' FLOPs over its whole peak"),
+        "mfu_at_possible": ("float64", "the same at possible_step_ps instead of the step time (at most 1 when the "
+                            "roofline holds)"),
         "possible_step_ps": ("float64", "the step time the roofline says is possible (a lower bound; devices that "
                              "share a chip add their work up); NaN when no compute op has a roofline"),
         "bound_by": (_TEXT, "the resource that sets possible_step_ps (empty when it is unknown)"),
@@ -392,10 +397,10 @@ RULE_FRAME_EXTRA = {"steps": r"^collective_exposed_[a-z_]+_ps$"}
 UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction", "efficiency": "fraction",
          "overlap_ratio": "fraction", "tiny_fraction": "fraction", "pad_waste": "fraction",
          "flops": "FLOP", "trace_flops": "FLOP", "trace_bytes": "bytes", "bytes_accessed": "bytes",
-         "occurrences": "count", "devices": "count", "op_count": "count", "async_count": "count",
+         "occurrences": "count", "executions": "count", "devices": "count", "op_count": "count", "async_count": "count",
          "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
          "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps", "live_peak_share": "fraction",
-         "mfu": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
+         "mfu": "fraction", "mfu_at_possible": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
          "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count"}
 
 

@@ -163,6 +163,8 @@ def findings(items: list, span: dict, profiled: float, max_evidence: int = 10) -
             continue
         per_dev = {key: min(v, span.get(key, math.inf)) for key, v in ev.per_device}
         savings = min(float(sum(per_dev.values())), profiled)
+        if rule.claims_time and round(savings) <= 0:  # a claim that rounds to 0 ps is no finding
+            continue
         share = savings / profiled if 0 < profiled < math.inf else math.nan
         top = ev.top
         values = Values(ev, {**params, "count": ev.count, "savings_ps": savings, "savings": fmt_time(savings),

@@ -28,13 +28,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import donation
 from tracekit.grouping import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
                    "temp_bytes", "constant_bytes", "thread_local_bytes", "footprint_bytes", "live_peak_bytes",
                    "live_peak_source", "largest_buffer_bytes", "largest_temp_bytes", "largest_temp_instruction",
-                   "largest_temp_opcode", "largest_temp_source", "undonated_bytes", "undonated_parameters"]
+                   "largest_temp_opcode", "largest_temp_source", "undonated_bytes", "undonated_parameters",
+                   "executions"]
 CURVE_POINTS = 200
 
 
@@ -114,6 +116,7 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
         sizes = {x["buffer_id"]: x["size_bytes"] for x in b}
         color = {x["buffer_id"]: x["color"] for x in b}
         temp_buf = {x["buffer_id"] for x in b if kind_of.get(x["allocation"]) == "temp"}
+        shapes = donation.allocation_shapes(b)
         peaks: dict = {}
         h = pd.DataFrame(hps.get(key, []), columns=["trace", "seq", "kind", "buffer_id", "share_with", "instruction"])
         for _, ev in h.groupby("trace", sort=True):
@@ -130,7 +133,7 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
             inc = [x for x in b if x["color"] == c]
             tb = [x for x in inc if x["buffer_id"] in temp_buf]
             top = max(tb, key=lambda x: x["size_bytes"]) if tb else None
-            undonated, params = _undonated(g, a, (module_aliases or {}).get(key))
+            undonated, params = donation.undonated(g, a, (module_aliases or {}).get(key), shapes)
             rows.append({"module": mod, "program_id": pid, "memory_space": buf.space_name(c), **sm,
                          "footprint_bytes": base + sm["temp_bytes"],
                          "live_peak_bytes": base + (peaks[c] if c in peaks else sm["temp_bytes"]),
@@ -141,29 +144,10 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
                          "largest_temp_opcode": top["opcode"] if top else "",
                          "largest_temp_source": f"{top['source_file']}:{top['source_line']}"
                          if top and top["source_file"] else "",
-                         "undonated_bytes": undonated, "undonated_parameters": params})
+                         "undonated_bytes": undonated, "undonated_parameters": params, "executions": 0})
     out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
     return out.astype({"program_id": "uint64", **{c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}), \
         curves
-
-
-def _undonated(g: list, a: list, aliased: set | None) -> tuple[int, str]:
-    """Arguments (in this space, ``g``) that no output aliases although an output allocation of exactly their size
-    exists that is not itself an argument (``a``: every allocation of the program): candidates for donation
-    (``donate_argnums``). Each output is matched at most once."""
-    c = g[0]["color"]
-    outs = sorted(x["size_bytes"] for x in a if x["kind"] == "output" and not x["is_tuple"] and x["color"] == c
-                  and x["size_bytes"] > 0)
-    total, names = 0, []
-    args = [(x["parameter_number"], x["size_bytes"]) for x in g if x["kind"] == "argument" and x["size_bytes"] > 0]
-    for p, size in sorted(args, key=lambda t: (-t[1], t[0])):
-        if aliased and p in aliased:
-            continue
-        if size in outs:
-            outs.remove(size)
-            total += size
-            names.append(str(p))
-    return total, ",".join(names)
 
 
 def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
@@ -338,6 +322,8 @@ def build(tr, chip: str | None = None) -> MemoryView:
     from tracekit.model import roofline
     tables = buf.tables(tr.hlo_modules)
     progs, curves = programs(tables, aliases(tr.hlo_modules))
+    runs = donation.executions(tr)  # (a program that never ran in the window holds nothing there)
+    progs["executions"] = [runs.get((str(m), int(p)), 0) for m, p in zip(progs["module"], progs["program_id"])]
     chips = roofline.device_chips(tr, chip)
     capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
     ran = set(distinct_values(tr.ops["program_id"].to_numpy(np.uint64))) if len(tr.ops) else set()

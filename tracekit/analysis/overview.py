@@ -49,7 +49,7 @@ BUCKET_LABELS = {"compute_bound_ps": "compute-bound compute", "memory_bound_ps":
                  "host_idle_ps": "host or input idle (no program running)",
                  "launch_idle_ps": "launch gaps (host-launched ops)", "other_idle_ps": "other idle"}
 DEVICE_COLUMNS = ["host", "device", "steps", "step_mean_ps", "step_total_ps", "flops_per_step",
-                  "model_flops_per_step", "peak_flops_per_s", "mfu", "possible_step_ps", "bound_by",
+                  "model_flops_per_step", "peak_flops_per_s", "mfu", "mfu_at_possible", "possible_step_ps", "bound_by",
                   "roofline_known_share", "host_link_per_step_ps", "offload_wait_per_step_ps"]
 
 
@@ -222,11 +222,26 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     # devices sharing one chip run their work on it one after the other: each one's possible step is theirs added
     # up (unknown when any is)
     at = {(r["host"], r["device"]): r for r in rows}
+    for r in rows:
+        r["mfu_at_possible"] = _util(r["flops_per_step"], r["peak_flops_per_s"], r["possible_step_ps"])
     for members in {tuple(m) for m in sharing.values() if len(m) > 1}:
         total = float(sum(at[k]["possible_step_ps"] for k in members))
+        # the chip's utilization, not one device's share of it: every member's FLOPs over the whole chip's peak
+        # (a device that does more than its share would read above 100 % of its part of the peak)
+        flops = float(sum(at[k]["flops_per_step"] for k in members))
+        peak = float(sum(at[k]["peak_flops_per_s"] for k in members))
         for k in members:
             at[k]["possible_step_ps"] = total
+            at[k]["mfu"] = _util(flops, peak, at[k]["step_mean_ps"])
+            at[k]["mfu_at_possible"] = _util(flops, peak, total)
     return pd.DataFrame(rows, columns=cols)
+
+
+def _util(flops_per_step: float, peak: float, step_ps: float) -> float:
+    """FLOPs per step / (peak x step time); NaN when the peak or the time is unknown or 0."""
+    if not (peak == peak and peak > 0 and step_ps == step_ps and step_ps > 0):
+        return np.nan
+    return flops_per_step / (peak * step_ps / 1e12)
 
 
 def shared_chips(device_chips: dict, devices: list) -> dict:

@@ -60,6 +60,8 @@ FIELDS = {
     "check": (False, "name of a registered Python check returning evidence rows (or `where`)"),
     "savings": (True, "expression: estimated savings in ps per evidence row"),
     "time": (False, "column capping each row's savings (default: the frame's own duration column)"),
+    "rank": (False, "column ordering evidence rows of equal savings, largest first (default: frame order); a rule "
+                    "that claims no time names its worst row first by it"),
     "report_if": (False, "expression over the finding's aggregates (count, share, sum_COLUMN, max_COLUMN, ...)"),
     "evidence": (False, "columns shown as evidence"),
     "message": (True, "what is wrong: str.format template over the finding's aggregates"),
@@ -154,6 +156,7 @@ class Rule:
     where: str | None = None
     check: str | None = None
     time: str | None = None
+    rank: str | None = None
     report_if: str | None = None
     evidence: tuple = ()
     path: str = ""
@@ -162,6 +165,12 @@ class Rule:
     builtin: bool = False  #: one of tracekit's own rules (its cases run in tracekit's tests, not at load)
     #: the checked expressions: "where", "savings", "report_if", "derive.NAME" -> rule_expr.Expr
     exprs: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def claims_time(self) -> bool:
+        """Whether the rule claims device time: false for a rule whose ``savings`` is the constant 0 (memory and
+        utilization context); its findings say so instead of a time."""
+        return str(self.savings).strip() not in ("0", "0.0")
 
     def resolve(self, override: dict | None = None) -> dict:
         """Parameter values: defaults updated with ``override`` (validated)."""
@@ -284,9 +293,9 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
     else:
         columns = check_columns(doc["check"], columns)
     exprs["savings"] = _expr(doc, path, "savings", doc["savings"], columns, params)
-    for c in [doc.get("time")] + list(doc.get("evidence") or []):
+    for c in [doc.get("time"), doc.get("rank")] + list(doc.get("evidence") or []):
         if c is not None and c not in columns and c != "savings_ps":
-            _refuse(doc, path, f"`time`/`evidence` names {c!r}, which is not a column of {doc['frame']!r} here",
+            _refuse(doc, path, f"`time`/`rank`/`evidence` names {c!r}, which is not a column of {doc['frame']!r} here",
                     "docs/rules.md#frames lists the columns")
     names = value_names(columns, params)
     if doc.get("report_if") is not None:
@@ -306,7 +315,7 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
         summary=str(doc["summary"]).strip(), savings=str(doc["savings"]), message=str(doc["message"]).strip(),
         fix=str(doc["fix"]).strip(), why=str(doc["why"]).strip(), references=tuple(doc["references"] or ()),
         cases=cases, params=params, needs=tuple(doc.get("needs") or ()),
-        derive=derive, where=doc.get("where"), check=doc.get("check"), time=doc.get("time"),
+        derive=derive, where=doc.get("where"), check=doc.get("check"), time=doc.get("time"), rank=doc.get("rank"),
         report_if=doc.get("report_if"), evidence=tuple(doc.get("evidence") or ()), path=path, version=version,
         example={k: str(v).rstrip() for k, v in example.items()}, exprs=exprs)
 

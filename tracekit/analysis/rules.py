@@ -60,6 +60,8 @@ def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
         ev = CHECKS[rule.check]({**frames, rule.frame: df}, params)
     else:
         ev = df.loc[_mask(rule.exprs["where"].evaluate(df, params), df)]
+    if rule.rank and len(ev) > 1:  # rows of equal savings: the largest ``rank`` first (stable: frame order after)
+        ev = ev.sort_values(rule.rank, ascending=False, kind="stable")
     ev = ev.reset_index(drop=True)
     if ev.empty:
         return ev.assign(savings_ps=pd.Series(dtype="float64"))
@@ -93,6 +95,7 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
     texts = [rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values()]
     names = {_AGG_PREFIX.sub("", w) for t in texts if t for w in _IDENT.findall(str(t))}
     names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
+    names |= {rule.rank} if rule.rank else set()
     names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit
     cols = [c for c in df.columns if c in names]
     return df[cols] if len(cols) < len(df.columns) else df

@@ -129,14 +129,14 @@ def gate_lines(findings: list[dict], fail_on: str) -> list[str]:
     """The findings that reached ``--fail-on``, one line each, most severe first, for stderr when the gate fails
     (a CI log then says which rule failed it, also when the reports went to files)."""
     from tracekit.report.envelope import SEVERITIES
-    from tracekit.units import fmt_time
+    from tracekit.report.render.sections import claim
     hit = [f for f in findings if SEVERITIES.index(f["severity"]) >= SEVERITIES.index(fail_on)]
     hit.sort(key=lambda f: (-SEVERITIES.index(f["severity"]), -(f.get("savings_ps") or 0), f["rule_id"]))
     out = [f"tracekit: gate failed: {len(hit)} finding(s) reached --fail-on {fail_on}"]
     for f in hit:
         msg = " ".join(str(f.get("message", "")).split())
         msg = msg if len(msg) <= 160 else msg[:159] + "…"
-        out.append(safe(f"  [{f['severity']}] {f['rule_id']} {f['name']}: ~{fmt_time(f.get('savings_ps'))} — {msg}"))
+        out.append(safe(f"  [{f['severity']}] {f['rule_id']} {f['name']}: {claim(f)[0]} — {msg}"))
     return out
 
 

@@ -255,8 +255,11 @@ def build(a: Analysis) -> Report:
                "achieved_flops_per_s": r["flops"] / (r["total_ps"] / 1e12) if r["total_ps"] else None}
               for r in records(pts)]
     finding_dicts = []
+    # the rules that claim device time (the memory and utilization rules, and TK000, claim none: savings "0")
+    claim = {r.id for r in a.rules if r.claims_time}
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
+        d.setdefault("claims_time", d.get("rule_id") in claim)
         finding_dicts.append(clean(d))
     # what the findings claim together is the union of their claims on device time, not their sum (two findings
     # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
@@ -316,9 +319,11 @@ def build(a: Analysis) -> Report:
                            "the last participant; algbw = size_bytes / transfer_ps, busbw per nccl-tests",
         },
     }
+    from tracekit.report import invariants, trust
+    trust.annotate(data, a.rules)
     rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
-    return rep
+    return invariants.self_checked(rep)
 
 
 MEMORY_BUFFERS = 20  #: largest buffers kept in the envelope

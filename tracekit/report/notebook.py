@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 
+from tracekit.report.render.sections import claim
 from tracekit.units import fmt_pct, fmt_time
 
 FINDING_COLUMNS = ["rule_id", "name", "severity", "savings_ps", "claimed_ps", "share", "evidence_count", "message",
@@ -22,7 +23,7 @@ def report_repr(d: dict) -> str:
     prof = s.get("profiled_ps") or 0
     busy = f"busy {fmt_pct(s.get('busy_ps', 0) / prof)}" if prof else "busy —"
     f = d.get("findings") or []
-    top = f"; largest: {f[0]['rule_id']} {f[0]['name']} ~{fmt_time(f[0].get('savings_ps'))}" if f else ""
+    top = f"; largest: {f[0]['rule_id']} {f[0]['name']} {claim(f[0])[0]}" if f else ""
     return (f"<tracekit Report {paths}: {chips}; profiled {fmt_time(prof)}, {busy}; {s.get('steps', 0)} step(s); "
             f"{len(f)} finding(s){top}>")
 

@@ -29,7 +29,8 @@ def lower_priority(pid: int) -> None:
 
 
 def summary_lines(rep, written: list[str]) -> list[str]:
-    from tracekit.units import fmt_pct, fmt_time
+    from tracekit.report.render.sections import claim
+    from tracekit.units import fmt_time
     s = rep.data["summary"]
     fs = sorted(rep.findings, key=lambda f: -(f.get("savings_ps") or 0))
     head = (f"{len(fs)} finding(s) in {s['steps']} step(s), {fmt_time(s['profiled_ps'])} profiled; "
@@ -39,8 +40,9 @@ def summary_lines(rep, written: list[str]) -> list[str]:
     lines = [head + (f"; report: {', '.join(written)}" if written else "")]
     for n, f in enumerate(fs[:3], 1):
         msg = " ".join(str(f.get("message", "")).split())
-        lines.append(f"{n}. [{f['severity']}] {f.get('rule_id')} {f.get('name')}: ~{fmt_time(f.get('savings_ps'))} "
-                     f"({fmt_pct(f.get('share'))}) — {msg[:160]}")
+        time, share = claim(f)
+        lines.append(f"{n}. [{f['severity']}] {f.get('rule_id')} {f.get('name')}: {time}"
+                     + (f" ({share})" if f.get("claims_time") is not False else "") + f" — {msg[:160]}")
     from tracekit.report.termsafe import safe
     return [safe(line) for line in lines]  # the job's log is often a terminal: nothing from the trace drives it
 

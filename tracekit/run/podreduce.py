@@ -71,8 +71,12 @@ def memory_view(summaries: list):
     has it), device peaks and allocators of every host."""
     from tracekit.analysis.memory import MemoryView
     views = [s.memory for s in summaries]
-    progs = pd.concat([v.programs for v in views], ignore_index=True).drop_duplicates(
-        ["module", "program_id", "memory_space"], ignore_index=True)
+    every = pd.concat([v.programs for v in views], ignore_index=True)
+    key = ["module", "program_id", "memory_space"]
+    progs = every.drop_duplicates(key, ignore_index=True)
+    if "executions" in every.columns and len(every):  # a program's runs in the window: on every host together
+        runs = every.groupby(key, sort=False, observed=True)["executions"].sum()
+        progs["executions"] = runs.reindex(pd.MultiIndex.from_frame(progs[key])).to_numpy()
     bufs = pd.concat([v.buffers for v in views], ignore_index=True)
     bufs = bufs.drop_duplicates([c for c in ("module", "program_id", "instruction", "allocation", "kind")
                                  if c in bufs.columns]).sort_values("size_bytes", ascending=False, kind="stable",

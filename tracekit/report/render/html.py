@@ -21,6 +21,7 @@ import math
 
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
+from tracekit.report.trust import legend, tag
 from tracekit.report.render import timeline_html as tlh
 from tracekit.units import EFF_MARKS_NOTE, fmt_eff, fmt_num, fmt_pct, fmt_time
 
@@ -235,10 +236,13 @@ def findings_html(findings: list[dict]) -> str:
     for i, f in enumerate(findings, 1):
         ev = (f.get("evidence") or [])[:EVIDENCE_ROWS]
         params = ", ".join(f"{k}={v}" for k, v in sorted((f.get("params") or {}).items()))
-        share = f" · {fmt_pct(f['share'])} of profiled time" if f.get("share") is not None else ""
+        time, share = sections.claim(f)
+        share = f" · {share} of profiled time" if f.get("share") is not None and f.get("claims_time") is not False \
+            else ""
+        share += tag(f.get("trust"))
         out.append(
             f'<div class="finding sev-{e(f["severity"])}"><h3><span class="badge">{e(f["severity"])}</span> '
-            f'{i}. <code>{e(f["rule_id"])}</code> {e(f["name"])} <span class="save">~{e(fmt_time(f.get("savings_ps")))}'
+            f'{i}. <code>{e(f["rule_id"])}</code> {e(f["name"])} <span class="save">{e(time)}'
             f'{e(share)}</span></h3><p>{e(f["message"])}</p><p class="fix"><b>Fix:</b> {e(f["fix"])}</p>'
             + (f'<p class="params">thresholds: {e(params)}</p>' if params else "")
             + (f'<details><summary>evidence: {len(ev)} of {f.get("evidence_count", len(ev))} row(s)</summary>'
@@ -257,15 +261,18 @@ def summary_html(d: dict) -> str:
                       f"{peaks}; {fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')}"
                       + (" (ESTIMATED peaks)" if c.get("estimated") else "")
                       + (f"; {len(c['peak_notes'])} peak note(s) below" if c.get("peak_notes") else "")))
-    items += [("profiled", fmt_time(prof), f"device time on {s['devices']} device(s)"),
+    tr = s.get("trust") or {}
+    items += [("profiled", fmt_time(prof) + tag(tr.get("profiled_ps")), f"device time on {s['devices']} device(s)"),
               ("busy", fmt_time(s["busy_ps"]), fmt_pct(s["busy_ps"] / prof if prof else None)),
               ("idle", fmt_time(s["idle_ps"]), fmt_pct(s["idle_ps"] / prof if prof else None)),
               ("roofline coverage", fmt_pct(s.get("roofline_coverage")),
                "of op time" if s.get("hlo_present") else "no HLO in this trace"),
-              ("steps", str(s.get("steps", 0)), ", ".join(s.get("step_source") or []) or "none found"),
+              ("steps", str(s.get("steps", 0)), ", ".join(s.get("step_source") or []) or "no steps found"),
               ("findings", str(s.get("findings", 0)),
-               f"claim {fmt_time(s.get('claimed_savings_ps'))} together (union, not sum)"),
-              ("above roofline floor", fmt_time(s.get("above_roofline_floor_ps")),
+               f"claim {fmt_time(s.get('claimed_savings_ps'))}{tag(tr.get('claimed_savings_ps'))} together "
+               "(union, not sum)"),
+              ("above roofline floor",
+               fmt_time(s.get("above_roofline_floor_ps")) + tag(tr.get("above_roofline_floor_ps")),
                "the most any fix could win" + sections.floor_note(s))]
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{e(k)}</div><div class="v">{e(v)}</div><div class="sub">{e(sub)}</div>'
@@ -366,7 +373,9 @@ def body(d: dict, *, top: int = 25) -> str:
         f"{sections.html_sections(d)}"
         f"<section id=\"summary\">{summary_html(d)}{tlh.peak_sources_html(d)}{warn}{gate}</section>\n"
         f"<section id=\"findings\"><h2>Findings, by the time they would win back</h2>"
-        f"{findings_html(d.get('findings') or [])}</section>\n"
+        f"{findings_html(d.get('findings') or [])}"
+        f"{'<p class=params>' + e(legend()) + '</p>' if any('trust' in x for x in d.get('findings') or []) else ''}"
+        f"</section>\n"
         f"<div class=\"charts\"><section id=\"roofline\"><h2>Roofline</h2>{chart}</section>\n"
         f"<section id=\"devices\"><h2>Time per device</h2>{dev}</section></div>\n"
         f"<section id=\"timeline\"><h2>Steps on each device</h2>{timeline}</section>\n"

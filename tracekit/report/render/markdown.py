@@ -10,6 +10,7 @@ import html
 
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
+from tracekit.report.trust import legend, tag
 from tracekit.units import EFF_MARKS_NOTE, eff_mark, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".md", ".markdown")
@@ -71,20 +72,20 @@ def headline(d: dict) -> list[str]:
     s = d["summary"]
     lines = []
     for c in d.get("chips") or []:
-        src = (c.get("sources") or {}).get("peak_flops_per_s.bf16") or \
-            (c.get("sources") or {}).get("peak_flops_per_s.f32") or ""
+        src = "; ".join((c.get("sources") or {}).get(f"peak_flops_per_s.{k}", "") for k in ("bf16", "f32"))
         peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in (c.get("peak_flops_per_s") or {}).items()
                           if k in ("bf16", "f32"))
         est = " — **estimated peaks** (run `tracekit calibrate`)" if c.get("estimated") else ""
         lines.append(f"- **Chip:** {esc(c['name'], None)} × {len(c.get('devices') or [])}; {peaks}; memory "
-                     f"{fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')} (peaks from {esc(src.split(':')[0], None)})"
+                     f"{fmt_num(c.get('hbm_bw_bytes_per_s'), 'B/s')} ({esc(sections.peak_origin(src), None)}){tag(c.get('trust'))}"
                      f"{est}")
         lines += [f"  - peak {esc(note, None)}" for note in c.get("peak_notes") or []]
     prof = s.get("profiled_ps") or 0
-    lines.append(f"- **Profiled:** {fmt_time(prof)} of device time on {s['devices']} device(s); **busy** "
+    tr = s.get("trust") or {}
+    lines.append(f"- **Profiled:** {fmt_time(prof)}{tag(tr.get('profiled_ps'))} of device time on {s['devices']} device(s); **busy** "
                  f"{fmt_time(s['busy_ps'])} ({fmt_pct(s['busy_ps'] / prof if prof else None)}), **idle** "
                  f"{fmt_time(s['idle_ps'])} ({fmt_pct(s['idle_ps'] / prof if prof else None)})")
-    steps = f"{s['steps']} step(s) from {esc(', '.join(s['step_source']), None)}" if s.get("steps") else "no steps"
+    steps = esc(sections.steps_phrase(s), None)
     lines.append(f"- **Steps:** {steps}")
     by = s.get("time_by_bound_ps") or {}
     tot = sum(by.values()) or 1
@@ -93,20 +94,22 @@ def headline(d: dict) -> list[str]:
                  + (f" (time by bound: {bound})" if bound else "")
                  + ("" if s.get("hlo_present") else " — no HLO in this trace: ops are kernels, with no roofline"))
     if s.get("findings"):
-        lines.append(f"- **Findings:** {s['findings']}, together claiming {fmt_time(s.get('claimed_savings_ps'))} "
+        lines.append(f"- **Findings:** {s['findings']}, together claiming {fmt_time(s.get('claimed_savings_ps'))}"
+                     f"{tag(tr.get('claimed_savings_ps'))} "
                      f"({fmt_pct(s['claimed_savings_ps'] / prof if prof else None)} of profiled time; the union of "
                      "their overlapping estimates, not their sum)")
     if s.get("above_roofline_floor_ps") is not None:
-        lines.append(f"- **Above the roofline floor:** {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus "
+        lines.append(f"- **Above the roofline floor:** {fmt_time(s['above_roofline_floor_ps'])}"
+                     f"{tag(tr.get('above_roofline_floor_ps'))} (profiled time minus "
                      f"every op at its roofline: the most any fix could win{sections.floor_note(s)})")
     return lines
 
 
 def findings_table(findings: list[dict]) -> list[str]:
     rows = [[str(i), _SEVERITY_MARK.get(f["severity"], esc(f["severity"])), f"{code(f['rule_id'])} "
-             f"{esc(f['name'], None)}", fmt_time(f.get("savings_ps")), fmt_pct(f.get("share")),
+             f"{esc(f['name'], None)}", *sections.claim(f), f.get("trust") or "—",
              esc(f["message"], 400)] for i, f in enumerate(findings, 1)]
-    return table(["#", "severity", "rule", "savings", "of profiled", "message"], rows, right={0, 3, 4})
+    return table(["#", "severity", "rule", "savings", "of profiled", "trust", "message"], rows, right={0, 3, 4})
 
 
 def evidence_table(rows: list[dict]) -> list[str]:
@@ -228,6 +231,8 @@ def render(report, *, top: int = 12, **_) -> str:
     f = d.get("findings") or []
     if f:
         out += [f"### Findings ({len(f)}), by the time they would win back", "", *findings_table(f), ""]
+        if any("trust" in x for x in f):
+            out += [esc(legend(), None), ""]
         for i, x in enumerate(f, 1):
             out += finding_details(i, x)
     else:

@@ -4,7 +4,9 @@ Reads only the report's data (``overview`` and ``memory`` of the envelope, docs/
 from __future__ import annotations
 
 import html
+import re
 
+from tracekit.report.trust import CLASSES, tag
 from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 
 BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
@@ -36,21 +38,23 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         return []
     out = [("step time", f"mean {fmt_time(st['mean_ps'])}, p50 {fmt_time(st['p50_ps'])}, p90 "
                          f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) (from {st.get('source') or '?'}; "
-                         "per step the slowest device)")]
+                         "per step the slowest device)" + tag(st.get("trust")))]
     f = ov.get("flops") or {}
     if f and f.get("per_step") is None:
         out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (the trace has no HLO, or none "
-                                "of its compute ops is priced); pass --model-flops-per-step N for MFU"))
+                                "of its compute ops is priced); pass --model-flops-per-step N for MFU"
+                                + tag(f.get("trust"))))
     elif f:
         src = f.get("source") or ""
         src = ("the trace's model_flops" if src.startswith("trace") else "given by --model-flops-per-step"
                if src.startswith("--") else "HLO cost model, recomputation included")
-        out.append((f["label"], f"{_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
-                                f"({src}{_partial(f) if f.get('kind') == 'hardware' else ''}) on "
-                                f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
-                                f"(from {(f.get('peak_source') or '?').split(':')[0]})"))
+        out.append((f["label"],
+                    f"{_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
+                    f"({src}{_partial(f) if f.get('kind') == 'hardware' else ''}) on "
+                    f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
+                    f"({peak_origin(f.get('peak_source'))}){tag(f.get('trust'))}"))
     bw = ov.get("bandwidth") or {}
-    parts = []
+    parts, classes = [], []
     cpu = bool(d.get("chips")) and all(c.get("family") == "cpu" for c in d["chips"])  # (a CPU's memory is DRAM)
     names = (("hbm", "memory" if cpu else "HBM"), ("interconnect", "interconnect"), ("host_link", "host link"))
     for key, name in names:
@@ -59,8 +63,10 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
             parts.append(f"{name} {fmt_num(b.get('achieved_bytes_per_s'), 'B/s')} of "
                          f"{fmt_num(b.get('peak_bytes_per_s'), 'B/s')} ({_util(b.get('utilization'))}"
                          f"{_partial(b, 'bytes')})")
+            classes.append(b.get("trust"))
     if parts:
-        out.append(("bandwidth", "; ".join(parts) + " (bytes from the cost model per step / step time)"))
+        out.append(("bandwidth", "; ".join(parts) + " (bytes from the cost model per step / step time)"
+                    + tag(_weakest(classes))))
     r = ov.get("roofline") or {}
     if r.get("possible_step_ps"):
         ratio = r.get("ratio") or 0
@@ -69,11 +75,53 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         out.append(("roofline", f"{fmt_time(r['possible_step_ps'])} per step is possible ({r.get('bound_by')} at its "
                                 f"roofline, the rest hidden{_partial(r, 'a roofline', measured=True)}): the steps "
                                 f"take {_times(ratio)} that{odd}; {(f.get('label') or 'utilization')} would be "
-                                f"{_util(r.get('utilization_at_possible'))}"))
+                                f"{_util(r.get('utilization_at_possible'))}{tag(r.get('trust'))}"))
     elif r.get("known_share") == 0:
         out.append(("roofline", "unknown: no compute op in the steps has a roofline (the trace has no HLO, or none of "
                                 "its compute ops is priced)"))
     return out
+
+
+#: a peak source's kind (the text before its first ':') -> where the peak came from, as the overview says it
+PEAK_ORIGINS = {"trace": "the trace's own peak stat", "table": "the chip table", "calibration": "a calibration",
+                "estimate": "an estimate", "raised": "raised to a rate this trace demonstrates",
+                "ceiling": "the physical ceiling", "given": "given by the user"}
+
+
+def peak_origin(source: str | None) -> str:
+    """Where a peak came from, in words: 'peak from the chip table', 'peak raised to a rate this trace demonstrates'
+    (several sources joined with '; ' each named once); 'peak source unknown' without one."""
+    kinds = []
+    for part in str(source or "").split("; "):
+        m = re.search(r"(?:^|\(|: )(" + "|".join(PEAK_ORIGINS) + r")\b", part.strip().lower())
+        if m and PEAK_ORIGINS[m.group(1)] not in kinds:
+            kinds.append(PEAK_ORIGINS[m.group(1)])
+    if not kinds:
+        return "peak source unknown"
+    return "peak " + " and ".join(k if k.startswith("raised") else f"from {k}" for k in kinds)
+
+
+def _weakest(classes: list) -> str | None:
+    known = [c for c in classes if c in CLASSES]
+    return max(known, key=CLASSES.index) if known else None
+
+
+def claim(f: dict) -> tuple[str, str]:
+    """(the time a finding claims, its share of profiled time) as the reports show them: '~63.4 ms', '50.0%';
+    a finding whose rule claims no time (memory, utilization context) says so instead of '~0 ps'; a share under
+    0.05% keeps two significant digits (never a claim shown as '0.0%')."""
+    if f.get("claims_time") is False:
+        return "no time claimed", "—"
+    x = f.get("share")
+    share = f"{100 * x:.2g}%" if isinstance(x, (int, float)) and 0 < x < 0.0005 else fmt_pct(x)
+    return f"~{fmt_time(f.get('savings_ps'))}", share
+
+
+def steps_phrase(s: dict) -> str:
+    """'5 step(s) from step_annotation', or 'no steps found' (never '0 step(s) from none')."""
+    if not s.get("steps"):
+        return "no steps found (no step annotation, steps line or repeated program run)"
+    return f"{s['steps']} step(s) from {', '.join(s.get('step_source') or []) or 'an unnamed source'}"
 
 
 #: below this share of compute time with a known count, the headline says how much it covers (the op-time line

@@ -16,6 +16,7 @@ import re
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
+from tracekit.report.trust import legend, tag
 from tracekit.units import ABOVE_MARK, EFF_MARKS_NOTE, WITHIN_MARK, fmt_eff, fmt_num, fmt_pct, fmt_time
 
 EXTENSIONS = (".txt",)
@@ -145,21 +146,22 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     for c in d["chips"]:
         peaks = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in c["peak_flops_per_s"].items()
                           if k in ("bf16", "f32"))
-        src = c["sources"].get("peak_flops_per_s.bf16") or c["sources"].get("peak_flops_per_s.f32", "")
+        src = "; ".join(c["sources"].get(f"peak_flops_per_s.{k}", "") for k in ("bf16", "f32"))
         est = (" (ESTIMATED — run `tracekit calibrate`)", "bold yellow") if c["estimated"] else ""
         o.para("chip: ", _safe(c["name"]), est, f" × {len(c['devices'])} device(s); {peaks}; memory "
-               f"{fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [peaks from {src.split(':')[0] or 'unknown'}]")
+               f"{fmt_num(c['hbm_bw_bytes_per_s'], 'B/s')}  [{sections.peak_origin(src)}]{tag(c.get('trust'))}")
         for note in c.get("peak_notes") or []:  # which number was used, what the trace said, what was raised
             o.para("peak ", _safe(note), indent=2)
     busy = fmt_pct(s["busy_ps"] / s["profiled_ps"]) if s["profiled_ps"] else "—"
-    o.para(f"profiled: {fmt_time(s['profiled_ps'])} device time over {s['devices']} device(s); busy "
-           f"{fmt_time(s['busy_ps'])} ({busy}), idle {fmt_time(s['idle_ps'])}; {s['steps']} step(s) from "
-           f"{', '.join(s['step_source']) or 'none'}")
+    o.para(f"profiled: {fmt_time(s['profiled_ps'])}{tag((s.get('trust') or {}).get('profiled_ps'))} device time "
+           f"over {s['devices']} device(s); busy {fmt_time(s['busy_ps'])} ({busy}), idle {fmt_time(s['idle_ps'])}; "
+           f"{sections.steps_phrase(s)}")
     if s["time_by_bound_ps"]:
         tot = sum(s["time_by_bound_ps"].values()) or 1
         o.para("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
                                                 sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
-               + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time")
+               + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time"
+               + tag((s.get("trust") or {}).get("time_by_bound_ps")))
     if not s["hlo_present"]:
         o.para("HLO: not in this trace — ops are listed by kernel name and have no roofline")
     _steps(o, d)
@@ -168,6 +170,8 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _collectives(o, d)
     _memory(o, d)
     _findings(o, d)
+    if any("trust" in x for x in d.get("findings") or []) or (s.get("trust")):
+        o.para(legend())
     for w in d.get("warnings") or []:
         o.para(("warning: ", "yellow" if color else ""), _safe(w))
     g = d["gate"]
@@ -287,9 +291,11 @@ def _findings(o: _Out, d: dict) -> None:
     if f:
         o.para(claims_line(d["summary"]))
     for i, x in enumerate(f, 1):
-        share = f" ({fmt_pct(x['share'])} of profiled time)" if x.get("share") is not None else ""
+        time, share = sections.claim(x)
+        share = f" ({share} of profiled time)" if x.get("share") is not None and x.get("claims_time") is not False \
+            else ""
         o.para(f"{i}. ", (f"[{x['severity']}]", SEVERITY_STYLE.get(x["severity"], "")),
-               f" {x['rule_id']} ", _safe(x["name"]), f": ~{fmt_time(x['savings_ps'])}{share}", hang=3)
+               f" {x['rule_id']} ", _safe(x["name"]), f": {time}{share}{tag(x.get('trust'))}", hang=3)
         o.para(_safe(x["message"]), indent=3, hang=0)
         o.para("fix: ", _safe(x["fix"]), indent=3, hang=5)
 
@@ -299,11 +305,12 @@ def claims_line(s: dict) -> str:
     floor (the most any fix could win); never the sum of overlapping claims."""
     prof = s.get("profiled_ps") or 0
     claimed = s.get("claimed_savings_ps")
-    line = (f"together the findings claim {fmt_time(claimed)} "
+    line = (f"together the findings claim {fmt_time(claimed)}{tag((s.get('trust') or {}).get('claimed_savings_ps'))} "
             f"({fmt_pct(claimed / prof if prof and claimed is not None else None)} of profiled time; the union of "
             "their overlapping estimates, not their sum)")
     if s.get("above_roofline_floor_ps") is not None:
-        line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])} (profiled time minus "
+        line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])}"
+                 f"{tag((s.get('trust') or {}).get('above_roofline_floor_ps'))} (profiled time minus "
                  f"every op at its roofline: the most any fix could win{sections.floor_note(s)})")
     return line
 
