@@ -65,6 +65,7 @@ class Chip:
     trace_reported: dict = field(default_factory=dict, hash=False)  # field -> {stat, value, used}
     raised: dict = field(default_factory=dict, hash=False)  # field -> {estimate, value, op, module, self_ps}
     limits: dict = field(default_factory=dict, hash=False)  # field -> {value, source}: physical ceilings (CPU)
+    cache_bytes: float = NAN  # last-level cache (CPU; NaN: unknown): a memory rate needs bytes well above it
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
