@@ -236,7 +236,7 @@ def shared_chips(device_chips: dict, devices: list) -> dict:
     group: dict = {}
     for h, d in devices:
         ch = device_chips.get((h, d))
-        if ch is not None and ch.family == "cpu":
+        if ch is not None and (ch.family == "cpu" or getattr(ch, "host_shared", False)):
             group.setdefault((h, ch.name), []).append((h, d))
     return {k: tuple(m) for m in group.values() if len(m) > 1 for k in m}
 

@@ -50,11 +50,13 @@ def base_chips(tr: Trace, chip: str | None = None) -> dict:
                     here = chips.detect(r.device_kind, {}, None, cpu=calibrate.cpu_chip)
                     found = replace(here, name=machine.UNKNOWN_CPU, limits={})
                     note += f" (this machine's rates stand in: {here.name}; no ceiling, so no peak is raised)"
-                cpu[r.host] = replace(found, notes=note)
+                cpu[r.host] = replace(found, notes=note, host_shared=True)
             out[(r.host, r.device)] = cpu[r.host]
             continue
-        out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip,
-                                               cpu=calibrate.cpu_chip)
+        got = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip, cpu=calibrate.cpu_chip)
+        if str(r.device_kind).lower().startswith("cpu"):  # (``--chip`` on a CPU capture: one host, one chip)
+            got = replace(got, host_shared=True)
+        out[(r.host, r.device)] = got
     return out
 
 
