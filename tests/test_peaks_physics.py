@@ -81,6 +81,9 @@ def test_every_cpu_fixture_peak_is_under_its_recording_machines_ceiling(case):
             assert v <= ceiling * (1 + 1e-9), (case, dtype, v, ceiling)
         # no record names its last-level cache: no rate can be told from a cache rate, so memory is the calibration's
         assert chip["hbm_bw_bytes_per_s"] == pytest.approx(rec["calibration"]["hbm_bw_bytes_per_s"]), case
+        # a cache rate: at most two 64 B loads and one 64 B store per core and cycle
+        cache = chip["raised"].get("cache_bw_bytes_per_s", {}).get("value")
+        assert cache is None or cache <= cores * 192 * hz * (1 + 1e-9), case
         for field, r in chip["raised"].items():
             assert r["executions"] >= 2, (case, field)  # a median over executions, never one
     peak = rep["overview"]["flops"].get("peak_flops_per_s")
@@ -141,7 +144,8 @@ def test_one_execution_raises_nothing_two_raise_to_their_median():
     one = _ops([{"op": "dot.1", "flops": 1.5e9, "self_ps": 10**10}])
     assert peaks.raise_estimates({("h", "CPU:0"): ch}, one)[("h", "CPU:0")].peak_flops_per_s["f32"] == est
     # three executions at 140, 150 and 180 GFLOP/s: the median, 150
-    three = _ops([{"op": "dot.1", "flops": 1.5e9, "self_ps": t} for t in (10**10 * 15 // 14, 10**10, 10**10 * 15 // 18)])
+    times = (10**10 * 15 // 14, 10**10, 10**10 * 15 // 18)
+    three = _ops([{"op": "dot.1", "flops": 1.5e9, "self_ps": t} for t in times])
     got = peaks.raise_estimates({("h", "CPU:0"): ch}, three)[("h", "CPU:0")]
     assert got.peak_flops_per_s["f32"] == pytest.approx(1.5e11, rel=1e-6)
     assert got.raised["peak_flops_per_s.f32"]["executions"] == 3
@@ -154,7 +158,7 @@ def test_one_execution_raises_nothing_two_raise_to_their_median():
 def test_no_ceiling_no_raise_and_no_raise_from_in_place_ops_or_cache_rates():
     from dataclasses import replace
 
-    from tracekit.model import peaks
+    from tracekit.model import cpu_limits, peaks
     fast = [{"op": "dot.1", "flops": 1.5e9, "self_ps": 10**10}] * 3
     ch = _chip()
     assert peaks.raise_estimates({("h", "CPU:0"): replace(ch, limits={})}, _ops(fast))[("h", "CPU:0")] \
@@ -165,12 +169,16 @@ def test_no_ceiling_no_raise_and_no_raise_from_in_place_ops_or_cache_rates():
     mem = [{"op": "fusion.1", "flops": 0.0, "bytes_accessed": 5e8, "self_ps": 10**10, "bound_by": "memory"}] * 3
     slow = replace(ch, hbm_bw_bytes_per_s=1e9)
     big_cache = replace(slow, cache_bytes=4e8)  # 0.5 GB < 2 x 0.4 GB: could be the cache's rate
-    assert not peaks.raise_estimates({("h", "CPU:0"): big_cache}, _ops(mem))[("h", "CPU:0")].raised
     unknown = replace(slow, cache_bytes=math.nan)
-    assert not peaks.raise_estimates({("h", "CPU:0"): unknown}, _ops(mem))[("h", "CPU:0")].raised
+    for ch_ in (big_cache, unknown):  # a cache rate, kept apart: the memory bandwidth stays
+        got = peaks.raise_estimates({("h", "CPU:0"): ch_}, _ops(mem))[("h", "CPU:0")]
+        assert list(got.raised) == ["cache_bw_bytes_per_s"] and got.hbm_bw_bytes_per_s == 1e9
+        assert got.cache_bw_bytes_per_s == pytest.approx(5e10)
+        assert cpu_limits.in_cache(got, 5e8) and cpu_limits.in_cache(got, np.array([5e8])).all()
     small_cache = replace(slow, cache_bytes=32e6)
     got = peaks.raise_estimates({("h", "CPU:0"): small_cache}, _ops(mem))[("h", "CPU:0")]
-    assert got.hbm_bw_bytes_per_s == pytest.approx(5e10)
+    assert got.hbm_bw_bytes_per_s == pytest.approx(5e10) and "cache_bw_bytes_per_s" not in got.raised
+    assert not cpu_limits.in_cache(got, 5e8)
     # the links of a CPU are its memory: collectives are priced at the same raised bandwidth
     assert got.link_bw_bytes_per_s == got.egress_bw_bytes_per_s == got.host_link_bw_bytes_per_s == pytest.approx(5e10)
 

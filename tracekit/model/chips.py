@@ -66,6 +66,9 @@ class Chip:
     raised: dict = field(default_factory=dict, hash=False)  # field -> {estimate, value, op, module, self_ps}
     limits: dict = field(default_factory=dict, hash=False)  # field -> {value, source}: physical ceilings (CPU)
     cache_bytes: float = NAN  # last-level cache (CPU; NaN: unknown): a memory rate needs bytes well above it
+    #: (CPU) the rate ops whose bytes may sit in the caches (at most twice the last-level cache, or any op when
+    #: it is unknown) move them at, as the trace demonstrates it (NaN: the memory bandwidth serves them too)
+    cache_bw_bytes_per_s: float = NAN
     #: the trace's devices on this chip are virtual devices of one host (XLA:CPU's, also when ``--chip`` names
     #: another part for them): they share one chip, whose peaks count once
     host_shared: bool = False

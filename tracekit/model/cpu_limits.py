@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import platform
 
+import numpy as np
+
 #: flags that decide a core's FLOP/cycle (x86 /proc/cpuinfo "flags", aarch64 "Features")
 ISA_FLAGS = ("sse2", "avx", "fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
              "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimdhp", "sve", "sve2", "bf16", "i8mm")
@@ -63,6 +65,9 @@ ZEN4_FAMILY = 0x19
 MAX_DRAM_BYTES_PER_S_PER_CORE = 64 * 64 / 60e-9
 #: nor a machine: two sockets of 12 DDR5-6400 channels (12 x 51.2 GB/s each), the widest current servers
 MAX_DRAM_BYTES_PER_S = 2 * 12 * 51.2e9
+#: no core moves more than this many bytes per cycle through its caches: two 64 B loads and one 64 B store per
+#: cycle (the widest L1 ports of current x86 and Arm server cores, per the vendors' optimization guides)
+MAX_CACHE_BYTES_PER_CYCLE = 192
 #: a memory rate counts only from ops whose bytes exceed this many times the last-level cache (else the bytes
 #: may come from the cache: that is a cache rate, not a memory one)
 LLC_MULTIPLE = 2
@@ -256,6 +261,9 @@ def ceilings(cores, flags, clock, ident: dict | None = None) -> dict:
         "value": bw, "source": f"ceiling: {core_how} x {MAX_DRAM_BYTES_PER_S_PER_CORE / 1e9:.0f} GB/s (64 lines of "
                                f"64 B in flight per core over a 60 ns memory latency), at most "
                                f"{MAX_DRAM_BYTES_PER_S / 1e12:.2f} TB/s (2 sockets x 12 DDR5-6400 channels)"}
+    out["cache_bw_bytes_per_s"] = {
+        "value": n * MAX_CACHE_BYTES_PER_CYCLE * hz,
+        "source": f"ceiling: {core_how} x {MAX_CACHE_BYTES_PER_CYCLE} B/cycle (2 loads + 1 store of 64 B) x {hz_how}"}
     return out
 
 
@@ -273,3 +281,15 @@ def limit(limits: dict, key: str) -> float:
     """The value of :func:`entry`, inf when there is none."""
     got = entry(limits, key)
     return float(got["value"]) if got is not None else math.inf
+
+
+def in_cache(ch, nbytes):
+    """True where an op moving ``nbytes`` (a number or an array) on ``ch`` is judged at its cache rate: the chip
+    has one (a CPU whose trace demonstrates it) and the bytes are at most
+    :data:`~tracekit.model.cpu_limits.LLC_MULTIPLE` times its last-level cache, or its cache is unknown."""
+    if not math.isfinite(ch.cache_bw_bytes_per_s):
+        return np.zeros(np.shape(nbytes), bool) if np.ndim(nbytes) else False
+    if not math.isfinite(ch.cache_bytes):
+        return np.ones(np.shape(nbytes), bool) if np.ndim(nbytes) else True
+    return np.asarray(nbytes) <= LLC_MULTIPLE * ch.cache_bytes if np.ndim(nbytes) else \
+        nbytes <= LLC_MULTIPLE * ch.cache_bytes

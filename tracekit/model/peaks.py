@@ -8,11 +8,11 @@ Which number is the peak (see also :func:`tracekit.model.chips.detect`):
 * a chip that is not an exact table part (a CPU: estimated or calibrated; a chip the table does not know; a GPU
   whose variant is ambiguous) has estimated peaks. Once every executed instruction's cost is counted once, an
   estimate below what the trace itself demonstrates is raised (:func:`raise_estimates`), per chip and term
-  (FLOP/s per compute dtype, memory bandwidth, interconnect and host link), to the best MEDIAN rate of an op over
-  its timed executions (at least :data:`MIN_EXECUTIONS` of :data:`MIN_EVIDENCE_PS` self time or more: one
-  execution demonstrates nothing), never from in-place ops (:data:`IN_PLACE`: their bytes are an upper bound),
-  for memory only from executions moving more than twice the last-level cache (else it is a cache rate), and
-  never past the chip's physical ceiling (``Chip.limits``: the recording machine's cores x FLOP/cycle x clock,
+  (FLOP/s per compute dtype, memory bandwidth, a CPU's cache rate, interconnect and host link), to the best
+  MEDIAN rate of an op over its timed executions (:func:`tracekit.model.demonstrated.demonstrated`: at least two,
+  never one; never from in-place ops, whose bytes are an upper bound; for memory only from executions moving
+  more than twice the last-level cache, the others demonstrate a cache rate), and never past the chip's
+  physical ceiling (``Chip.limits``: the recording machine's cores x FLOP/cycle x clock,
   :mod:`tracekit.model.cpu_limits`). A chip without a ceiling (its recording machine unknown) is not raised. An
   op with an execution above the ceiling is a timing artefact: it raises nothing, and the model warnings name
   it. The chip keeps the estimate and the op that demonstrated the rate in ``Chip.raised``.
@@ -30,91 +30,13 @@ import numpy as np
 import pandas as pd
 
 from tracekit.grouping import unique_rows
-from tracekit.model import precision
+from tracekit.model import cpu_limits, precision
+from tracekit.model.demonstrated import demonstrated
 from tracekit.units import fmt_num, fmt_time
 
-#: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
-#: of timer resolution and per-event overhead
-MIN_EVIDENCE_PS = 1_000_000
-#: an op raises a peak only from this many timed executions: its median rate over them (one execution, or the
-#: fastest of several, may be mistimed)
-MIN_EXECUTIONS = 2
-#: in-place ops: their cost model charges the whole operand, an upper bound on the bytes they touch
-IN_PLACE = ("scatter", "dynamic-update-slice", "select-and-scatter")
 #: an op whose efficiency exceeds this contradicts the model
 OVER = 1.05
 _TERMS = (("memory", "bytes_accessed", "hbm_bw_bytes_per_s"), ("network", "net_bytes", "egress_bw_bytes_per_s"))
-
-
-def _demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
-    """Per (host, term), the best rate the trace demonstrates: the highest MEDIAN rate of an op over its
-    executions with a known cost and at least :data:`MIN_EVIDENCE_PS` of self time, from ops with at least
-    :data:`MIN_EXECUTIONS` such executions (one execution demonstrates nothing: it may be mistimed), leaving out
-    in-place ops whose bytes are an upper bound (:data:`IN_PLACE`). ``cap(host, term)``: the rate no execution
-    can reach on that host's chip (its physical ceiling, :mod:`tracekit.model.cpu_limits`; inf: none); an op
-    with an execution above it is mistimed (its events end before its work does), all its executions are left
-    out, and a row with no rate counts them (``over_cap`` executions above, the fastest of them ``over_op`` at
-    ``over_rate``). ``cache(host)``: the host's last-level cache bytes (NaN: unknown); a memory rate counts
-    only from executions moving more than :data:`~tracekit.model.cpu_limits.LLC_MULTIPLE` times that (else it
-    may be a cache rate), none where it is unknown. Both None: no ceiling, any cache."""
-    from tracekit.model.cpu_limits import LLC_MULTIPLE
-    cols = ["host", "term", "rate", "op", "module", "self_ps", "executions", "over_cap", "over_op", "over_rate"]
-    ok = (~ops["is_async"].to_numpy(bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
-    if "opcode" in ops:
-        ok &= ~ops["opcode"].astype(str).isin(IN_PLACE).to_numpy()
-    if "category" in ops:
-        ok &= ~ops["category"].astype(str).str.contains("scatter|dynamic-update-slice", regex=True).to_numpy()
-    if not ok.any():
-        return pd.DataFrame(columns=cols)
-    from tracekit.model.sharing import concurrency
-    conc = concurrency(ops)  # (a host's rate: an op's own times the host's devices in flight with it)
-    share = conc[ok] if conc is not None else np.ones(int(ok.sum()))
-    o = ops[ok]
-    t = (o["self_ps"] if "self_ps" in o else o["duration_ps"]).to_numpy(np.float64)
-    sec = np.where(t > 0, t, np.nan) / 1e12
-    host_x = o["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in o else np.zeros(len(o), bool)
-    amounts = {"memory": o["bytes_accessed"].to_numpy(float),
-               "network": np.where(host_x, 0.0, o["net_bytes"].to_numpy(float)),
-               "host_link": np.where(host_x, o["net_bytes"].to_numpy(float), 0.0)}
-    cd = o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else np.full(len(o), "f32")
-    for d in sorted(set(cd)):
-        amounts[f"compute:{d}"] = np.where(cd == d, o["flops"].to_numpy(float), 0.0)
-    hosts = o["host"].astype(str).to_numpy()
-    key = pd.DataFrame({"host": hosts, "module": o["module"].astype(str).to_numpy(),
-                        "op": o["op"].astype(str).to_numpy(), "t": t})
-    rows = []
-    for term, amt in amounts.items():
-        rate = amt / sec * (share if term == "memory" or term.startswith("compute:") else 1.0)
-        m = np.isfinite(rate) & (rate > 0) & (t >= MIN_EVIDENCE_PS)
-        if term == "memory" and cache is not None:
-            llc = pd.Series(hosts).map({h: cache(h) for h in set(hosts)}).to_numpy(float)
-            m &= amt > LLC_MULTIPLE * llc  # (NaN: unknown cache, compares False: no memory evidence)
-        if not m.any():
-            continue
-        k = key[m].assign(rate=rate[m])
-        caps = {h: cap(h, term) for h in k["host"].unique()} if cap is not None else {}
-        lim = k["host"].map(caps).to_numpy(float) if caps else np.full(len(k), math.inf)
-        over = k["rate"].to_numpy() > lim
-        above = k[over]
-        if over.any():  # an op shown to end before its work is done demonstrates nothing, not even when slower
-            bad = pd.MultiIndex.from_frame(above[["host", "module", "op"]])
-            k = k[~pd.MultiIndex.from_frame(k[["host", "module", "op"]]).isin(bad)]
-        for h, a in above.groupby("host", sort=True):
-            top = a.sort_values("rate", ascending=False, kind="stable").iloc[0]
-            rows.append({"host": h, "term": term, "rate": math.nan, "op": None, "module": None, "self_ps": 0,
-                         "executions": 0, "over_cap": len(a), "over_op": f"{top['op']} ({top['module']})",
-                         "over_rate": float(top["rate"])})
-        if not len(k):
-            continue
-        g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "median"), self_ps=("t", "median"),
-                                                               executions=("rate", "size"))
-        g = g[g["executions"] >= MIN_EXECUTIONS].reset_index()
-        best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
-        for r in best.drop_duplicates("host").itertuples(index=False):
-            rows.append({"host": r.host, "term": term, "rate": float(r.rate), "op": r.op, "module": r.module,
-                         "self_ps": int(r.self_ps), "executions": int(r.executions), "over_cap": 0, "over_op": None,
-                         "over_rate": math.nan})
-    return pd.DataFrame(rows, columns=cols)
 
 
 def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
@@ -132,8 +54,9 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
     if not groups:
         return base
     capped = {h: base[m[0]] for (h, _n), m in groups.items()}
-    dem = _demonstrated(ops, (lambda h, term: _cap(capped[h], term) if h in capped else 0.0),
+    dem = demonstrated(ops, (lambda h, term: _cap(capped[h], term) if h in capped else 0.0),
                         (lambda h: capped[h].cache_bytes if h in capped else math.nan))
+    dem = dem[(dem["term"] != "cache") | dem["host"].map(lambda h: capped[h].family == "cpu")]
     if not len(dem):
         return base
     out = dict(base)
@@ -165,8 +88,11 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
                 flops[key] = want
             else:
                 attr = {"memory": "hbm_bw_bytes_per_s", "network": "egress_bw_bytes_per_s",
-                        "host_link": "host_link_bw_bytes_per_s"}[term]
+                        "host_link": "host_link_bw_bytes_per_s", "cache": "cache_bw_bytes_per_s"}[term]
                 cur = getattr(ch, attr)
+                if term == "cache":  # (no cache rate yet: ops in the cache run at the memory bandwidth)
+                    cur = max(changes.get("hbm_bw_bytes_per_s", ch.hbm_bw_bytes_per_s), 0.0)
+                    src.setdefault("cache_bw_bytes_per_s", src.get("hbm_bw_bytes_per_s", "estimate"))
                 if math.isfinite(cur) and top["rate"] <= cur:
                     continue
                 field, want = attr, top["rate"]
@@ -193,8 +119,8 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
                                f"({int(o['over_cap'])} execution(s), the fastest {o['over_op']} at "
                                f"{fmt_num(o['over_rate'], unit)}): their events are shorter than their work")
         if raised != ch.raised:
-            new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised, trace_reported=dict(ch.trace_reported),
-                          **changes)
+            new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised,
+                          trace_reported=dict(ch.trace_reported), **changes)
             for m in members:
                 out[m] = new
     return out
@@ -204,7 +130,8 @@ def _ceiling_text(ch, field: str, short: bool = False) -> str:
     """'the physical ceiling 333 GFLOP/s (ceiling: 2 cores x ...)' for ``field`` of ``ch`` (``short``: without
     its source); '' without one."""
     from tracekit.model.cpu_limits import entry
-    key = field if field.startswith("peak_flops") or ch is None or ch.family != "cpu" else "hbm_bw_bytes_per_s"
+    key = field if field.startswith(("peak_flops", "cache")) or ch is None or ch.family != "cpu" \
+        else "hbm_bw_bytes_per_s"
     got = entry(ch.limits, key) if ch is not None else None
     if got is None:
         return ""
@@ -213,10 +140,12 @@ def _ceiling_text(ch, field: str, short: bool = False) -> str:
 
 
 def _cap(ch, term: str) -> float:
-    """The raw rate of ``term`` (as :func:`_demonstrated` measures it) no execution can pass on ``ch`` (inf:
-    no ceiling for that term)."""
+    """The raw rate of ``term`` (as :func:`tracekit.model.demonstrated.demonstrated` measures it) no execution can
+    pass on ``ch`` (inf: no ceiling for that term)."""
     from tracekit.model.cpu_limits import limit
     if not term.startswith("compute:"):
+        if term == "cache":
+            return limit(ch.limits, "cache_bw_bytes_per_s")
         if term == "memory" or ch.family == "cpu":  # (a CPU's links and host link are its memory)
             return limit(ch.limits, "hbm_bw_bytes_per_s")
         return math.inf
@@ -297,10 +226,13 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
             cdt = str(r.get("compute_dtype", "")) or str(r.get("dtype", ""))
             key = _flops_key(cdt)
             sec = float(r["_t"]) / 1e12
-            if key is not None and float(r["flops"]) / sec > _cap(ch, f"compute:{cdt}"):
-                beyond = f"{_ceiling_text(ch, f'peak_flops_per_s.{key}', short=True)} ({fmt_num(float(r['flops']) / sec, 'FLOP/s')})"
-            elif float(r["bytes_accessed"]) / sec > _cap(ch, "memory"):
-                beyond = f"{_ceiling_text(ch, 'hbm_bw_bytes_per_s', short=True)} ({fmt_num(float(r['bytes_accessed']) / sec, 'B/s')})"
+            fl, nb = float(r["flops"]) / sec, float(r["bytes_accessed"]) / sec
+            mem = "cache" if cpu_limits.in_cache(ch, float(r["bytes_accessed"])) else "memory"
+            if key is not None and fl > _cap(ch, f"compute:{cdt}"):
+                beyond = f"{_ceiling_text(ch, f'peak_flops_per_s.{key}', short=True)} ({fmt_num(fl, 'FLOP/s')})"
+            elif nb > _cap(ch, mem):
+                field = "cache_bw_bytes_per_s" if mem == "cache" else "hbm_bw_bytes_per_s"
+                beyond = f"{_ceiling_text(ch, field, short=True)} ({fmt_num(nb, 'B/s')})"
         out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(count[g]),
                     "time_ps": float(time[g]), "efficiency_max": float(e[best[g]]), "measured_rate": rate,
                     "peak": peak, "unit": unit, "peak_source": src, "beyond": beyond})
@@ -344,8 +276,10 @@ def _rate_and_peak(r, bound: str, ch) -> tuple[float, float, str, str]:
         peak, src = precision.peak(ch, cdt) if ch is not None else (math.nan, "unknown")
         return float(r["flops"]) / sec, peak, "FLOP/s", f"{cdt}: {src}"
     if bound == "memory":
-        return float(r["bytes_accessed"]) / sec, getattr(ch, "hbm_bw_bytes_per_s", math.nan), "B/s", \
-            (ch.sources.get("hbm_bw_bytes_per_s", "") if ch is not None else "unknown")
+        attr = "cache_bw_bytes_per_s" if ch is not None and cpu_limits.in_cache(ch, float(r["bytes_accessed"])) else \
+            "hbm_bw_bytes_per_s"
+        return float(r["bytes_accessed"]) / sec, getattr(ch, attr, math.nan), "B/s", \
+            (ch.sources.get(attr, "") if ch is not None else "unknown")
     if bound == "host_link":
         return float(r["net_bytes"]) / sec, getattr(ch, "host_link_bw_bytes_per_s", math.nan), "B/s", \
             (ch.sources.get("host_link_bw_bytes_per_s", "") if ch is not None else "unknown")

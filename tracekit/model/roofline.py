@@ -160,7 +160,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
     _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
-    _share_hosts(ops, p)
+    sharing.host_terms(ops, p, dchips)
     to_host = _to_rows(u["to_host"], inv)  # (held once when no copy goes to host memory: most traces)
     del inv, first
     new: dict = {}
@@ -351,32 +351,6 @@ def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarra
         if not _held_once(p[k]):
             p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
     p["net"][d_idx] = 0.0
-
-
-def _share_hosts(ops: pd.DataFrame, p: dict) -> None:
-    """Virtual devices of one CPU host share its cores and memory: each sync op's compute and memory time is
-    its own at the whole host's peak times the host's devices in flight with it
-    (:func:`tracekit.model.sharing.concurrency`), and its roofline and bound follow; in place."""
-    c = sharing.concurrency(ops)
-    if c is None:
-        return
-    r = np.flatnonzero((c > 1.0 + 1e-9) & ~np.asarray(p["host_x"], bool))
-    if not len(r):
-        return
-    for k in ("compute", "memory", "roofline_ps", "best"):
-        if not p[k].flags.writeable or _held_once(p[k]):
-            p[k] = np.array(p[k])
-    f = c[r]
-    comp, mem = p["compute"][r] * f, p["memory"][r] * f
-    p["compute"][r], p["memory"][r] = comp, mem
-    net = p["network"][r].astype(float)
-    best = p["best"][r]
-    known = best != Bound.UNKNOWN
-    terms = np.vstack([np.nan_to_num(comp, nan=-1.0), np.nan_to_num(mem, nan=-1.0), np.nan_to_num(net, nan=-1.0)])
-    top = np.argmax(terms, axis=0)  # (ties: the first, compute before memory before network)
-    roof = terms[top, np.arange(len(r))]
-    p["roofline_ps"][r] = np.where(known, roof, p["roofline_ps"][r])
-    p["best"][r] = np.where(known, top.astype(p["best"].dtype), best)
 
 
 def _all_equal(v: np.ndarray, c) -> bool:

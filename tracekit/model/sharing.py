@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.model.cpu_limits import in_cache
+from tracekit.schema import Bound
+
 
 def shared_hosts(ops: pd.DataFrame) -> list:
     """The hosts of ``ops`` whose devices are CPUs (``device_kind`` cpu) and number more than one."""
@@ -83,3 +86,46 @@ def _area_at(t: np.ndarray, level: np.ndarray, area: np.ndarray, x: np.ndarray) 
     jc = np.clip(j, 0, len(t) - 1)
     got = area[jc] + level[jc] * (x - t[jc]).astype(float)
     return np.where(j < 0, 0.0, got)
+
+
+def host_terms(ops: pd.DataFrame, p: dict, dchips: dict) -> None:
+    """The roofline's prediction ``p`` (:func:`tracekit.model.roofline.join`'s per-row arrays) on CPU chips, in
+    place: an op whose bytes may sit in the caches takes its memory time at the cache rate
+    the trace demonstrates (:func:`tracekit.model.peaks.in_cache`), and virtual devices of one host share its
+    cores and memory: each sync op's compute and memory time is its own at the whole host's peak times the
+    host's devices in flight with it (:func:`tracekit.model.sharing.concurrency`); roofline and bound follow."""
+    n = len(ops)
+    factor = concurrency(ops)
+    cached = [(k, c) for k, c in dchips.items() if c.family == "cpu" and np.isfinite(c.cache_bw_bytes_per_s)]
+    if factor is None and not cached:
+        return
+    f = np.ones(n) if factor is None else factor
+    mem_bw = np.full(n, np.nan)
+    if cached:
+        host, dev = ops["host"].astype(str).to_numpy(), ops["device"].astype(str).to_numpy()
+        nbytes = np.asarray(p["bytes_accessed"], float)
+        for (h, d), c in cached:
+            m = (host == h) & (dev == d)
+            m[m] = in_cache(c, nbytes[m])
+            mem_bw[m] = c.cache_bw_bytes_per_s
+    r = np.flatnonzero(((f > 1.0 + 1e-9) | np.isfinite(mem_bw)) & ~np.asarray(p["host_x"], bool))
+    if not len(r):
+        return
+    for k in ("compute", "memory", "roofline_ps", "best"):
+        if not p[k].flags.writeable or p[k].strides == (0,):  # (a read-only view, or one value held once)
+            p[k] = np.array(p[k])
+    fr = f[r]
+    mem = p["memory"][r].astype(float)
+    bw = mem_bw[r]
+    has = np.isfinite(bw)
+    mem[has] = np.asarray(p["bytes_accessed"], float)[r][has] / bw[has] * 1e12
+    comp, mem = p["compute"][r] * fr, mem * fr
+    p["compute"][r], p["memory"][r] = comp, mem
+    net = p["network"][r].astype(float)
+    best = p["best"][r]
+    known = best != Bound.UNKNOWN
+    terms = np.vstack([np.nan_to_num(comp, nan=-1.0), np.nan_to_num(mem, nan=-1.0), np.nan_to_num(net, nan=-1.0)])
+    top = np.argmax(terms, axis=0)  # (ties: the first, compute before memory before network)
+    roof = terms[top, np.arange(len(r))]
+    p["roofline_ps"][r] = np.where(known, roof, p["roofline_ps"][r])
+    p["best"][r] = np.where(known, top.astype(p["best"].dtype), best)
