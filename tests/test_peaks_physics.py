@@ -153,6 +153,14 @@ def test_one_execution_raises_nothing_two_raise_to_their_median():
     fake = _ops([{"op": "dot.2", "flops": 3e9, "self_ps": 10**10}, {"op": "dot.2", "flops": 1.5e9, "self_ps": 10**10}])
     got = peaks.raise_estimates({("h", "CPU:0"): ch}, fake)[("h", "CPU:0")]
     assert got.peak_flops_per_s["f32"] == est
+    # ... in no term: its bytes (10 GB in 10 ms: 1 TB/s, under the 1.15 TB/s cache ceiling of 2 cores x 192 B x
+    # 3 GHz) demonstrate no cache rate either
+    heavy = fake.assign(bytes_accessed=1e10)
+    slow = __import__("dataclasses").replace(ch, hbm_bw_bytes_per_s=1e8)
+    assert not peaks.raise_estimates({("h", "CPU:0"): slow}, heavy)[("h", "CPU:0")].raised
+    # (the same bytes from an op within its ceiling do)
+    assert "cache_bw_bytes_per_s" in peaks.raise_estimates({("h", "CPU:0"): slow}, heavy.iloc[1:].assign(
+        op="dot.3").pipe(lambda d: pd.concat([d, d]).assign(start_ps=[0, 10**11])))[("h", "CPU:0")].raised
 
 
 def test_no_ceiling_no_raise_and_no_raise_from_in_place_ops_or_cache_rates():
