@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.grouping import unique_rows
 from tracekit.model.cpu_limits import in_cache
 from tracekit.schema import Bound
 
@@ -21,7 +22,12 @@ def shared_hosts(ops: pd.DataFrame) -> list:
     """The hosts of ``ops`` whose devices are CPUs (``device_kind`` cpu) and number more than one."""
     if not len(ops) or "device_kind" not in ops or "host" not in ops:
         return []
-    kinds = ops[["host", "device", "device_kind"]].drop_duplicates()
+    dk = ops["device_kind"]
+    cats = dk.cat.categories if isinstance(dk.dtype, pd.CategoricalDtype) else pd.unique(dk.astype(str))
+    if not any(str(c).lower().startswith("cpu") for c in cats):  # (no CPU device: no look at the rows)
+        return []
+    _, rows = unique_rows(ops, ["host", "device", "device_kind"])
+    kinds = pd.DataFrame(rows, columns=["host", "device", "device_kind"])
     out = []
     for h, g in kinds.groupby(kinds["host"].astype(str), sort=True, observed=True):
         if g["device"].nunique() > 1 and g["device_kind"].astype(str).str.lower().str.startswith("cpu").all():
