@@ -338,3 +338,21 @@ def test_a_partial_record_from_this_machine_is_completed_here_one_from_elsewhere
             assert "flags not recorded" not in src and "no clock recorded" not in src
         else:  # the most generous assumption: never below what that machine could do
             assert "flags not recorded" in src and "no clock recorded" in src
+
+
+def test_a_record_without_a_core_count_is_not_labelled_with_this_machines_cores(tmp_path):
+    """A record from elsewhere that lost its core count: no ceiling (so no raise), and its name and notes say
+    the cores are unknown instead of borrowing this machine's (or the number of virtual devices)."""
+    import shutil
+
+    from tracekit.model import machine
+    src = cpu_fixture("sharded8") / "plugins/profile/run1/cpu.xplane.pb"
+    t = tmp_path / "cpu.xplane.pb"
+    shutil.copy(src, t)
+    rec = json.loads(machine.path_for(src).read_text())
+    rec.update(cpu_count=None, calibration=None, fingerprint="0" * 32)
+    machine.path_for(t).write_text(json.dumps(rec))
+    rep = _report(t)
+    (chip,) = rep["chips"]
+    assert "cores unknown" in chip["name"] and not chip["limits"] and not chip["raised"]
+    assert " 2 cores" not in chip["name"] and " 8 cores" not in chip["name"]
