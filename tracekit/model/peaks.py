@@ -67,7 +67,9 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             continue
         flops, src, raised = dict(ch.peak_flops_per_s), dict(ch.sources), dict(ch.raised)
         changes: dict = {}
-        for term, g in mine.groupby("term", sort=True):
+        by_term = dict(tuple(mine.groupby("term", sort=True)))
+        for term in sorted(by_term, key=lambda t: (t == "cache", t)):  # (the cache after memory: it is above it)
+            g = by_term[term]
             over = g[g["over_cap"] > 0]
             g = g[g["rate"].notna()]
             if not len(g):
@@ -105,8 +107,9 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             raised[field] = {"estimate": cur if math.isfinite(cur) else None, "value": float(want),
                              "estimate_source": str(src.get(field, "estimate")).split(":", 1)[0],
                              "op": top["op"], "module": top["module"], "self_ps": int(top["self_ps"]),
-                             "executions": int(top["executions"]), "ceiling": _cap(ch, term) * (
-                                 _pass_factor(ch, term.split(":", 1)[1]) if term.startswith("compute:") else 1)}
+                             "executions": int(top["executions"])}
+            ceiling = _cap(ch, term) * (_pass_factor(ch, term.split(":", 1)[1]) if term.startswith("compute:") else 1)
+            raised[field]["ceiling"] = ceiling if math.isfinite(ceiling) else None
             unit = "FLOP/s" if field.startswith("peak_flops") else "B/s"
             src[field] = (f"raised: the trace demonstrates {fmt_num(want, unit)} (the median of {top['op']} in "
                           f"{top['module']} over {int(top['executions'])} executions of {fmt_time(top['self_ps'])}), "
