@@ -44,13 +44,12 @@ def concurrency(ops: pd.DataFrame) -> np.ndarray | None:
         return None
     n = len(ops)
     out = np.ones(n)
-    host = ops["host"].astype(str).to_numpy()
     start = ops["start_ps"].to_numpy(np.int64)
     dur = ops["duration_ps"].to_numpy(np.int64)
     sync = ~ops["is_async"].to_numpy(bool) if "is_async" in ops else np.ones(n, bool)
-    dev = ops["device"].astype(str).to_numpy()
+    dev = _codes(ops["device"])
     for h in hosts:
-        rows = np.flatnonzero((host == h) & sync & (dur > 0))
+        rows = np.flatnonzero(_is(ops["host"], h) & sync & (dur > 0))
         if not len(rows):
             continue
         t, level, area = _busy_count(start[rows], start[rows] + dur[rows], dev[rows])
@@ -58,6 +57,21 @@ def concurrency(ops: pd.DataFrame) -> np.ndarray | None:
         got = (_area_at(t, level, area, e) - _area_at(t, level, area, s)) / (e - s)
         out[rows] = np.maximum(got, 1.0)
     return out
+
+
+def _is(col: pd.Series, value) -> np.ndarray:
+    """``col == value`` per row, by the categorical's codes when it is one (no string per row)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = [i for i, c in enumerate(col.cat.categories) if str(c) == str(value)]
+        return np.isin(col.array.codes, cats) if cats else np.zeros(len(col), bool)
+    return col.astype(str).to_numpy() == str(value)
+
+
+def _codes(col: pd.Series) -> np.ndarray:
+    """An integer per row naming its value (the categorical's codes when it is one)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return np.asarray(col.array.codes)
+    return pd.factorize(col.astype(str))[0]
 
 
 def _busy_count(s: np.ndarray, e: np.ndarray, dev: np.ndarray):
@@ -108,10 +122,9 @@ def host_terms(ops: pd.DataFrame, p: dict, dchips: dict) -> None:
     f = np.ones(n) if factor is None else factor
     mem_bw = np.full(n, np.nan)
     if cached:
-        host, dev = ops["host"].astype(str).to_numpy(), ops["device"].astype(str).to_numpy()
         nbytes = np.asarray(p["bytes_accessed"], float)
         for (h, d), c in cached:
-            m = (host == h) & (dev == d)
+            m = _is(ops["host"], h) & _is(ops["device"], d)
             m[m] = in_cache(c, nbytes[m])
             mem_bw[m] = c.cache_bw_bytes_per_s
     r = np.flatnonzero(((f > 1.0 + 1e-9) | np.isfinite(mem_bw)) & ~np.asarray(p["host_x"], bool))
