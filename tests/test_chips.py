@@ -39,7 +39,7 @@ def test_table_loads_with_every_chip():
     assert want <= names
     for c in chips.table():
         assert c.family in ("tpu", "gpu") and c.vendor and c.topology
-        assert c.peak_flops_per_s["bf16"] > 1e13 and c.hbm_bw_bytes_per_s > 1e11 and c.hbm_bytes > 1e9
+        assert chips.peak_flops(c, "bf16")[0] > 1e13 and c.hbm_bw_bytes_per_s > 1e11 and c.hbm_bytes > 1e9
         assert c.estimated is False
 
 
@@ -62,9 +62,10 @@ def test_names_and_aliases_unique():
 
 def test_dense_ratios_are_sane():
     for c in chips.table():
-        p = c.peak_flops_per_s
-        assert p["f32"] <= p["bf16"]
-        assert p.get("int8", p["bf16"]) >= p["bf16"] * 0.99 or c.name == "V100"
+        p = dict(c.peak_flops_per_s)
+        bf16 = chips.peak_flops(c, "bf16")[0]  # (V100 has no bf16 rate: its f32 one)
+        assert p["f32"] <= bf16
+        assert p.get("int8", bf16) >= bf16 * 0.99 or c.name == "V100"
     assert chips.get("H100").peak_flops_per_s["bf16"] == pytest.approx(9.89e14)
     assert chips.get("TPU v5e").egress_bw_bytes_per_s == pytest.approx(4 * 4.5e10)
 
@@ -280,3 +281,29 @@ def test_real_traces_give_expected_chips(rel, kind, want):
         c = chips.detect(kind, stats)
         assert c.name == want and not c.estimated
         assert any(s.startswith("trace:") for s in c.sources.values())
+
+
+def test_v100_has_no_bf16_rate():
+    """Volta has fp16 tensor cores (125 TFLOP/s, V100 SXM2 datasheet) and no bf16 units: the table lists no bf16
+    rate, and a bf16 op is priced at the f32 CUDA-core rate (15.7 TFLOP/s), never at the fp16 tensor-core rate,
+    with a source that says so."""
+    v = chips.get("V100")
+    assert "bf16" not in v.peak_flops_per_s
+    assert v.peak_flops_per_s["f16"] == pytest.approx(1.25e14)
+    value, source = chips.peak_flops(v, "bf16")
+    assert value == pytest.approx(1.57e13) and "no bf16 peak for V100" in source
+
+
+def test_chip_flag_on_a_virtual_cpu_capture_prices_one_chip():
+    """`--chip h100` on a capture of 8 XLA:CPU virtual devices (one host): one H100's f32 (TF32 dense, 495
+    TFLOP/s in the H100 SXM datasheet) is the overview's peak, not 8 x 495 = 3.96 PFLOP/s."""
+    import tracekit
+    from conftest import cpu_fixture
+    from tracekit.analysis import overview as ov
+    from tracekit.model import roofline
+
+    tr = tracekit.load(str(cpu_fixture("allreduce_exposed")))
+    dchips = roofline.device_chips(tr, "h100")
+    assert len(dchips) == 8 and all(c.name == "H100" for c in dchips.values())
+    shared = ov.shared_chips(dchips, list(dchips))
+    assert all(len(m) == 8 for m in shared.values()) and len(shared) == 8

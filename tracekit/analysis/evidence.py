@@ -180,8 +180,12 @@ def findings(items: list, span: dict, profiled: float, max_evidence: int = 10) -
             raise TraceError(f"bad message or fix template ({e!r})", rule.path) from None
         pending.append((Finding(rule.id, rule.name, rule.severity, message, fix, params,
                                 top[cols + ["savings_ps"]].head(max_evidence), ev.count, int(round(savings)), 0,
-                                share, profiled, rule.groups, rule.why, claims=ev.claims), per_dev))
-    pending.sort(key=lambda fp: (-fp[0].savings_ps, SEVERITIES.index(fp[0].severity) * -1, fp[0].rule_id))
+                                share, profiled, rule.groups, rule.why, claims=ev.claims,
+                                indicative=bool("indicative" in top.columns and top["indicative"].astype(bool).all())),
+                        per_dev))
+    # (indicative findings after the others: an estimate's savings must not outrank a measured problem)
+    pending.sort(key=lambda fp: (fp[0].indicative, -fp[0].savings_ps, SEVERITIES.index(fp[0].severity) * -1,
+                                 fp[0].rule_id))
     used, total_used = {}, 0.0
     for f, per_dev in pending:  # greedy: larger findings claim device time first
         want = {k: max(0.0, min(v, span.get(k, math.inf) - used.get(k, 0.0))) for k, v in per_dev.items()}

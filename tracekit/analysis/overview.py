@@ -39,6 +39,7 @@ from tracekit.columns import self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
 from tracekit.model import precision
+from tracekit.model import sharing as host_sharing
 
 BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
            "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
@@ -140,6 +141,11 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     work = once & sync & ~coll & ~hostx  # the compute path
     num = {c: _floats(ops, c) for c in ("flops", "bytes_accessed", "net_bytes", "roofline_ps", "network_ps",
                                        "trace_model_flops")}
+    # an op of a virtual CPU device is judged at its share of the host (its roofline times the host's devices in
+    # flight with it, tracekit.model.sharing): the possible step adds the devices' work at the whole host's peak
+    conc = host_sharing.concurrency(ops) if "start_ps" in ops.columns else None
+    if conc is not None:
+        num["roofline_ps"] = num["roofline_ps"] / conc
     own = self_time(ops)  # (a while or conditional whose body ops are traced: only the time outside them)
     dev_rows = row_parts(ops, ["host", "device"])  # one slice per device of a frame sorted by device
     dcol = "compute_dtype" if "compute_dtype" in ops.columns else "dtype" if "dtype" in ops.columns else None
@@ -251,7 +257,7 @@ def shared_chips(device_chips: dict, devices: list) -> dict:
     group: dict = {}
     for h, d in devices:
         ch = device_chips.get((h, d))
-        if ch is not None and ch.family == "cpu":
+        if ch is not None and (ch.family == "cpu" or getattr(ch, "host_shared", False)):
             group.setdefault((h, ch.name), []).append((h, d))
     return {k: tuple(m) for m in group.values() if len(m) > 1 for k in m}
 

@@ -201,6 +201,9 @@ class Finding:
     why: str = ""
     #: (host, device) -> (starts, ends): the device time the savings are laid on (tracekit.analysis.claims)
     claims: dict = field(default_factory=dict, repr=False, compare=False)
+    #: every evidence row is ``indicative`` (a derived column: e.g. a roofline efficiency on a CPU, whose peaks are
+    #: estimates): the finding ranks after every finding that is not
+    indicative: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready: plain Python values, NaN as None."""

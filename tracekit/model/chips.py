@@ -65,6 +65,13 @@ class Chip:
     trace_reported: dict = field(default_factory=dict, hash=False)  # field -> {stat, value, used}
     raised: dict = field(default_factory=dict, hash=False)  # field -> {estimate, value, op, module, self_ps}
     limits: dict = field(default_factory=dict, hash=False)  # field -> {value, source}: physical ceilings (CPU)
+    cache_bytes: float = NAN  # last-level cache (CPU; NaN: unknown): a memory rate needs bytes well above it
+    #: (CPU) the rate ops whose bytes may sit in the caches (at most twice the last-level cache, or any op when
+    #: it is unknown) move them at, as the trace demonstrates it (NaN: the memory bandwidth serves them too)
+    cache_bw_bytes_per_s: float = NAN
+    #: the trace's devices on this chip are virtual devices of one host (XLA:CPU's, also when ``--chip`` names
+    #: another part for them): they share one chip, whose peaks count once
+    host_shared: bool = False
 
     def has_wraparound(self, axis_size: int) -> bool:
         """True when a ring of ``axis_size`` chips along one torus axis has its wraparound link."""
@@ -463,7 +470,8 @@ _DTYPES = {
     "uint4": "int8", "fp8": "fp8",
 }
 #: Where to look when a chip has no figure for a dtype, in order.
-_FALLBACK = {"f16": ("bf16",), "bf16": ("f16", "f32"), "int8": ("bf16",), "fp8": ("bf16",), "tf32": ("f32",),
+#: (bf16 falls back to f32 before f16: a chip without bf16 units, V100, runs bf16 in f32, not on fp16 tensor cores)
+_FALLBACK = {"f16": ("bf16",), "bf16": ("f32", "f16"), "int8": ("bf16",), "fp8": ("bf16",), "tf32": ("f32",),
              "f32": ("bf16",), "f64": (), None: ("bf16", "f16", "f32")}
 
 

@@ -10,8 +10,15 @@ bandwidth). Analysis reads it back with :func:`for_trace` and builds the CPU chi
 
 Format (JSON object): ``format`` = :data:`FORMAT`, ``processor``, ``cpu_count``, ``platform``, ``recorded_at``
 (UTC, ISO 8601), ``cpu_flags`` (the ISA flags that decide FLOP/cycle, :data:`~tracekit.model.cpu_limits.ISA_FLAGS`;
-absent or null: unknown), ``clock`` (``max_hz``, ``reported_hz``, ``arch``; absent: unknown), ``calibration`` (the
-calibration record, or null when it could not be measured).
+absent or null: unknown), ``clock`` (``max_hz``, ``reported_hz``, ``arch``; absent: unknown), ``cpu_identity``
+(``vendor``, ``family``, ``model``, ``physical_cores``, ``llc_bytes``: :func:`tracekit.model.cpu_limits.read_identity`;
+absent: unknown), ``fingerprint`` (:func:`tracekit.model.cpu_limits.fingerprint`: this boot of this machine),
+``calibration`` (the calibration record, or null when it could not be measured).
+
+Which machine's ceiling a CPU trace gets: its record's, when there is one. A record whose ``fingerprint`` is this
+machine's (same machine-id and boot id: a hostname proves nothing, many VMs are called ``vm``) was written here,
+so what it lacks (an older record without flags, clock or identity) is read from this machine. A trace without a
+record has no known recording machine: no ceiling, so no peak is raised (:func:`tracekit.model.peaks.raise_estimates`).
 """
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 
 FORMAT = "tracekit.machine/1"
+#: the chip name of a CPU trace whose recording machine is unknown (no record beside it)
+UNKNOWN_CPU = "cpu (recording machine unknown, estimate)"
 SUFFIX = ".machine.json"
 _TRACE_SUFFIXES = (".xplane.pb.gz", ".xplane.pb")
 
@@ -42,7 +51,7 @@ def describe(calibrate_s: float | None = 3.0, reuse: bool = False) -> dict:
     import and compile time come on top). A failed calibration leaves ``calibration`` null. ``reuse``: take the
     stored ``tracekit calibrate`` result instead when it was measured on this machine (:func:`stored_calibration`)."""
     from tracekit.model.calibrate import measure, processor_name
-    from tracekit.model.cpu_limits import read_clock, read_flags
+    from tracekit.model.cpu_limits import fingerprint, read_clock, read_flags, read_identity
 
     cal = stored_calibration() if reuse else None
     if cal is None and calibrate_s:
@@ -52,6 +61,7 @@ def describe(calibrate_s: float | None = 3.0, reuse: bool = False) -> dict:
             cal = None
     return {"format": FORMAT, "processor": processor_name(), "cpu_count": os.cpu_count() or 1,
             "platform": platform.platform(), "cpu_flags": read_flags(), "clock": read_clock(),
+            "cpu_identity": read_identity(), "fingerprint": fingerprint(),
             "recorded_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "calibration": cal}
 
@@ -98,8 +108,38 @@ def read(trace_path) -> dict | None:
 
 
 def summary(record: dict) -> str:
-    """'AMD EPYC 7B13 (2 cores)' for messages."""
-    return f"{record.get('processor') or 'unknown CPU'} ({record.get('cpu_count') or '?'} cores)"
+    """'AMD EPYC 7B13 (2 cores)' for messages ('cores unknown' when the record does not say)."""
+    n = record.get("cpu_count")
+    cores = f"{n} cores" if isinstance(n, int) and not isinstance(n, bool) and n > 0 else "cores unknown"
+    return f"{record.get('processor') or 'unknown CPU'} ({cores})"
+
+
+def recorded_here(record: dict) -> bool:
+    """True when ``record`` was written on this machine since its last boot (its ``fingerprint`` is this
+    machine's, :func:`tracekit.model.cpu_limits.fingerprint`)."""
+    from tracekit.model.cpu_limits import fingerprint
+
+    fp = record.get("fingerprint")
+    return isinstance(fp, str) and bool(fp) and fp == fingerprint()
+
+
+def completed(record: dict) -> dict:
+    """``record`` with what it lacks (flags, clock, core count, identity) read from this machine when it was
+    recorded here (:func:`recorded_here`); as it is otherwise."""
+    if not recorded_here(record):
+        return record
+    from tracekit.model.cpu_limits import read_clock, read_flags, read_identity
+
+    out = dict(record)
+    if not isinstance(out.get("cpu_flags"), list):
+        out["cpu_flags"] = read_flags()
+    if not isinstance(out.get("clock"), dict):
+        out["clock"] = read_clock()
+    if not isinstance(out.get("cpu_count"), int) or out["cpu_count"] <= 0:
+        out["cpu_count"] = os.cpu_count() or None
+    if not isinstance(out.get("cpu_identity"), dict):
+        out["cpu_identity"] = read_identity()
+    return out
 
 
 def cpu_chip_for(trace_path):
@@ -108,8 +148,12 @@ def cpu_chip_for(trace_path):
     rec = read(trace_path) if trace_path else None
     if rec is None:
         return None, "no record of the recording machine"
+    rec = completed(rec)
     chip, note = _record_chip(rec, path_for(trace_path).name)
-    return replace(chip, limits=ceilings_of(rec)), note
+    ident = rec.get("cpu_identity") if isinstance(rec.get("cpu_identity"), dict) else {}
+    llc = ident.get("llc_bytes")
+    llc = float(llc) if isinstance(llc, (int, float)) and not isinstance(llc, bool) and llc > 0 else float("nan")
+    return replace(chip, limits=ceilings_of(rec), cache_bytes=llc), note
 
 
 def ceilings_of(record: dict) -> dict:
@@ -118,7 +162,9 @@ def ceilings_of(record: dict) -> dict:
 
     flags = record.get("cpu_flags")  # (a record is read from disk: anything but a list of names is "not recorded")
     ok = isinstance(flags, (list, tuple)) and all(isinstance(f, str) for f in flags)
-    return ceilings(record.get("cpu_count"), list(flags) if ok else None, record.get("clock"))
+    ident = record.get("cpu_identity") if isinstance(record.get("cpu_identity"), dict) else {}
+    ident = dict(ident, processor=record.get("processor"))
+    return ceilings(record.get("cpu_count"), list(flags) if ok else None, record.get("clock"), ident)
 
 
 def _record_chip(rec: dict, where: str):
@@ -132,7 +178,13 @@ def _record_chip(rec: dict, where: str):
             return chip, f"recording machine: {summary(rec)}, calibrated there"
         except (ValueError, KeyError, TypeError):
             pass
-    chip = estimate_cpu(rec.get("cpu_count"), where=f"{rec.get('processor') or 'recording machine'}")
+    n = rec.get("cpu_count")
+    if not (isinstance(n, int) and not isinstance(n, bool) and n > 0):
+        chip = estimate_cpu(1, where=f"{rec.get('processor') or 'recording machine'}")
+        # (one core's estimate: a machine of unknown size is never labelled with this machine's cores)
+        chip = replace(chip, name=f"cpu ({rec.get('processor') or 'recording machine'}, cores unknown, estimate)")
+        return chip, f"recording machine: {summary(rec)}, not calibrated (estimate for one core: no core count)"
+    chip = estimate_cpu(n, where=f"{rec.get('processor') or 'recording machine'}")
     return chip, f"recording machine: {summary(rec)}, not calibrated (estimate from its core count)"
 
 
@@ -190,7 +242,8 @@ def _info_entry(rec: dict, path, host: str) -> dict:
          "cpu_count": rec.get("cpu_count"), "calibrated_at": cal.get("measured_at"),
          "peak_flops_per_s": dict(cal.get("peak_flops_per_s") or {}),
          "memory_bw_bytes_per_s": cal.get("hbm_bw_bytes_per_s"), "cpu_wait_share": cal.get("cpu_wait_share"),
-         "ceilings": {k.split(".", 1)[1]: v["value"] for k, v in ceilings_of(rec).items()}}
+         "ceilings": {k.split(".", 1)[1]: v["value"] for k, v in ceilings_of(rec).items()
+                      if k.startswith("peak_flops_per_s.")}}
     rates = ", ".join(f"{k} {fmt_num(v, 'FLOP/s')}" for k, v in sorted(m["peak_flops_per_s"].items()))
     if m["memory_bw_bytes_per_s"]:
         rates += f", memory {fmt_num(m['memory_bw_bytes_per_s'], 'B/s')}"

@@ -7,11 +7,15 @@ Which number is the peak (see also :func:`tracekit.model.chips.detect`):
   ``trace_reported`` says what the trace said and whether it was used;
 * a chip that is not an exact table part (a CPU: estimated or calibrated; a chip the table does not know; a GPU
   whose variant is ambiguous) has estimated peaks. Once every executed instruction's cost is counted once, an
-  estimate below what the trace itself demonstrates is raised to the best demonstrated rate
-  (:func:`raise_estimates`): per chip and term (FLOP/s per compute dtype, memory bandwidth, interconnect and host
-  link), the highest rate of an execution with a known cost and at least :data:`MIN_EVIDENCE_PS` of self time,
-  except executions more than :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed). The chip
-  keeps the estimate and the op that demonstrated the rate in ``Chip.raised``.
+  estimate below what the trace itself demonstrates is raised (:func:`raise_estimates`), per chip and term
+  (FLOP/s per compute dtype, memory bandwidth, a CPU's cache rate, interconnect and host link), to the best
+  MEDIAN rate of an op over its timed executions (:func:`tracekit.model.demonstrated.demonstrated`: at least two,
+  never one; never from in-place ops, whose bytes are an upper bound; for memory only from executions moving
+  more than twice the last-level cache, the others demonstrate a cache rate), and never past the chip's
+  physical ceiling (``Chip.limits``: the recording machine's cores x FLOP/cycle x clock,
+  :mod:`tracekit.model.cpu_limits`). A chip without a ceiling (its recording machine unknown) is not raised. An
+  op with an execution above the ceiling is a timing artefact: it raises nothing, and the model warnings name
+  it. The chip keeps the estimate and the op that demonstrated the rate in ``Chip.raised``.
 
 Self-check: an op measured more than 5 % faster than its roofline contradicts the model (a peak too low, a cost
 overcounted, a time too short). :func:`model_warnings` names each such op with its measured rate and the peak it
@@ -26,87 +30,33 @@ import numpy as np
 import pandas as pd
 
 from tracekit.grouping import unique_rows
-from tracekit.model import precision
+from tracekit.model import cpu_limits, precision
+from tracekit.model.demonstrated import demonstrated
 from tracekit.units import fmt_num, fmt_time
 
-#: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
-#: of timer resolution and per-event overhead
-MIN_EVIDENCE_PS = 1_000_000
-#: an execution more than this many times faster than its op's median is suspect and demonstrates nothing
-MAX_OVER_MEDIAN = 2.0
 #: an op whose efficiency exceeds this contradicts the model
 OVER = 1.05
 _TERMS = (("memory", "bytes_accessed", "hbm_bw_bytes_per_s"), ("network", "net_bytes", "egress_bw_bytes_per_s"))
 
 
-def _demonstrated(ops: pd.DataFrame, cap=None) -> pd.DataFrame:
-    """Per (host, term), the best rate the trace demonstrates: the fastest execution (with a known cost and at
-    least :data:`MIN_EVIDENCE_PS` of self time) of any op, leaving out executions more than
-    :data:`MAX_OVER_MEDIAN` times faster than their op's median (mistimed: an XLA:CPU op can hand its work to a
-    thread pool and end before it is done). ``cap(host, term)``: the rate no execution can reach on that host's
-    chip (its physical ceiling, :mod:`tracekit.model.cpu_limits`); an op with an execution above it is mistimed,
-    all its executions are left out, and a row with no rate counts them (``over_cap`` executions above, the
-    fastest of them ``over_op`` at ``over_rate``)."""
-    cols = ["host", "term", "rate", "op", "module", "self_ps", "over_cap", "over_op", "over_rate"]
-    ok = (~ops["is_async"].to_numpy(bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
-    if not ok.any():
-        return pd.DataFrame(columns=cols)
-    o = ops[ok]
-    t = (o["self_ps"] if "self_ps" in o else o["duration_ps"]).to_numpy(np.float64)
-    sec = np.where(t > 0, t, np.nan) / 1e12
-    host_x = o["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in o else np.zeros(len(o), bool)
-    amounts = {"memory": o["bytes_accessed"].to_numpy(float),
-               "network": np.where(host_x, 0.0, o["net_bytes"].to_numpy(float)),
-               "host_link": np.where(host_x, o["net_bytes"].to_numpy(float), 0.0)}
-    cd = o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else np.full(len(o), "f32")
-    for d in sorted(set(cd)):
-        amounts[f"compute:{d}"] = np.where(cd == d, o["flops"].to_numpy(float), 0.0)
-    key = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "module": o["module"].astype(str).to_numpy(),
-                        "op": o["op"].astype(str).to_numpy(), "t": t})
-    rows = []
-    for term, amt in amounts.items():
-        rate = amt / sec
-        m = np.isfinite(rate) & (rate > 0)
-        if not m.any():
-            continue
-        k = key[m].assign(rate=rate[m])
-        med = k.groupby(["host", "module", "op"], sort=False)["rate"].transform("median")
-        # an execution far faster than the op's own median is suspect (mistimed), not evidence
-        k = k[(k["t"] >= MIN_EVIDENCE_PS) & (k["rate"] <= MAX_OVER_MEDIAN * med)]
-        caps = {h: cap(h, term) for h in k["host"].unique()} if cap is not None else {}
-        lim = k["host"].map(caps).to_numpy(float) if caps else np.full(len(k), math.inf)
-        over = k["rate"].to_numpy() > lim
-        above = k[over]
-        if over.any():  # an op shown to end before its work is done demonstrates nothing, not even when slower
-            bad = pd.MultiIndex.from_frame(above[["host", "module", "op"]])
-            k = k[~pd.MultiIndex.from_frame(k[["host", "module", "op"]]).isin(bad)]
-        for h, a in above.groupby("host", sort=True):
-            top = a.sort_values("rate", ascending=False, kind="stable").iloc[0]
-            rows.append({"host": h, "term": term, "rate": math.nan, "op": None, "module": None, "self_ps": 0,
-                         "over_cap": len(a), "over_op": f"{top['op']} ({top['module']})",
-                         "over_rate": float(top["rate"])})
-        if not len(k):
-            continue
-        g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "max"), self_ps=("t", "median"))
-        g = g.reset_index()
-        best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
-        for r in best.drop_duplicates("host").itertuples(index=False):
-            rows.append({"host": r.host, "term": term, "rate": float(r.rate), "op": r.op, "module": r.module,
-                         "self_ps": int(r.self_ps), "over_cap": 0, "over_op": None, "over_rate": math.nan})
-    return pd.DataFrame(rows, columns=cols)
-
-
 def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
     """``base`` ((host, device) -> Chip) with every chip that is not an exact table part raised to the best rates
-    ``ops`` (a roofline join against ``base``) demonstrate, per term; exact parts are returned as they are. All
-    devices of a host that share one chip (XLA:CPU's virtual devices share the host's cores and memory) are
-    raised together."""
+    ``ops`` (a roofline join against ``base``) demonstrate, per term, never past the chip's physical ceiling
+    (``limits``): a chip without one (a CPU trace whose recording machine is unknown, a chip the table does not
+    know) is not raised at all. Exact parts are returned as they are. All devices of a host that share one chip
+    (XLA:CPU's virtual devices share the host's cores and memory) are raised together; on a CPU the links and
+    the host link are its memory, so a raised memory peak raises them too (collectives are priced at the same
+    bandwidth)."""
     groups: dict = {}
     for (h, d), ch in base.items():
-        if not ch.exact:
+        if not ch.exact and ch.limits:
             groups.setdefault((h, ch.name), []).append((h, d))
-    capped = {h: base[m[0]] for (h, _n), m in groups.items() if base[m[0]].limits}
-    dem = _demonstrated(ops, (lambda h, term: _cap(capped[h], term) if h in capped else math.inf))
+    if not groups:
+        return base
+    capped = {h: base[m[0]] for (h, _n), m in groups.items()}
+    dem = demonstrated(ops, (lambda h, term: _cap(capped[h], term) if h in capped else 0.0),
+                        (lambda h: capped[h].cache_bytes if h in capped else math.nan))
+    dem = dem[(dem["term"] != "cache") | dem["host"].map(lambda h: capped[h].family == "cpu")]
     if not len(dem):
         return base
     out = dict(base)
@@ -117,7 +67,9 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
             continue
         flops, src, raised = dict(ch.peak_flops_per_s), dict(ch.sources), dict(ch.raised)
         changes: dict = {}
-        for term, g in mine.groupby("term", sort=True):
+        by_term = dict(tuple(mine.groupby("term", sort=True)))
+        for term in sorted(by_term, key=lambda t: (t == "cache", t)):  # (the cache after memory: it is above it)
+            g = by_term[term]
             over = g[g["over_cap"] > 0]
             g = g[g["rate"].notna()]
             if not len(g):
@@ -138,21 +90,31 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
                 flops[key] = want
             else:
                 attr = {"memory": "hbm_bw_bytes_per_s", "network": "egress_bw_bytes_per_s",
-                        "host_link": "host_link_bw_bytes_per_s"}[term]
+                        "host_link": "host_link_bw_bytes_per_s", "cache": "cache_bw_bytes_per_s"}[term]
                 cur = getattr(ch, attr)
+                if term == "cache":  # (no cache rate yet: ops in the cache run at the memory bandwidth)
+                    cur = max(changes.get("hbm_bw_bytes_per_s", ch.hbm_bw_bytes_per_s), 0.0)
+                    src.setdefault("cache_bw_bytes_per_s", src.get("hbm_bw_bytes_per_s", "estimate"))
                 if math.isfinite(cur) and top["rate"] <= cur:
                     continue
                 field, want = attr, top["rate"]
                 changes[attr] = want
-                if term == "network" and ch.family == "cpu":
-                    changes["link_bw_bytes_per_s"] = want
+                if ch.family == "cpu" and term in ("memory", "network"):  # (one memory: links run at its rate)
+                    for a in ("hbm_bw_bytes_per_s", "link_bw_bytes_per_s", "egress_bw_bytes_per_s",
+                              "host_link_bw_bytes_per_s"):
+                        if not math.isfinite(changes.get(a, math.nan)) or changes[a] < want:
+                            changes[a] = want
             raised[field] = {"estimate": cur if math.isfinite(cur) else None, "value": float(want),
                              "estimate_source": str(src.get(field, "estimate")).split(":", 1)[0],
-                             "op": top["op"], "module": top["module"], "self_ps": int(top["self_ps"])}
+                             "op": top["op"], "module": top["module"], "self_ps": int(top["self_ps"]),
+                             "executions": int(top["executions"])}
+            ceiling = _cap(ch, term) * (_pass_factor(ch, term.split(":", 1)[1]) if term.startswith("compute:") else 1)
+            raised[field]["ceiling"] = ceiling if math.isfinite(ceiling) else None
             unit = "FLOP/s" if field.startswith("peak_flops") else "B/s"
-            src[field] = (f"raised: the trace demonstrates {fmt_num(want, unit)} ({top['op']} in {top['module']}, "
-                          f"{fmt_time(top['self_ps'])}), above the {fmt_num(cur, unit)} of "
-                          f"'{src.get(field, 'estimate')}'")
+            src[field] = (f"raised: the trace demonstrates {fmt_num(want, unit)} (the median of {top['op']} in "
+                          f"{top['module']} over {int(top['executions'])} executions of {fmt_time(top['self_ps'])}), "
+                          f"above the {fmt_num(cur, unit)} of '{src.get(field, 'estimate')}'; within "
+                          f"{_ceiling_text(ch, field, short=True) or 'its ceiling'}")
             if len(over):
                 o = over.iloc[0]
                 raised[field]["left_out"] = int(o["over_cap"])
@@ -160,8 +122,8 @@ def raise_estimates(base: dict, ops: pd.DataFrame) -> dict:
                                f"({int(o['over_cap'])} execution(s), the fastest {o['over_op']} at "
                                f"{fmt_num(o['over_rate'], unit)}): their events are shorter than their work")
         if raised != ch.raised:
-            new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised, trace_reported=dict(ch.trace_reported),
-                          **changes)
+            new = replace(ch, peak_flops_per_s=flops, sources=src, raised=raised,
+                          trace_reported=dict(ch.trace_reported), **changes)
             for m in members:
                 out[m] = new
     return out
@@ -171,21 +133,29 @@ def _ceiling_text(ch, field: str, short: bool = False) -> str:
     """'the physical ceiling 333 GFLOP/s (ceiling: 2 cores x ...)' for ``field`` of ``ch`` (``short``: without
     its source); '' without one."""
     from tracekit.model.cpu_limits import entry
-    got = entry(ch.limits, field) if ch is not None else None
+    key = field if field.startswith(("peak_flops", "cache")) or ch is None or ch.family != "cpu" \
+        else "hbm_bw_bytes_per_s"
+    got = entry(ch.limits, key) if ch is not None else None
     if got is None:
         return ""
-    return f"the physical ceiling {fmt_num(got['value'], 'FLOP/s')}" + ("" if short else f" ({got['source']})")
+    unit = "FLOP/s" if key.startswith("peak_flops") else "B/s"
+    return f"the physical ceiling {fmt_num(got['value'], unit)}" + ("" if short else f" ({got['source']})")
 
 
 def _cap(ch, term: str) -> float:
-    """The raw rate of ``term`` (as :func:`_demonstrated` measures it) no execution can pass on ``ch``."""
+    """The raw rate of ``term`` (as :func:`tracekit.model.demonstrated.demonstrated` measures it) no execution can
+    pass on ``ch`` (inf: no ceiling for that term)."""
+    from tracekit.model.cpu_limits import limit
     if not term.startswith("compute:"):
+        if term == "cache":
+            return limit(ch.limits, "cache_bw_bytes_per_s")
+        if term == "memory" or ch.family == "cpu":  # (a CPU's links and host link are its memory)
+            return limit(ch.limits, "hbm_bw_bytes_per_s")
         return math.inf
     cdt = term.split(":", 1)[1]
     key = _flops_key(cdt)
     if key is None:
         return math.inf
-    from tracekit.model.cpu_limits import limit
     return limit(ch.limits, f"peak_flops_per_s.{key}") / _pass_factor(ch, cdt)
 
 
@@ -255,11 +225,17 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
         ch = dchips.get((r["host"], r["device"]))
         rate, peak, unit, src = _rate_and_peak(r, bound, ch)
         beyond = ""
-        if bound == "compute" and ch is not None and ch.limits:
+        if ch is not None and ch.limits and r["_t"] > 0:  # (either term past its ceiling: the time is too short)
             cdt = str(r.get("compute_dtype", "")) or str(r.get("dtype", ""))
             key = _flops_key(cdt)
-            if key is not None and rate > _cap(ch, f"compute:{cdt}"):
-                beyond = _ceiling_text(ch, f"peak_flops_per_s.{key}", short=True)
+            sec = float(r["_t"]) / 1e12
+            fl, nb = float(r["flops"]) / sec, float(r["bytes_accessed"]) / sec
+            mem = "cache" if cpu_limits.in_cache(ch, float(r["bytes_accessed"])) else "memory"
+            if key is not None and fl > _cap(ch, f"compute:{cdt}"):
+                beyond = f"{_ceiling_text(ch, f'peak_flops_per_s.{key}', short=True)} ({fmt_num(fl, 'FLOP/s')})"
+            elif nb > _cap(ch, mem):
+                field = "cache_bw_bytes_per_s" if mem == "cache" else "hbm_bw_bytes_per_s"
+                beyond = f"{_ceiling_text(ch, field, short=True)} ({fmt_num(nb, 'B/s')})"
         out.append({"module": mod, "op": op, "bound_by": bound, "executions": int(count[g]),
                     "time_ps": float(time[g]), "efficiency_max": float(e[best[g]]), "measured_rate": rate,
                     "peak": peak, "unit": unit, "peak_source": src, "beyond": beyond})
@@ -287,7 +263,7 @@ def finish_warnings(groups: list, total: float, limit: int | None = 20) -> list[
                "above 100 %: the peak, its cost or its time is wrong")
         if w.get("beyond"):
             msg += (f"; its rate is above {w['beyond']}: no core can do that, so its events end before its work "
-                    "does: read its time as a lower bound")
+                    "does (a timing artefact, never a peak): read its time as a lower bound")
         out.append({"module": w["module"], "op": w["op"], "bound_by": w["bound_by"], "executions": w["executions"],
                     "time_ps": int(w["time_ps"]), "share_of_op_time": float(w["time_ps"] / total),
                     "efficiency_max": w["efficiency_max"], "measured_rate": w["measured_rate"], "peak": w["peak"],
@@ -303,8 +279,10 @@ def _rate_and_peak(r, bound: str, ch) -> tuple[float, float, str, str]:
         peak, src = precision.peak(ch, cdt) if ch is not None else (math.nan, "unknown")
         return float(r["flops"]) / sec, peak, "FLOP/s", f"{cdt}: {src}"
     if bound == "memory":
-        return float(r["bytes_accessed"]) / sec, getattr(ch, "hbm_bw_bytes_per_s", math.nan), "B/s", \
-            (ch.sources.get("hbm_bw_bytes_per_s", "") if ch is not None else "unknown")
+        attr = "cache_bw_bytes_per_s" if ch is not None and cpu_limits.in_cache(ch, float(r["bytes_accessed"])) else \
+            "hbm_bw_bytes_per_s"
+        return float(r["bytes_accessed"]) / sec, getattr(ch, attr, math.nan), "B/s", \
+            (ch.sources.get(attr, "") if ch is not None else "unknown")
     if bound == "host_link":
         return float(r["net_bytes"]) / sec, getattr(ch, "host_link_bw_bytes_per_s", math.nan), "B/s", \
             (ch.sources.get("host_link_bw_bytes_per_s", "") if ch is not None else "unknown")

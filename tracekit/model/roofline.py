@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, execution, peaks
+from tracekit.model import calibrate, chips, execution, peaks, sharing
 from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
                               with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -46,12 +46,17 @@ def base_chips(tr: Trace, chip: str | None = None) -> dict:
         if not chip and str(r.device_kind).lower().startswith("cpu"):
             if r.host not in cpu:
                 found, note = machine.cpu_chip_for(paths.get(r.host))
-                base = found if found is not None else chips.detect(r.device_kind, {}, None, cpu=calibrate.cpu_chip)
-                cpu[r.host] = replace(base, notes=note)
+                if found is None:  # an unknown machine: this one's rates stand in, without its name or a ceiling
+                    here = chips.detect(r.device_kind, {}, None, cpu=calibrate.cpu_chip)
+                    found = replace(here, name=machine.UNKNOWN_CPU, limits={})
+                    note += f" (this machine's rates stand in: {here.name}; no ceiling, so no peak is raised)"
+                cpu[r.host] = replace(found, notes=note, host_shared=True)
             out[(r.host, r.device)] = cpu[r.host]
             continue
-        out[(r.host, r.device)] = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip,
-                                               cpu=calibrate.cpu_chip)
+        got = chips.detect(r.device_kind, tr.device_stats.get((r.host, r.device), {}), chip, cpu=calibrate.cpu_chip)
+        if str(r.device_kind).lower().startswith("cpu"):  # (``--chip`` on a CPU capture: one host, one chip)
+            got = replace(got, host_shared=True)
+        out[(r.host, r.device)] = got
     return out
 
 
@@ -155,6 +160,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
     _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
+    sharing.host_terms(ops, p, dchips)
     to_host = _to_rows(u["to_host"], inv)  # (held once when no copy goes to host memory: most traces)
     del inv, first
     new: dict = {}
