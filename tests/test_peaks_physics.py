@@ -143,11 +143,16 @@ def test_one_execution_raises_nothing_two_raise_to_their_median():
     # one dot at 150 GFLOP/s (under the 192 GFLOP/s ceiling: 2 cores x 32 x 3 GHz), one execution
     one = _ops([{"op": "dot.1", "flops": 1.5e9, "self_ps": 10**10}])
     assert peaks.raise_estimates({("h", "CPU:0"): ch}, one)[("h", "CPU:0")].peak_flops_per_s["f32"] == est
-    # three executions at 140, 150 and 180 GFLOP/s: the median, 150
+    # three executions at 140, 150 and 180 GFLOP/s: median 150, but over all three the op ran 4.5 GFLOP in
+    # their summed time (154.9 GFLOP/s): the higher, so the op that sets the peak reads at most 100 % of it
     times = (10**10 * 15 // 14, 10**10, 10**10 * 15 // 18)
     three = _ops([{"op": "dot.1", "flops": 1.5e9, "self_ps": t} for t in times])
     got = peaks.raise_estimates({("h", "CPU:0"): ch}, three)[("h", "CPU:0")]
-    assert got.peak_flops_per_s["f32"] == pytest.approx(1.5e11, rel=1e-6)
+    assert got.peak_flops_per_s["f32"] == pytest.approx(4.5e9 / (sum(times) / 1e12), rel=1e-6)
+    # executions at 140, 150 and 150: the median (150) is above the rate over all three (146.7): the median
+    flat = _ops([{"op": "dot.1", "flops": 1.5e9, "self_ps": t} for t in (10**10 * 15 // 14, 10**10, 10**10)])
+    got_flat = peaks.raise_estimates({("h", "CPU:0"): ch}, flat)[("h", "CPU:0")]
+    assert got_flat.peak_flops_per_s["f32"] == pytest.approx(1.5e11, rel=1e-6)
     assert got.raised["peak_flops_per_s.f32"]["executions"] == 3
     # an op with one execution above the ceiling is a timing artefact: it raises nothing
     fake = _ops([{"op": "dot.2", "flops": 3e9, "self_ps": 10**10}, {"op": "dot.2", "flops": 1.5e9, "self_ps": 10**10}])

@@ -19,7 +19,7 @@ IN_PLACE = ("scatter", "dynamic-update-slice", "select-and-scatter")
 
 def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
     """Per (host, term), the best rate the trace demonstrates: the highest MEDIAN rate of an op over its
-    executions with a known cost and at least :data:`MIN_EVIDENCE_PS` of self time, from ops with at least
+    executions (or its rate over all of them, work / time, where that is higher) with a known cost and at least :data:`MIN_EVIDENCE_PS` of self time, from ops with at least
     :data:`MIN_EXECUTIONS` such executions (one execution demonstrates nothing: it may be mistimed), leaving out
     in-place ops whose bytes are an upper bound (:data:`IN_PLACE`). ``cap(host, term)``: the rate no execution
     can reach on that host's chip (its physical ceiling, :mod:`tracekit.model.cpu_limits`; inf: none); an op
@@ -83,8 +83,13 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
             k = k[~pd.MultiIndex.from_frame(k[["host", "module", "op"]]).isin(bad)]
         if not len(k):
             continue
+        k = k.assign(work=k["rate"].to_numpy() * k["t"].to_numpy())
         g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "median"), self_ps=("t", "median"),
-                                                               executions=("rate", "size"))
+                                                               executions=("rate", "size"), work=("work", "sum"),
+                                                               t=("t", "sum"))
+        # the op's rate over all its executions (work / time, the rate its own efficiency in the op table is
+        # read at) when that is above the median: the op that sets a peak then reads at most 100 % of it
+        g["rate"] = np.maximum(g["rate"].to_numpy(), g["work"].to_numpy() / g["t"].to_numpy())
         g = g[g["executions"] >= MIN_EXECUTIONS].reset_index()
         best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
         for r in best.drop_duplicates("host").itertuples(index=False):
