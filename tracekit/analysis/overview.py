@@ -4,8 +4,9 @@ roofline says is possible.
 Definitions (all per step; a device's step is a row of the steps breakdown, an op counts when it starts inside a
 step of its device: the ops frame's ``step`` >= 0):
 
-* **step time** T: for each step number the longest of its devices' step times (devices run in lockstep; the
-  slowest sets the pace); mean, p50 and p90 over steps.
+* **step time** T: the step times of the slowest device (the largest median step time: devices run in lockstep,
+  the slowest sets the pace); mean, p50 and p90 over its steps. A step is a run of the step program on the device,
+  start to start (:mod:`tracekit.ingest.steps`).
 * **FLOPs per step** F: the FLOPs of the ops in steps (sync ops except async ``-start``/``-done`` markers, plus
   async windows: each execution counted once), summed over devices and divided by the steps. ``model`` FLOPs come
   from the trace's ``model_flops`` stats (TPU: the compiler's count without rematerialization) when every op
@@ -241,16 +242,28 @@ def shared_chips(device_chips: dict, devices: list) -> dict:
     return {k: tuple(m) for m in group.values() if len(m) > 1 for k in m}
 
 
+def slowest_device_steps(steps: pd.DataFrame) -> tuple[pd.Series, str]:
+    """The step times (``step_ps``) of the slowest device, the one with the largest median step time (then the
+    largest mean; then the first in host, device order), and its name as ``host/device``."""
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
+        ["host", "device"], sort=True)["step_ps"]
+    rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
+    key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
+    mine = (steps["host"].astype(str).to_numpy() == key[0]) & (steps["device"].astype(str).to_numpy() == key[1])
+    return steps["step_ps"][mine].astype("float64"), f"{key[0]}/{key[1]}"
+
+
 def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
            model_flops_per_step: float | None = None) -> Overview:
     """The headline from the steps breakdown and the devices' :func:`device_parts`."""
     if steps is None or not len(steps):
         return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
-    per_step = steps.assign(step=steps["step"].astype(np.int64)).groupby("step")["step_ps"].max()
+    per_step, slow = slowest_device_steps(steps)
     t_mean = float(per_step.mean())
-    step = {"steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
+    step = {"steps": int(steps["step"].nunique()), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
             "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
-            "source": step_source, "definition": "per step the slowest device's step time"}
+            "source": step_source, "device": slow,
+            "definition": "the step times of the slowest device (the largest median step time)"}
     tot = {}
     for k in TOTALS:
         acc = 0.0 if k not in ("model_rows", "flop_rows") else 0
@@ -259,7 +272,7 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
         tot[k] = acc
     srcs, dtypes = set(parts["peak_source"]), set(parts["dominant_dtype"])
     dev = parts[DEVICE_COLUMNS].reset_index(drop=True)
-    n_steps = len(per_step)
+    n_steps = step["steps"]
     t_s = t_mean / 1e12
     if model_flops_per_step is not None:
         per, kind, label = float(model_flops_per_step), "model", "MFU"
