@@ -97,6 +97,8 @@ STEPS = {
     "start_ps": ("int64", ""),
     "duration_ps": ("int64", ""),
     "step_source": (CAT, "steps_line | step_annotation | module_execution"),
+    "open_end": ("bool", "the step does not end where the next begins (a device's last run of the step program: "
+                         "its own execution); step-time statistics leave it out"),
 }
 
 #: One row per trace line (the inventory).

@@ -207,7 +207,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
             for k in ("bw", "egress", "hostw"):
                 tot[k] /= nsh
-        mean = float(g["step_ps"].mean())
+        mean = float(tl.closed_steps(g)["step_ps"].mean())  # (the last run's own execution is not a step time)
         unknown = work_ps > 0 and not known["flops"]  # compute ran, none of it with a FLOP count
         f_step = np.nan if unknown else fl.sum() / n
         no_roof = work_ps > 0 and not known["roof"]  # the "possible" step would be measured time, not a roofline
@@ -242,15 +242,17 @@ def shared_chips(device_chips: dict, devices: list) -> dict:
     return {k: tuple(m) for m in group.values() if len(m) > 1 for k in m}
 
 
-def slowest_device_steps(steps: pd.DataFrame) -> tuple[pd.Series, str]:
-    """The step times (``step_ps``) of the slowest device, the one with the largest median step time (then the
-    largest mean; then the first in host, device order), and its name as ``host/device``."""
+def slowest_device_steps(steps: pd.DataFrame, column: str = "step_ps") -> tuple[pd.Series, str]:
+    """The step times (``column``: ``step_ps`` of the breakdown, ``duration_ps`` of the steps frame) of the slowest
+    device, the one with the largest median step time (then the largest mean; then the first in host, device
+    order), and its name as ``host/device``; over the :func:`tracekit.analysis.timeline.closed_steps` only."""
+    steps = tl.closed_steps(steps)
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
-        ["host", "device"], sort=True)["step_ps"]
+        ["host", "device"], sort=True)[column]
     rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
     key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
     mine = (steps["host"].astype(str).to_numpy() == key[0]) & (steps["device"].astype(str).to_numpy() == key[1])
-    return steps["step_ps"][mine].astype("float64"), f"{key[0]}/{key[1]}"
+    return steps[column][mine].astype("float64"), f"{key[0]}/{key[1]}"
 
 
 def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",

@@ -7,8 +7,8 @@
   program is the one with the most device time among the programs that run at least twice on a device (the one
   with the most device time when none does). A device's step starts where its run starts and lasts until that
   device's next run of the program starts (start to start: the idle between runs belongs to the step it follows).
-  The last run has no next start: its step lasts the longer of its own execution and the median start-to-start of
-  the device's other runs (its own execution when it is the only run).
+  The last run has no next start: its step is its own execution, marked ``open_end``, so that its work is in the
+  breakdown while the step-time statistics (:func:`tracekit.analysis.timeline.closed_steps`) leave it out.
 * Else the host's ``StepTraceAnnotation`` windows, on every device with ops (``step_annotation``).
 
 Under JAX's async dispatch the host's annotation window holds the dispatch only: the run it dispatched happens
@@ -86,14 +86,13 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
         idx = np.nonzero(dev == d)[0]
         idx = idx[np.argsort(start[idx], kind="stable")]
         s, e = start[idx], start[idx] + dur[idx]
-        step_ps = np.empty(len(idx), np.int64)
-        gaps = np.diff(s)
-        step_ps[:-1] = gaps
-        step_ps[-1] = max(int(e[-1] - s[-1]), int(np.median(gaps)) if len(gaps) else 0)
+        step_ps = np.r_[np.diff(s), e[-1] - s[-1]].astype(np.int64)
+        open_end = np.zeros(len(idx), bool)
+        open_end[-1] = True
         number = np.array([rank[int(r)] for r in run[idx]], np.int64) if by_id else np.arange(len(idx))
         out.append(pd.DataFrame({"host": m["host"].astype(str).to_numpy()[idx] if "host" in m.columns else "",
                                  "device": d, "step": number, "start_ps": s, "duration_ps": step_ps,
-                                 "step_source": "module_execution", "run_ps": e - s}))
+                                 "step_source": "module_execution", "open_end": open_end, "run_ps": e - s}))
     return pd.concat(out, ignore_index=True) if out else schema.empty(schema.STEPS)
 
 
