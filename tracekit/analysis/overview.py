@@ -47,7 +47,7 @@ BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collectiv
 BUCKET_LABELS = {"compute_bound_ps": "compute-bound compute", "memory_bound_ps": "memory-bound compute",
                  "compute_other_ps": "compute, roofline unknown", "collective_exposed_ps": "exposed collectives",
                  "offload_wait_ps": "waiting on host-offload copies", "async_wait_ps": "waiting on async copies",
-                 "host_idle_ps": "host or input idle (no program running)",
+                 "host_idle_ps": "idle between steps (no program running: host or input)",
                  "launch_idle_ps": "launch gaps (host-launched ops)", "other_idle_ps": "other idle"}
 DEVICE_COLUMNS = ["host", "device", "steps", "step_mean_ps", "step_total_ps", "flops_per_step",
                   "model_flops_per_step", "peak_flops_per_s", "mfu", "possible_step_ps", "bound_by",

@@ -10,7 +10,7 @@ from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
                  ("compute_other_ps", "compute, roofline unknown"), ("collective_exposed_ps", "exposed collectives"),
                  ("offload_wait_ps", "waiting on host-offload copies"), ("async_wait_ps", "waiting on async copies"),
-                 ("host_idle_ps", "host or input idle (no program running)"),
+                 ("host_idle_ps", "idle between steps (no program running: host or input)"),
                  ("launch_idle_ps", "launch gaps between host-launched ops"), ("other_idle_ps", "other idle"))
 BUFFER_ROWS = 8
 
