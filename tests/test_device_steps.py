@@ -154,3 +154,78 @@ def test_diff_of_a_capture_with_itself_is_no_regression():
     assert c.step_time["status"] == "unchanged" and not c.failed
     # the compared step time is the overview's (the slowest device's median run start to start)
     assert c.step_time["base"]["median_ps"] == pytest.approx(report("async_dp8")["overview"]["step_time"]["p50_ps"])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_breakdown_idle_and_device_idle_finding_agree(case):
+    """TK003 (device idle) counts the gaps inside the steps, as the breakdown's idle buckets do: the two agree
+    within 5 points of the step time (TK003 leaves out gaps under 10 us)."""
+    r = report(case)
+    bd = r["overview"]["breakdown"]
+    idle = bd["host_idle_ps"] + bd["launch_idle_ps"] + bd["other_idle_ps"]
+    tk003 = [f for f in r["findings"] if f["rule_id"] == "TK003"]
+    claimed = tk003[0]["savings_ps"] if tk003 else 0
+    assert abs(claimed - idle) <= 0.05 * bd["step_ps"], (claimed, idle, bd["step_ps"])
+
+
+def test_several_hosts_get_one_annotation_line(tmp_path):
+    import shutil
+    import tracekit
+    run = tmp_path / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    src = FIXTURES / "cpu" / "async_dp8" / "plugins" / "profile" / "run1" / "cpu.xplane.pb"
+    for h in ("hosta", "hostb"):
+        shutil.copyfile(src, run / f"{h}.xplane.pb")
+    tr = tracekit.load(run)
+    lines = [w for w in tr.warnings if ANNOTATION_WARNING in w]
+    assert len(lines) == 1 and lines[0].startswith("2 hosts (hosta, hostb)"), tr.warnings
+    assert "16 of 16 annotation window(s)" in lines[0]
+
+
+def _cpu_trace(tmp_path, runs, windows):
+    """A synthetic XLA:CPU trace: ``runs`` [(module, program id, run id, start, duration)] on CPU:0 (one op
+    each), ``windows`` [(step_num, start, duration)] step annotations on the python line (ps)."""
+    from tracekit.ingest import synth
+    from tracekit.ingest.synth import instr, shape
+    b = synth.SpaceBuilder(hostname="c")
+    for name, pid in sorted({(r[0], r[1]) for r in runs}):
+        b.hlo_module(synth.module(name, pid, [instr("x", "parameter", shape("f32", [4])),
+                                             instr("add", "add", shape("f32", [4]), [1])]), label=f"{name}({pid})")
+    p = b.plane("/host:CPU")
+    py = p.line("python", timestamp_ns=0)
+    for n, s, d in windows:
+        py.event("train", s, d, stats={"step_num": n})
+    ln = p.line("tf_XLAPjRtCpuClient/0", timestamp_ns=0)
+    for name, pid, run, s, d in runs:
+        ln.event("add", s, d, stats={"hlo_op": "add", "hlo_module": name, "program_id": pid, "run_id": run,
+                                     "device_ordinal": 0}, ref_stats=True)
+    f = tmp_path / "c.xplane.pb"
+    b.write(f)
+    return f
+
+
+def test_the_step_program_runs_at_least_twice(tmp_path):
+    """An init program with more device time than the step program but one run is not the step; steps are
+    numbered by the annotations (step_num 10, 11, 12), start to start, the last one open-ended."""
+    import tracekit
+    runs = [("jit_init", 1, 5, 0, 9_000_000),
+            ("jit_step", 2, 6, 10_000_000, 1_000_000), ("jit_step", 2, 7, 13_000_000, 1_000_000),
+            ("jit_step", 2, 8, 16_000_000, 1_500_000)]
+    windows = [(10, 9_500_000, 100_000), (11, 9_700_000, 100_000), (12, 9_900_000, 100_000)]
+    tr = tracekit.load(_cpu_trace(tmp_path, runs, windows))
+    s = tr.steps.sort_values("start_ps")
+    assert s["step"].tolist() == [10, 11, 12]
+    assert s["start_ps"].tolist() == [10_000_000, 13_000_000, 16_000_000]
+    assert s["duration_ps"].tolist() == [3_000_000, 3_000_000, 1_500_000]
+    assert s["open_end"].tolist() == [False, False, True]
+    lines = [w for w in tr.warnings if ANNOTATION_WARNING in w]
+    assert len(lines) == 1 and "jit_step" in lines[0] and " 0% " in lines[0] and "3 of 3" in lines[0]
+
+
+def test_annotations_holding_their_runs_say_nothing(tmp_path):
+    import tracekit
+    runs = [("jit_step", 2, 6, 1_000_000, 800_000), ("jit_step", 2, 7, 3_000_000, 800_000)]
+    windows = [(0, 900_000, 1_000_000), (1, 2_900_000, 1_000_000)]
+    tr = tracekit.load(_cpu_trace(tmp_path, runs, windows))
+    assert tr.steps["step"].tolist() == [0, 1]
+    assert not [w for w in tr.warnings if ANNOTATION_WARNING in w]

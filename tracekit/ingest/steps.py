@@ -20,6 +20,8 @@ run index plus one constant, the steps are numbered by it. When the windows hold
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,9 @@ from tracekit import schema
 
 #: the share of the step program's device time the annotation windows must hold to go without a warning
 ANNOTATED_SHARE = 0.8
+_HELD = "the step annotations hold"
+_HELD_RE = re.compile(r"^(?P<host>.*?): " + _HELD + r" (?P<share>\d+)% of the device time of the step program "
+                      r"(?P<prog>\S+) and (?P<odd>\d+) of (?P<n>\d+) annotation window\(s\)(?P<rest>.*)$")
 
 
 def device_steps(dev_steps: pd.DataFrame, host_steps: pd.DataFrame, mx: pd.DataFrame,
@@ -129,11 +134,36 @@ def _label(steps: pd.DataFrame, host_steps: pd.DataFrame, name: str, host: str, 
     share = held / total if total > 0 else 1.0
     if share < ANNOTATED_SHARE or odd:
         warnings.append(
-            f"{host}: the step annotations hold {share:.0%} of the device time of the step program {name} and "
+            f"{host}: {_HELD} {share * 100:.0f}% of the device time of the step program {name} and "
             f"{odd} of {len(ws)} annotation window(s) hold other than one of its runs (the host dispatches ahead "
             f"of the devices, as under async dispatch): a step here is a device run of {name}, start to start; "
             "the annotations only number the runs")
     return steps
+
+
+def fold_warnings(warnings: list[str]) -> list[str]:
+    """The hosts' annotation warnings (:func:`device_steps`, one per host) as one line per step program, where
+    the first of them was: ``N hosts (a, b, ...)``, the range of their shares and their windows added up."""
+    groups: dict = {}
+    for i, w in enumerate(warnings):
+        m = _HELD_RE.match(w)
+        if m:
+            groups.setdefault((m["prog"], m["rest"]), []).append((i, m))
+    if all(len(g) == 1 for g in groups.values()):
+        return list(warnings)
+    out, drop = list(warnings), set()
+    for (prog, rest), g in groups.items():
+        if len(g) == 1:
+            continue
+        hosts = [m["host"] for _, m in g]
+        shares = sorted(int(m["share"]) for _, m in g)
+        held = f"{shares[0]}%" if shares[0] == shares[-1] else f"{shares[0]}-{shares[-1]}%"
+        names = ", ".join(hosts[:3]) + (", ..." if len(hosts) > 3 else "")
+        out[g[0][0]] = (f"{len(hosts)} hosts ({names}): {_HELD} {held} of the device time of the step program {prog} "
+                        f"and {sum(int(m['odd']) for _, m in g)} of {sum(int(m['n']) for _, m in g)} annotation "
+                        f"window(s){rest}")
+        drop.update(i for i, _ in g[1:])
+    return [w for i, w in enumerate(out) if i not in drop]
 
 
 def _merged(s: np.ndarray, e: np.ndarray) -> tuple[list, list]:

@@ -405,6 +405,7 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
     ops = constant_columns(ops)  # (no trace costs on GPU/CPU: stored once)
     ops = with_columns(ops, {c: narrow_int(ops[c].to_numpy()) for c in schema.NARROW_INTS if c in ops.columns})
     devs = pd.concat([p.devices for p in parts], ignore_index=True)
+    warnings[:] = steps_mod.fold_warnings(warnings)  # (one line for the hosts whose annotations miss the runs)
     dstats = {}
     for p in parts:
         dstats.update(p.device_stats)

@@ -20,6 +20,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     from tracekit.report import envelope
     from tracekit.run import podviews
     from tracekit.run.podmap import ATTEMPTS
+    from tracekit.ingest.steps import fold_warnings
     hosts = [s.host for s in summaries]
     tot = rd.totals([s.totals for s in summaries])
     devices = rd.devices_frame(summaries)
@@ -41,7 +42,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     findings, driver_rules = rd.findings(summaries, resolved, dict(frames), span, profiled, opt.max_evidence)
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
-    warnings = [w for s in summaries for w in s.warnings]
+    warnings = fold_warnings([w for s in summaries for w in s.warnings])  # (as trace.combine folds them)
     warnings += [f"host {h} was left out of the analysis ({path}): {why}; tried {ATTEMPTS} times, the report covers the "
                  f"other {len(summaries)} host(s)" for h, path, why in failures]
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
