@@ -28,15 +28,21 @@ def _util(x) -> str:
     return fmt_pct(x) + (" (above the peak: the peak or the byte/FLOP count is off)" if x > 1.0 else "")
 
 
+#: how each step source reads in the headline
+STEP_SOURCES = {"module_execution": "device runs of the step program, start to start",
+                "steps_line": "the device's Steps line", "step_annotation": "host step annotations"}
+
+
 def overview_facts(d: dict) -> list[tuple[str, str]]:
     """(label, text) lines of the utilization headline; empty without steps."""
     ov = d.get("overview") or {}
     st = ov.get("step_time") or {}
     if not st.get("steps"):
         return []
+    src = ", ".join(STEP_SOURCES.get(x.strip(), x.strip()) for x in (st.get("source") or "?").split(","))
+    slow = f"the slowest device, {st['device']}" if st.get("device") else "the slowest device"
     out = [("step time", f"mean {fmt_time(st['mean_ps'])}, p50 {fmt_time(st['p50_ps'])}, p90 "
-                         f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) (from {st.get('source') or '?'}; "
-                         "per step the slowest device)")]
+                         f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) ({src}; {slow})")]
     f = ov.get("flops") or {}
     if f and f.get("per_step") is None:
         out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (the trace has no HLO, or none "
