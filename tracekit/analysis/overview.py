@@ -39,6 +39,7 @@ import pandas as pd
 from tracekit.columns import self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
+from tracekit.analysis.stepstats import closed_steps
 from tracekit.model import precision
 
 BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
@@ -207,7 +208,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
             for k in ("bw", "egress", "hostw"):
                 tot[k] /= nsh
-        mean = float(tl.closed_steps(g)["step_ps"].mean())  # (the last run's own execution is not a step time)
+        mean = float(closed_steps(g)["step_ps"].mean())  # (the last run's own execution is not a step time)
         unknown = work_ps > 0 and not known["flops"]  # compute ran, none of it with a FLOP count
         f_step = np.nan if unknown else fl.sum() / n
         no_roof = work_ps > 0 and not known["roof"]  # the "possible" step would be measured time, not a roofline
@@ -245,8 +246,8 @@ def shared_chips(device_chips: dict, devices: list) -> dict:
 def slowest_device_steps(steps: pd.DataFrame, column: str = "step_ps") -> tuple[pd.Series, str]:
     """The step times (``column``: ``step_ps`` of the breakdown, ``duration_ps`` of the steps frame) of the slowest
     device, the one with the largest median step time (then the largest mean; then the first in host, device
-    order), and its name as ``host/device``; over the :func:`tracekit.analysis.timeline.closed_steps` only."""
-    steps = tl.closed_steps(steps)
+    order), and its name as ``host/device``; over the :func:`tracekit.analysis.stepstats.closed_steps` only."""
+    steps = closed_steps(steps)
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
         ["host", "device"], sort=True)[column]
     rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import spread_mask
-from tracekit.analysis.intervals import KEYS, covered, device_index, merge, rows_view, sync_rows, union
+from tracekit.analysis.intervals import covered, device_index, merge, rows_view, sync_rows, union
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -321,27 +321,6 @@ def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
     out["act"] = union(out["w"], g(_XH, _XN))
     out["levels"] = {c - _K - 1: cm[c] for c in cm if c > _K}  # rank 0 ('') is not a level
     return out
-
-
-def closed_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose step time is known: a device's ``open_end`` step (its last run of the step program, which
-    has no next start) is left out where the device has other steps."""
-    if "open_end" not in steps.columns or not steps["open_end"].any():
-        return steps
-    dev = steps["host"].astype(str) + "\0" + steps["device"].astype(str)
-    closed = ~steps["open_end"].to_numpy(bool)
-    has_closed = dev.map(dev[closed].value_counts()).fillna(0).to_numpy() > 0
-    return steps[closed | ~has_closed]
-
-
-def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:
-    """Per device step-time statistics of ``column`` (``duration_ps`` of the steps frame or ``step_ps`` of
-    :func:`step_breakdown`) over its :func:`closed_steps`: steps, mean_ps, median_ps, p90_ps (linear
-    interpolation), min_ps, max_ps, std_ps (population, ddof=0)."""
-    steps = closed_steps(steps)
-    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
-    return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
-                 min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
 
 
 def collective_overlap(ops, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:

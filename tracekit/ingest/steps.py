@@ -8,7 +8,7 @@
   with the most device time when none does). A device's step starts where its run starts and lasts until that
   device's next run of the program starts (start to start: the idle between runs belongs to the step it follows).
   The last run has no next start: its step is its own execution, marked ``open_end``, so that its work is in the
-  breakdown while the step-time statistics (:func:`tracekit.analysis.timeline.closed_steps`) leave it out.
+  breakdown while the step-time statistics (:func:`tracekit.analysis.stepstats.closed_steps`) leave it out.
 * Else the host's ``StepTraceAnnotation`` windows, on every device with ops (``step_annotation``).
 
 Under JAX's async dispatch the host's annotation window holds the dispatch only: the run it dispatched happens
