@@ -128,7 +128,7 @@ def _label(steps: pd.DataFrame, host_steps: pd.DataFrame, name: str, host: str, 
     a = steps["start_ps"].to_numpy(np.int64)
     run_end = a + steps["run_ps"].to_numpy(np.int64)
     total = int((run_end - a).sum())
-    held = sum(int(np.clip(np.minimum(run_end, e) - np.maximum(a, s), 0, None).sum()) for s, e in zip(ms, me))
+    held = int((_covered_to(ms, me, run_end) - _covered_to(ms, me, a)).sum())
     per_window = np.searchsorted(rs, we, "left") - np.searchsorted(rs, ws, "left")
     odd = int((per_window != 1).sum())
     share = held / total if total > 0 else 1.0
@@ -166,16 +166,27 @@ def fold_warnings(warnings: list[str]) -> list[str]:
     return [w for i, w in enumerate(out) if i not in drop]
 
 
-def _merged(s: np.ndarray, e: np.ndarray) -> tuple[list, list]:
-    """The union of the intervals ``[s, e)`` as sorted disjoint lists."""
-    ms, me = [], []
-    for a, b in sorted(zip(s.tolist(), e.tolist())):
-        if ms and a <= me[-1]:
-            me[-1] = max(me[-1], b)
-        else:
-            ms.append(a)
-            me.append(b)
-    return ms, me
+def _merged(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals ``[s, e)`` as sorted disjoint (starts, ends)."""
+    if not len(s):
+        return s[:0], e[:0]
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]  # a start past every earlier end opens a new piece
+    idx = np.nonzero(new)[0]
+    return s[idx], reach[np.r_[idx[1:] - 1, len(s) - 1]]
+
+
+def _covered_to(ms: np.ndarray, me: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """For each time of ``x``, how much of the merged union (``ms``, ``me``) lies before it."""
+    if not len(ms):
+        return np.zeros(len(x), np.int64)
+    before = np.r_[0, np.cumsum(me - ms)]
+    k = np.searchsorted(ms, x, "right") - 1
+    kk = np.maximum(k, 0)
+    part = np.clip(np.minimum(x, me[kk]) - ms[kk], 0, None)
+    return np.where(k >= 0, before[kk] + part, 0)
 
 
 def _dev_key(d: str):
