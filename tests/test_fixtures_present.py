@@ -5,6 +5,7 @@ Regenerate them with ``python fixtures/capture_cpu.py`` (see fixtures/README.md)
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from collections import defaultdict
@@ -25,8 +26,10 @@ ORIGINAL = ["train_step", "sharded8", "allreduce_exposed", "matvec_b1", "sleepy_
 PROGRAMS = ["scan_loop", "fori_loop", "while_dynamic", "cond_branch", "fft", "gather_scatter", "sort_topk",
             "attention", "layernorm", "conv_strided", "conv_dilated", "conv_grouped", "conv_transpose", "dot_int8",
             "dot_bf16_f32"]
-CASES = ORIGINAL + PROGRAMS
-MULTI_DEVICE = {"sharded8", "allreduce_exposed"}
+#: training loops of fixtures/steps_cpu.py (how steps are found): they keep jax's trace.json.gz beside the xplane
+STEP_LOOPS = ["async_dp8", "async_dp8_sleepy", "blocking_dp8", "async_1dev"]
+CASES = ORIGINAL + PROGRAMS + STEP_LOOPS
+MULTI_DEVICE = {"sharded8", "allreduce_exposed", "async_dp8", "async_dp8_sleepy", "blocking_dp8"}
 MAX_BYTES = 1_000_000
 
 
@@ -98,7 +101,14 @@ def test_trace_exists_and_is_small(case):
     path = trace_path(case)
     assert path.is_file(), f"missing {path}; run fixtures/capture_cpu.py"
     assert path.stat().st_size < MAX_BYTES
-    assert [p.name for p in sorted(path.parent.iterdir())] == ["cpu.machine.json", "cpu.xplane.pb"]
+    kept = ["cpu.machine.json", "cpu.trace.json.gz", "cpu.xplane.pb"] if case in STEP_LOOPS else \
+        ["cpu.machine.json", "cpu.xplane.pb"]
+    assert [p.name for p in sorted(path.parent.iterdir())] == kept
+    if case in STEP_LOOPS:  # jax's own trace-event JSON: the oracle of tests/test_device_steps.py
+        js = path.parent / "cpu.trace.json.gz"
+        assert js.stat().st_size < MAX_BYTES
+        with gzip.open(js, "rt") as f:
+            assert any("hlo_op" in e.get("args", {}) for e in json.load(f)["traceEvents"])
     machine = json.loads((path.parent / "cpu.machine.json").read_text())
     assert machine["format"] == "tracekit.machine/1" and machine["cpu_count"] >= 1 and machine["processor"]
     assert machine["calibration"]["peak_flops_per_s"]["f32"] > 0

@@ -131,7 +131,10 @@ def test_cpu_thunks_and_step_annotations(tmp_path):
     assert sorted(set(o["device"].astype(str))) == ["CPU:0", "CPU:1"]
     assert len(o) == 4 and o["in_hlo"].all()
     assert o.sort_values(["device", "start_ps"])["step"].tolist() == [0, 1, 0, 1]
-    assert set(tr.steps["step_source"].astype(str)) == {"step_annotation"}
+    # steps are the program's device runs (run ids); the annotations, one run each, only number them
+    assert set(tr.steps["step_source"].astype(str)) == {"module_execution"}
+    assert tr.steps.sort_values(["device", "start_ps"])["step"].tolist() == [0, 1, 0, 1]
+    assert not any("step annotations" in w for w in tr.warnings)
     assert len(tr.modules) == 4  # derived from run ids: 2 devices x 2 runs
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tracekit import schema
 from tracekit.analysis import gaps as idle, timeline as tl
+from tracekit.analysis import stepstats
 
 
 def ops_frame(rows: list[dict]) -> pd.DataFrame:
@@ -91,7 +92,7 @@ def test_step_breakdown_hand_computed():
 
 
 def test_step_stats():
-    s = tl.step_stats(STEPS).iloc[0]
+    s = stepstats.step_stats(STEPS).iloc[0]
     assert (s["steps"], s["mean_ps"], s["median_ps"], s["max_ps"], s["std_ps"]) == (2, 45, 45, 50, 5)
     assert s["p90_ps"] == pytest.approx(49)
 

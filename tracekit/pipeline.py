@@ -62,7 +62,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
-    from tracekit.analysis import timeline
+    from tracekit.analysis import stepstats
     from tracekit.model import identity, roofline
     from tracekit.progress import NULL
     progress = progress or NULL
@@ -106,7 +106,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
                                       f"({processor_name()}), which may not be the one that ran it"}] + model_warnings
     head = claims.headline(findings, frames.devices, frames.ops)
     custom = customcalls.summary(ops, tr.hlo, cost_table)
-    step_stats = timeline.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
+    step_stats = stepstats.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
     rep = report_mod.build(report_mod.Analysis(
         inputs=tuple(report_mod.Input(report_mod.display_path(p), h) for p, h in zip(tr.paths, tr.hosts)),
         chips=tuple(roofline.chips_used(tr, chip)), ops=ops, frames=frames, step_stats=step_stats,

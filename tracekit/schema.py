@@ -97,6 +97,8 @@ STEPS = {
     "start_ps": ("int64", ""),
     "duration_ps": ("int64", ""),
     "step_source": (CAT, "steps_line | step_annotation | module_execution"),
+    "open_end": ("bool", "the step does not end where the next begins (a device's last run of the step program: "
+                         "its own execution); step-time statistics leave it out"),
 }
 
 #: One row per trace line (the inventory).
@@ -288,11 +290,14 @@ RULE_FRAMES = {
         "compute_other_ps": ("int64", "the rest of compute (roofline unknown, host-link or network bound)"),
         "offload_wait_ps": ("int64", "no compute or collective while a host transfer is in flight or waited for"),
         "async_wait_ps": ("int64", "the same for other async ops"),
-        "host_idle_ps": ("int64", "idle with no program running (waiting for the host: input, Python, dispatch)"),
+        "host_idle_ps": ("int64", "idle between steps: no program running (waiting for the host: input, Python, "
+                                  "dispatch)"),
         "launch_idle_ps": ("int64", "idle inside a program on devices whose ops the host launches one by one"),
         "other_idle_ps": ("int64", "idle inside a program elsewhere, or when program runs are unknown"),
         "collective_level": (_TEXT, "interconnect level with the most exposed collective time in the step "
                                     "(ici, dcn, nvlink, ib, ...; 'none' without exposed collectives)"),
+        "open_end": ("bool", "the device's last run of the step program: no next start, so step_ps is its own "
+                             "execution, left out of step-time statistics"),
     },
     "devices": {
         "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "device_kind": (_TEXT, "chip"),
@@ -310,7 +315,7 @@ RULE_FRAMES = {
         "host": (_TEXT, "host"), "device": (_TEXT, "device id"),
         "start_ps": ("int64", "gap start"),
         "duration_ps": ("int64", "gap length"),
-        "kind": (_TEXT, "before_first_op | inside_step | between_steps | between_ops"),
+        "kind": (_TEXT, "before_first_op | inside_step | between_steps | before_first_step | after_last_step | between_ops"),
         "step": ("int64", "step containing the gap, -1 outside steps"),
     },
     "host_events": _kinds(HOST_EVENTS),

@@ -12,8 +12,9 @@ Terms
 - **change**: ``new mean_ps / base mean_ps - 1``. A matched op is a ``regression`` when change >= ``threshold``
   *and* its mean grew by at least ``min_time_ps``; an ``improvement`` when change <= -``threshold`` and its mean
   shrank by at least ``min_time_ps``; else ``unchanged``.
-- **step time**: the median of the steps frame's ``duration_ps`` over every (device, step) of a side (the median:
-  one slow first step should not fail a comparison), judged with the same two thresholds; the mean is shown too.
+- **step time**: the median of the slowest device's step times (the overview's step time: a step is a run of the
+  step program on the device, start to start; the median: one slow first step should not fail a comparison),
+  judged with the same two thresholds; the mean (of the same device's steps) is shown too.
   Unknown when either side has no steps.
 
 The verdict ``failed`` is true when an op or the step time regressed (the CLI then exits 1). Added ops are listed
@@ -118,11 +119,13 @@ def classify(m: pd.DataFrame, threshold: float, min_time_ps: float) -> pd.DataFr
 
 
 def step_summary(tr) -> dict:
-    """Mean and median step time over every (device, step) of a trace, with the step count and sources."""
+    """Mean and median step time of the slowest device (as the overview's step time: each step a run of the step
+    program, start to start), with the step count, the rows over every device and the sources."""
     s = tr.steps
     if not len(s):
         return {"steps": 0, "rows": 0, "mean_ps": None, "median_ps": None, "step_source": []}
-    d = s["duration_ps"].astype("float64")
+    from tracekit.analysis.overview import slowest_device_steps
+    d = slowest_device_steps(s, "duration_ps")[0]
     return {"steps": int(s["step"].nunique()), "rows": int(len(s)), "mean_ps": float(d.mean()),
             "median_ps": float(d.median()), "step_source": sorted(set(s["step_source"].astype(str)))}
 

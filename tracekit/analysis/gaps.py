@@ -23,8 +23,9 @@ CHUNK = 1 << 16
 
 def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:
     """Idle gaps per device. ``kind`` is ``before_first_op`` (ends at or before the device's first sync op, or
-    the device has none), else ``inside_step``, else ``between_steps`` (or ``between_ops`` on a device without
-    steps). ``step`` is the step containing the gap, -1 outside steps. Gaps shorter than ``min_gap_ps`` (and
+    the device has none), else ``inside_step``, else on a device with steps ``before_first_step`` (ends at or
+    before its first step starts: setup), ``after_last_step`` (starts at or after its last step ends) or
+    ``between_steps``, and ``between_ops`` on a device without steps. ``step`` is the step containing the gap, -1 outside steps. Gaps shorter than ``min_gap_ps`` (and
     empty ones) are dropped. ``ops``/``steps``: frames or their :class:`~tracekit.analysis.intervals.DeviceIndex`."""
     ix = device_index(ops)
     busy = ix.busy()
@@ -49,10 +50,13 @@ def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:
         s0, s1, sno = ss[si][o], se[si][o], sn[si][o]
         bnd = cut_points(s0, s1)
         first_op = ms[0] if ms.size else np.iinfo(np.int64).max
-        labels = ("before_first_op", "inside_step", "between_steps" if s0.size else "between_ops")
+        labels = ("before_first_op", "inside_step", "between_steps", "before_first_step", "after_last_step") \
+            if s0.size else ("before_first_op", "inside_step", "between_ops")
+        first_step, last_end = (int(s0[0]), int(s1.max())) if s0.size else (0, 0)
         for c in range(0, a.size, CHUNK):
             ps, pe, inside, kk = _pieces(a[c:c + CHUNK], b[c:c + CHUNK], bnd, s0, s1, min_gap_ps)
-            out.add(h, d, labels, ps, pe, np.where(pe <= first_op, 0, np.where(inside, 1, 2)),
+            outside = 2 if not s0.size else np.where(pe <= first_step, 3, np.where(ps >= last_end, 4, 2))
+            out.add(h, d, labels, ps, pe, np.where(pe <= first_op, 0, np.where(inside, 1, outside)),
                     np.where(inside, np.r_[sno, -1][kk], -1))
     return out.frame()
 

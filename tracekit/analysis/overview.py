@@ -4,8 +4,9 @@ roofline says is possible.
 Definitions (all per step; a device's step is a row of the steps breakdown, an op counts when it starts inside a
 step of its device: the ops frame's ``step`` >= 0):
 
-* **step time** T: for each step number the longest of its devices' step times (devices run in lockstep; the
-  slowest sets the pace); mean, p50 and p90 over steps.
+* **step time** T: the step times of the slowest device (the largest median step time: devices run in lockstep,
+  the slowest sets the pace); mean, p50 and p90 over its steps. A step is a run of the step program on the device,
+  start to start (:mod:`tracekit.ingest.steps`).
 * **FLOPs per step** F: the FLOPs of the ops in steps (sync ops except async ``-start``/``-done`` markers, plus
   async windows: each execution counted once), summed over devices and divided by the steps. ``model`` FLOPs come
   from the trace's ``model_flops`` stats (TPU: the compiler's count without rematerialization) when every op
@@ -38,6 +39,7 @@ import pandas as pd
 from tracekit.columns import self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
+from tracekit.analysis.stepstats import closed_steps
 from tracekit.model import precision
 from tracekit.model import sharing as host_sharing
 
@@ -47,7 +49,7 @@ BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collectiv
 BUCKET_LABELS = {"compute_bound_ps": "compute-bound compute", "memory_bound_ps": "memory-bound compute",
                  "compute_other_ps": "compute, roofline unknown", "collective_exposed_ps": "exposed collectives",
                  "offload_wait_ps": "waiting on host-offload copies", "async_wait_ps": "waiting on async copies",
-                 "host_idle_ps": "host or input idle (no program running)",
+                 "host_idle_ps": "idle between steps (no program running: host or input)",
                  "launch_idle_ps": "launch gaps (host-launched ops)", "other_idle_ps": "other idle"}
 DEVICE_COLUMNS = ["host", "device", "steps", "step_mean_ps", "step_total_ps", "flops_per_step",
                   "model_flops_per_step", "peak_flops_per_s", "mfu", "mfu_at_possible", "possible_step_ps", "bound_by",
@@ -212,7 +214,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
             for k in ("bw", "egress", "hostw"):
                 tot[k] /= nsh
-        mean = float(g["step_ps"].mean())
+        mean = float(closed_steps(g)["step_ps"].mean())  # (the last run's own execution is not a step time)
         unknown = work_ps > 0 and not known["flops"]  # compute ran, none of it with a FLOP count
         f_step = np.nan if unknown else fl.sum() / n
         no_roof = work_ps > 0 and not known["roof"]  # the "possible" step would be measured time, not a roofline
@@ -236,9 +238,12 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         # (a device that does more than its share would read above 100 % of its part of the peak)
         flops = float(sum(at[k]["flops_per_step"] for k in members))
         peak = float(sum(at[k]["peak_flops_per_s"] for k in members))
+        # the chip's step time: its slowest member's, as the overview reads it (slowest_device_steps)
+        mine = pd.MultiIndex.from_frame(srows[["host", "device"]]).isin(list(members))
+        chip_step = float(slowest_device_steps(srows[mine])[0].mean())
         for k in members:
             at[k]["possible_step_ps"] = total
-            at[k]["mfu"] = _util(flops, peak, at[k]["step_mean_ps"])
+            at[k]["mfu"] = _util(flops, peak, chip_step)
             at[k]["mfu_at_possible"] = _util(flops, peak, total)
     return pd.DataFrame(rows, columns=cols)
 
@@ -262,16 +267,30 @@ def shared_chips(device_chips: dict, devices: list) -> dict:
     return {k: tuple(m) for m in group.values() if len(m) > 1 for k in m}
 
 
+def slowest_device_steps(steps: pd.DataFrame, column: str = "step_ps") -> tuple[pd.Series, str]:
+    """The step times (``column``: ``step_ps`` of the breakdown, ``duration_ps`` of the steps frame) of the slowest
+    device, the one with the largest median step time (then the largest mean; then the first in host, device
+    order), and its name as ``host/device``; over the :func:`tracekit.analysis.stepstats.closed_steps` only."""
+    steps = closed_steps(steps)
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
+        ["host", "device"], sort=True)[column]
+    rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
+    key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
+    mine = (steps["host"].astype(str).to_numpy() == key[0]) & (steps["device"].astype(str).to_numpy() == key[1])
+    return steps[column][mine].astype("float64"), f"{key[0]}/{key[1]}"
+
+
 def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
            model_flops_per_step: float | None = None) -> Overview:
     """The headline from the steps breakdown and the devices' :func:`device_parts`."""
     if steps is None or not len(steps):
         return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
-    per_step = steps.assign(step=steps["step"].astype(np.int64)).groupby("step")["step_ps"].max()
+    per_step, slow = slowest_device_steps(steps)
     t_mean = float(per_step.mean())
-    step = {"steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
+    step = {"steps": int(steps["step"].nunique()), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
             "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
-            "source": step_source, "definition": "per step the slowest device's step time"}
+            "source": step_source, "device": slow,
+            "definition": "the step times of the slowest device (the largest median step time)"}
     tot = {}
     for k in TOTALS:
         acc = 0.0 if k not in ("model_rows", "flop_rows") else 0
@@ -280,7 +299,7 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
         tot[k] = acc
     srcs, dtypes = set(parts["peak_source"]), set(parts["dominant_dtype"])
     dev = parts[DEVICE_COLUMNS].reset_index(drop=True)
-    n_steps = len(per_step)
+    n_steps = step["steps"]
     t_s = t_mean / 1e12
     if model_flops_per_step is not None:
         per, kind, label = float(model_flops_per_step), "model", "MFU"

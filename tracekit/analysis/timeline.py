@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import spread_mask
-from tracekit.analysis.intervals import KEYS, covered, device_index, merge, rows_view, sync_rows, union
+from tracekit.analysis.intervals import covered, device_index, merge, rows_view, sync_rows, union
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -183,7 +183,7 @@ REFINED = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_w
            "host_idle_ps", "launch_idle_ps", "other_idle_ps")
 _BREAKDOWN = {"host": object, "device": object, **{c: "int64" for c in (
     "step", "start_ps", "step_ps", "compute_ps", "collective_ps", "collective_exposed_ps", "collective_hidden_ps",
-    "wait_ps", "idle_ps", *REFINED)}}
+    "wait_ps", "idle_ps", *REFINED)}, "open_end": bool}
 #: op sources whose ops the host launches one at a time (idle between them inside a program is launch overhead)
 HOST_LAUNCHED = frozenset({"cpu_thunk", "gpu_kernel", "gpu_memcpy", "gpu_runtime"})
 
@@ -219,6 +219,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     og, mg = ix.groups(), device_index(modules).groups() if modules is not None and len(modules) else {}
     st = ops["start_ps"].to_numpy(np.int64)
     sst, sdur, sno = (steps[c].to_numpy(np.int64) for c in ("start_ps", "duration_ps", "step"))
+    sopen = steps["open_end"].to_numpy(bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
     parts = []
     for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
@@ -243,7 +244,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
                "wait_ps": w - u, "idle_ps": (b - a) - w, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
                "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
                "host_idle_ps": outside, "launch_idle_ps": inside if host_launched else zero,
-               "other_idle_ps": zero if host_launched else inside}
+               "other_idle_ps": zero if host_launched else inside, "open_end": sopen[si]}
         if levels is not None:
             done, now = c, m["c"]
             for r, lv in enumerate(levels):  # the levels of this device's collectives, in text order
@@ -320,15 +321,6 @@ def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
     out["act"] = union(out["w"], g(_XH, _XN))
     out["levels"] = {c - _K - 1: cm[c] for c in cm if c > _K}  # rank 0 ('') is not a level
     return out
-
-
-def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame:
-    """Per device step-time statistics of ``column`` (``duration_ps`` of the steps frame or ``step_ps`` of
-    :func:`step_breakdown`): steps, mean_ps, median_ps, p90_ps (linear interpolation), min_ps, max_ps,
-    std_ps (population, ddof=0)."""
-    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
-    return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
-                 min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
 
 
 def collective_overlap(ops, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:

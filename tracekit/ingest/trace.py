@@ -1,6 +1,7 @@
 """``tracekit.load(path) -> Trace``: the loader's public face. Resolves the path, decodes each host's XSpace,
 extracts the frames (:mod:`tracekit.ingest.frames`), decodes the HLO (:mod:`tracekit.ingest.hlo`), and joins them:
-module names by program id, HLO opcode and category per op, async windows, run ids, steps."""
+module names by program id, HLO opcode and category per op, async windows, run ids, steps (the step program's
+device runs: :mod:`tracekit.ingest.steps`)."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ from tracekit import collector, schema
 from tracekit.ingest import frames
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
+from tracekit.ingest import steps as steps_mod
 from tracekit.ingest import paths as _load
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
@@ -155,7 +157,8 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     if not len(mx):
         mx = _module_runs(ops, host)
     ops = _assign_runs(ops, mx)
-    steps = _steps(ex["steps"], ex["host_steps"], mx, ops, devs)
+    devices = sorted({str(d) for d in ops["device"].unique()}, key=_dev_key) if len(ops) else []
+    steps = steps_mod.device_steps(ex["steps"], ex["host_steps"], mx, devices, host, warnings)
     ops = _assign_steps(ops, steps)
     ops = with_columns(ops, {"self_ps": _self_ps(ops)}) if len(ops) else ops
     _consistency_warnings(ops, h, host, warnings)
@@ -379,28 +382,6 @@ def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
     return with_columns(ops, {"run_id": run})
 
 
-def _steps(dev_steps, host_steps, mx, ops, devs) -> pd.DataFrame:
-    if len(dev_steps):
-        return dev_steps
-    devices = sorted({str(d) for d in ops["device"].unique()}, key=_dev_key) if len(ops) else []
-    if len(host_steps) and devices:
-        rep = pd.concat([host_steps.assign(device=d) for d in devices], ignore_index=True)
-        return schema.conform(rep.sort_values(["device", "start_ps"]), schema.STEPS)
-    if len(mx):
-        # the module that holds the most device time stands for a step, one per execution
-        codes, names = codes_of(ops["module"])
-        sync = ~ops["is_async"].to_numpy(bool) & (codes >= 0)
-        busy = np.bincount(codes[sync], weights=ops["duration_ps"].to_numpy()[sync], minlength=len(names))
-        busy[np.bincount(codes[sync], minlength=len(names)) == 0] = -1  # modules with no sync op never win
-        if sync.any():
-            top = names[int(np.argmax(busy))]  # first of the largest, as idxmax
-            m = mx[mx["module"].astype(str) == str(top)].sort_values(["device", "start_ps"]).copy()
-            m["step"] = m.groupby("device", observed=True).cumcount()
-            m["step_source"] = "module_execution"
-            return schema.conform(m, schema.STEPS, extra=False)
-    return schema.empty(schema.STEPS)
-
-
 def _assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if len(ops) and len(steps):
         ops = with_columns(ops, {"step": contain(ops, steps, "step")})
@@ -429,6 +410,7 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
     ops = constant_columns(ops)  # (no trace costs on GPU/CPU: stored once)
     ops = with_columns(ops, {c: narrow_int(ops[c].to_numpy()) for c in schema.NARROW_INTS if c in ops.columns})
     devs = pd.concat([p.devices for p in parts], ignore_index=True)
+    warnings[:] = steps_mod.fold_warnings(warnings)  # (one line for the hosts whose annotations miss the runs)
     dstats = {}
     for p in parts:
         dstats.update(p.device_stats)

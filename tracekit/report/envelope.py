@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.version import __version__
+from tracekit.analysis.stepstats import closed_steps
 from tracekit.columns import self_time
 from tracekit.model.peaks import peak_notes
 
@@ -397,7 +398,8 @@ def _first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:
 
 
 def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per device, every step summed: steps, step time mean/median/max, and the breakdown totals."""
+    """Per device, every step summed: steps, step time mean/median/max (of the steps with a step time: not a
+    device's ``open_end`` last run), and the breakdown totals (every step)."""
     cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps",
             *(c for c in steps.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"),
             "compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
@@ -407,8 +409,11 @@ def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
                                      "step_ps_sum", *cols])
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
         ["host", "device"], sort=True)
-    out = g["step_ps"].agg(steps="size", step_ps_mean="mean", step_ps_median="median", step_ps_max="max",
-                           step_ps_sum="sum")
+    out = g["step_ps"].agg(steps="size", step_ps_sum="sum")
+    closed = closed_steps(steps)
+    times = closed.assign(host=closed["host"].astype(str), device=closed["device"].astype(str)).groupby(
+        ["host", "device"], sort=True)["step_ps"].agg(step_ps_mean="mean", step_ps_median="median", step_ps_max="max")
+    out = out.join(times)[["steps", "step_ps_mean", "step_ps_median", "step_ps_max", "step_ps_sum"]]
     return out.join(g[[c for c in cols if c in steps.columns]].sum()).reset_index()
 
 

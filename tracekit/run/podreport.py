@@ -14,12 +14,13 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     become warnings; ``resolved``: [(rule, resolved params)] of every rule; ``opt``: the map's Options."""
     from tracekit import pipeline
     from tracekit.analysis import evidence, memory, overview
-    from tracekit.analysis import timeline
+    from tracekit.analysis import stepstats
     from tracekit.analysis.rule_checks import RuleFrames, overlap_advice
     from tracekit.model import roofline
     from tracekit.report import envelope
     from tracekit.run import podviews
     from tracekit.ingest import badhosts
+    from tracekit.ingest.steps import fold_warnings
     hosts = [s.host for s in summaries]
     tot = rd.totals([s.totals for s in summaries])
     devices = rd.devices_frame(summaries)
@@ -41,7 +42,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     findings, driver_rules = rd.findings(summaries, resolved, dict(frames), span, profiled, opt.max_evidence)
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
-    warnings = [w for s in summaries for w in s.warnings]
+    warnings = fold_warnings([w for s in summaries for w in s.warnings])  # (as trace.combine folds them)
     left_out = badhosts.notices(failures, len(summaries))
     warnings += left_out
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
@@ -50,7 +51,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     crow = rd.collective_rows(summaries)
     crow_ops = crow if len(crow) else _no_ops()
     inter = pipeline.interconnect(skel, crow_ops, opt.chip, opt.topology)
-    step_stats = timeline.step_stats(steps, column="step_ps") if len(steps) else pd.DataFrame()
+    step_stats = stepstats.step_stats(steps, column="step_ps") if len(steps) else pd.DataFrame()
     rep = envelope.build(envelope.Analysis(
         inputs=tuple(envelope.Input(envelope.display_path(s.path), s.host) for s in summaries),
         chips=rd.chips_used(summaries), ops=pd.DataFrame(), frames=frames, step_stats=step_stats,

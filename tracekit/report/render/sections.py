@@ -12,7 +12,7 @@ from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
                  ("compute_other_ps", "compute, roofline unknown"), ("collective_exposed_ps", "exposed collectives"),
                  ("offload_wait_ps", "waiting on host-offload copies"), ("async_wait_ps", "waiting on async copies"),
-                 ("host_idle_ps", "host or input idle (no program running)"),
+                 ("host_idle_ps", "idle between steps (no program running: host or input)"),
                  ("launch_idle_ps", "launch gaps between host-launched ops"), ("other_idle_ps", "other idle"))
 BUFFER_ROWS = 8
 
@@ -30,15 +30,21 @@ def _util(x) -> str:
     return fmt_pct(x) + (" (above the peak: the peak or the byte/FLOP count is off)" if x > 1.0 else "")
 
 
+#: how each step source reads in the headline
+STEP_SOURCES = {"module_execution": "device runs of the step program, start to start",
+                "steps_line": "the device's Steps line", "step_annotation": "host step annotations"}
+
+
 def overview_facts(d: dict) -> list[tuple[str, str]]:
     """(label, text) lines of the utilization headline; empty without steps."""
     ov = d.get("overview") or {}
     st = ov.get("step_time") or {}
     if not st.get("steps"):
         return []
+    src = ", ".join(STEP_SOURCES.get(x.strip(), x.strip()) for x in (st.get("source") or "?").split(","))
+    slow = f"the slowest device, {st['device']}" if st.get("device") else "the slowest device"
     out = [("step time", f"mean {fmt_time(st['mean_ps'])}, p50 {fmt_time(st['p50_ps'])}, p90 "
-                         f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) (from {st.get('source') or '?'}; "
-                         "per step the slowest device)" + tag(st.get("trust")))]
+                         f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) ({src}; {slow})" + tag(st.get("trust")))]
     f = ov.get("flops") or {}
     if f and f.get("per_step") is None:
         out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (the trace has no HLO, or none "
