@@ -32,9 +32,6 @@ TRACES = [f"cpu/{n}" for n in FIXTURE_DIRS] + [f"collectives/{n}" for n in COLL_
 CLASSES = {"exact", "measured", "modelled", "indicative"}
 #: violations another item of issue 31 fixes (the lead removes these once it is merged): (trace, check) -> reason
 OTHERS = {
-    ("shared/tpu/v6e-4_jax_inference.xplane.pb", "breakdown-parts"):
-        "issue 31 item 1 (device steps): the per-device coarse split (waiting on async copies, idle) counts the "
-        "copies' wait differently from its refined buckets (offload/async wait, host/launch/other idle)",
 }
 
 

@@ -223,6 +223,7 @@ def test_properties(frames):
         comp = _paint(ops, r["device"], sync & ~coll & ~marker)
         assert r["compute_ps"] == comp[r["start_ps"]:r["start_ps"] + r["step_ps"]].sum()
         busy = comp | _paint(ops, r["device"], coll) | _paint(ops, r["device"], sync & ~coll & marker)
+        busy |= _paint(ops, r["device"], ~sync & ~coll)  # a non-collective async window in flight: waiting, not idle
         assert r["idle_ps"] == r["step_ps"] - busy[r["start_ps"]:r["start_ps"] + r["step_ps"]].sum()
 
 

@@ -196,9 +196,11 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     * ``collective_exposed_ps`` = |K \\ C| (collective time with no compute running);
     * ``collective_hidden_ps`` = |K ∩ C| (a part of ``compute_ps``, not disjoint from it);
 
-    * ``wait_ps`` = |W \\ (C ∪ K)| with W the sync ``*-done`` (and ``*-start``) ops that are not collectives: the
-      device stalled on an async copy or transfer (e.g. a host-offload copy-done) — neither compute nor idle;
-    * ``idle_ps`` = step_ps − |C ∪ K ∪ W|.
+    * ``wait_ps`` = |A \\ (C ∪ K)| with A the sync ``*-done`` (and ``*-start``) ops that are not collectives and
+      the windows of non-collective async ops in flight: the device stalled on, or had nothing to do but an async
+      copy or transfer (e.g. a host-offload copy-done) — neither compute nor idle; ``offload_wait_ps`` +
+      ``async_wait_ps`` exactly;
+    * ``idle_ps`` = step_ps − |C ∪ K ∪ A|: ``host_idle_ps`` + ``launch_idle_ps`` + ``other_idle_ps`` exactly.
 
     ``compute_ps + collective_exposed_ps + wait_ps + idle_ps == step_ps``. An exposed async collective window is
     collective time here, whereas :func:`tracekit.analysis.gaps.gaps` (busy = sync ops only) counts it as idle.
@@ -241,7 +243,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         zero = np.zeros_like(inside)
         row = {"host": h, "device": d, "step": sno[si], "start_ps": a, "step_ps": b - a,
                "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
-               "wait_ps": w - u, "idle_ps": (b - a) - w, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
+               "wait_ps": act - u, "idle_ps": (b - a) - act, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
                "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
                "host_idle_ps": outside, "launch_idle_ps": inside if host_launched else zero,
                "other_idle_ps": zero if host_launched else inside, "open_end": sopen[si]}
