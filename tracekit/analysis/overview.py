@@ -287,7 +287,7 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
         return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
     per_step, slow = slowest_device_steps(steps)
     t_mean = float(per_step.mean())
-    step = {"steps": int(steps["step"].nunique()), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
+    step = {"steps": int(steps["step"].nunique()), "timed_steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
             "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
             "source": step_source, "device": slow,
             "definition": "the step times of the slowest device (the largest median step time)"}

@@ -35,6 +35,14 @@ STEP_SOURCES = {"module_execution": "device runs of the step program, start to s
                 "steps_line": "the device's Steps line", "step_annotation": "host step annotations"}
 
 
+def _over(st: dict) -> str:
+    """How many steps the step-time figures are over: each device's last run has no next start (no step time)."""
+    n, timed = st["steps"], st.get("timed_steps")
+    if timed is None or timed == n:
+        return f"over {n} step(s)"
+    return f"over {timed} step time(s) of {n} step(s) (the last run has no next start)"
+
+
 def overview_facts(d: dict) -> list[tuple[str, str]]:
     """(label, text) lines of the utilization headline; empty without steps."""
     ov = d.get("overview") or {}
@@ -44,7 +52,7 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
     src = ", ".join(STEP_SOURCES.get(x.strip(), x.strip()) for x in (st.get("source") or "?").split(","))
     slow = f"the slowest device, {st['device']}" if st.get("device") else "the slowest device"
     out = [("step time", f"mean {fmt_time(st['mean_ps'])}, p50 {fmt_time(st['p50_ps'])}, p90 "
-                         f"{fmt_time(st['p90_ps'])} over {st['steps']} step(s) ({src}; {slow})" + tag(st.get("trust")))]
+                         f"{fmt_time(st['p90_ps'])} {_over(st)} ({src}; {slow})" + tag(st.get("trust")))]
     f = ov.get("flops") or {}
     if f and f.get("per_step") is None:
         out.append((f["label"], "unknown: no compute op in the steps has a FLOP count (the trace has no HLO, or none "
