@@ -1,8 +1,6 @@
 """Shapes and element types of XLA HLO (``tracekit.proto.hlo_pb2.ShapeProto``): names, sizes, text."""
 from __future__ import annotations
 
-from math import prod
-
 from tracekit.proto import hlo_pb2
 
 PT = hlo_pb2.PrimitiveType
@@ -24,8 +22,14 @@ DTYPES: dict[int, tuple[str, int]] = {
 FLOAT_DTYPES = {"f16", "bf16", "f32", "f64", "c64", "c128"} | {n for n, _ in DTYPES.values() if n.startswith(("f8", "f4"))}
 
 
+_ENUM = frozenset(PT.values())
+
+
 def dtype_name(element_type: int) -> str:
-    return DTYPES.get(element_type, (PT.Name(element_type).lower() if element_type in PT.values() else "?", 0))[0]
+    known = DTYPES.get(element_type)
+    if known is not None:
+        return known[0]
+    return PT.Name(element_type).lower() if element_type in _ENUM else "?"
 
 
 def is_tuple(shape: hlo_pb2.ShapeProto) -> bool:
@@ -33,17 +37,37 @@ def is_tuple(shape: hlo_pb2.ShapeProto) -> bool:
 
 
 def leaves(shape: hlo_pb2.ShapeProto):
-    """The array shapes inside ``shape`` (itself when it is an array), depth first."""
-    if shape.element_type == PT.TUPLE:
-        for s in shape.tuple_shapes:
-            yield from leaves(s)
-    else:
+    """The array shapes inside ``shape`` (itself when it is an array), depth first; iterative (no recursion, however
+    deep the tuples nest), linear in the number of shapes."""
+    if shape.element_type != PT.TUPLE:
         yield shape
+        return
+    stack = [iter(shape.tuple_shapes)]
+    while stack:
+        s = next(stack[-1], None)
+        if s is None:
+            stack.pop()
+        elif s.element_type == PT.TUPLE:
+            stack.append(iter(s.tuple_shapes))
+        else:
+            yield s
+
+
+#: element counts stop growing here: more than any machine holds, and arithmetic on it stays cheap (a product of a
+#: million dimensions of 2 would otherwise be a million-bit integer, quadratic to build)
+COUNT_CAP = 1 << 128
 
 
 def _count(dims) -> int:
-    """Product of the dimensions; a negative one (corrupt HLO: no shape has one) counts as 0."""
-    return prod(max(int(d), 0) for d in dims)
+    """Product of the dimensions, at most COUNT_CAP; a negative one (corrupt HLO: no shape has one) counts as 0."""
+    n = 1
+    for d in dims:
+        d = int(d)
+        if d <= 0:
+            return 0
+        if n < COUNT_CAP:
+            n *= d
+    return min(n, COUNT_CAP)
 
 
 def elements(shape: hlo_pb2.ShapeProto) -> int:
@@ -71,11 +95,32 @@ def first_dtype(shape: hlo_pb2.ShapeProto) -> str:
     return ""
 
 
-def text(shape: hlo_pb2.ShapeProto) -> str:
-    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``."""
-    if shape.element_type == PT.TUPLE:
-        return "(" + ", ".join(text(s) for s in shape.tuple_shapes) + ")"
+def _array_text(shape: hlo_pb2.ShapeProto) -> str:
     name = dtype_name(shape.element_type)
     if shape.element_type in (PT.TOKEN, PT.OPAQUE_TYPE):
         return name + "[]"
     return f"{name}[{','.join(str(d) for d in shape.dimensions)}]"
+
+
+def text(shape: hlo_pb2.ShapeProto) -> str:
+    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``; iterative, linear in its length."""
+    if shape.element_type != PT.TUPLE:
+        return _array_text(shape)
+    out = ["("]
+    stack = [(iter(shape.tuple_shapes), True)]  # (elements left, next one is the first)
+    while stack:
+        it, first = stack[-1]
+        s = next(it, None)
+        if s is None:
+            stack.pop()
+            out.append(")")
+            continue
+        stack[-1] = (it, False)
+        if not first:
+            out.append(", ")
+        if s.element_type == PT.TUPLE:
+            out.append("(")
+            stack.append((iter(s.tuple_shapes), True))
+        else:
+            out.append(_array_text(s))
+    return "".join(out)
