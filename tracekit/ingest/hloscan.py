@@ -38,7 +38,6 @@ MAX_OPERANDS = 1 << 14
 #: most shape elements (tuples, arrays, dimensions, layout numbers) of one instruction's shapes
 MAX_ELEMENTS = 1 << 16
 
-_PT = hloshape.PT
 #: HLO text element type name -> PrimitiveType
 TYPES = {name: pt for pt, (name, _) in hloshape.DTYPES.items()}
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
@@ -152,7 +151,7 @@ def parse_shape(s: str, i: int = 0, scan: Scan | None = None, budget: Budget | N
             a += 1
         budget.take(1)
         if a < b and s[a] == "(":
-            shape.element_type = _PT.TUPLE
+            shape.element_type = hloshape.TUPLE
             parts = scan.pieces(a)
             budget.take(len(parts))
             kids = [shape.tuple_shapes.add() for _ in parts]

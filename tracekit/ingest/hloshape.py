@@ -23,6 +23,9 @@ FLOAT_DTYPES = {"f16", "bf16", "f32", "f64", "c64", "c128"} | {n for n, _ in DTY
 
 
 _ENUM = frozenset(PT.values())
+#: as plain ints: each ``PT.X`` goes through the enum wrapper's __getattr__ (about 1 µs), too slow per shape
+TUPLE, TOKEN, OPAQUE = int(PT.TUPLE), int(PT.TOKEN), int(PT.OPAQUE_TYPE)
+_NOT_ARRAY = (TUPLE, TOKEN, OPAQUE)
 
 
 def dtype_name(element_type: int) -> str:
@@ -33,13 +36,13 @@ def dtype_name(element_type: int) -> str:
 
 
 def is_tuple(shape: hlo_pb2.ShapeProto) -> bool:
-    return shape.element_type == PT.TUPLE
+    return shape.element_type == TUPLE
 
 
 def leaves(shape: hlo_pb2.ShapeProto):
     """The array shapes inside ``shape`` (itself when it is an array), depth first; iterative (no recursion, however
     deep the tuples nest), linear in the number of shapes."""
-    if shape.element_type != PT.TUPLE:
+    if shape.element_type != TUPLE:
         yield shape
         return
     stack = [iter(shape.tuple_shapes)]
@@ -47,7 +50,7 @@ def leaves(shape: hlo_pb2.ShapeProto):
         s = next(stack[-1], None)
         if s is None:
             stack.pop()
-        elif s.element_type == PT.TUPLE:
+        elif s.element_type == TUPLE:
             stack.append(iter(s.tuple_shapes))
         else:
             yield s
@@ -72,7 +75,7 @@ def _count(dims) -> int:
 
 def elements(shape: hlo_pb2.ShapeProto) -> int:
     """Number of elements of an array shape (0 for tuples, tokens)."""
-    if shape.element_type in (PT.TUPLE, PT.TOKEN, PT.OPAQUE_TYPE):
+    if shape.element_type in _NOT_ARRAY:
         return 0
     return _count(shape.dimensions)
 
@@ -90,37 +93,38 @@ def nbytes(shape: hlo_pb2.ShapeProto) -> int:
 
 def first_dtype(shape: hlo_pb2.ShapeProto) -> str:
     for s in leaves(shape):
-        if s.element_type not in (PT.TOKEN, PT.OPAQUE_TYPE):
+        if s.element_type not in (TOKEN, OPAQUE):
             return dtype_name(s.element_type)
     return ""
 
 
 def _array_text(shape: hlo_pb2.ShapeProto) -> str:
-    name = dtype_name(shape.element_type)
-    if shape.element_type in (PT.TOKEN, PT.OPAQUE_TYPE):
-        return name + "[]"
-    return f"{name}[{','.join(str(d) for d in shape.dimensions)}]"
+    et = shape.element_type
+    if et == TOKEN or et == OPAQUE:
+        return dtype_name(et) + "[]"
+    return dtype_name(et) + "[" + ",".join(map(str, shape.dimensions)) + "]"
 
 
 def text(shape: hlo_pb2.ShapeProto) -> str:
-    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``; iterative, linear in its length."""
-    if shape.element_type != PT.TUPLE:
-        return _array_text(shape)
-    out = ["("]
-    stack = [(iter(shape.tuple_shapes), True)]  # (elements left, next one is the first)
-    while stack:
-        it, first = stack[-1]
-        s = next(it, None)
-        if s is None:
-            stack.pop()
-            out.append(")")
-            continue
-        stack[-1] = (it, False)
-        if not first:
-            out.append(", ")
-        if s.element_type == PT.TUPLE:
-            out.append("(")
-            stack.append((iter(s.tuple_shapes), True))
-        else:
+    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``; iterative, linear in its length. A
+    work list of shapes and the punctuation between them; a tuple of arrays only is joined in one go."""
+    out: list[str] = []
+    work: list = [shape]
+    while work:
+        s = work.pop()
+        if isinstance(s, str):
+            out.append(s)
+        elif s.element_type != TUPLE:
             out.append(_array_text(s))
+        else:
+            kids = s.tuple_shapes
+            if all(k.element_type != TUPLE for k in kids):
+                out.append("(" + ", ".join(map(_array_text, kids)) + ")")
+                continue
+            work.append(")")
+            for k in range(len(kids) - 1, -1, -1):
+                work.append(kids[k])
+                if k:
+                    work.append(", ")
+            out.append("(")
     return "".join(out)
