@@ -16,6 +16,8 @@ CHILDREN = {"space": {1: "plane"}, "plane": {3: "line", 6: "stat"}, "line": {4: 
 DEEP = {**CHILDREN, "plane": {3: "line", 4: "md_entry", 6: "stat"}, "md_entry": {2: "md"}, "md": {5: "stat"},
         "stat": {6: "hlo"}, "hlo": {1: "module"}, "module": {3: "computation"}, "computation": {2: "instruction"},
         "instruction": {3: "shape", 57: "shape"}, "shape": {4: "shape", 5: "layout"}, "layout": {}}
+#: DEEP descends at most this many messages (a mutated shape may nest 100,000 deep: deeper fields are one leaf)
+DEEP_LEVELS = 40
 #: the kinds of message inside an HLO payload
 HLO_KINDS = frozenset(("hlo", "module", "computation", "instruction", "shape", "layout"))
 
@@ -72,7 +74,7 @@ def index(buf: bytes, kind: str = "space", base: int = 0, parents: tuple = (), c
             n, j = _read(buf, i)
             node_parents = parents + ((base + i, base + j, base + j, base + j + n),)
             out_child = []
-            if tag >> 3 in kids:
+            if tag >> 3 in kids and (children is CHILDREN or len(parents) < DEEP_LEVELS):
                 if j + n > len(buf):
                     raise ValueError("runs past the end")
                 try:

@@ -87,7 +87,7 @@ def files(n: int, seed: int, root: Path):
             try:
                 data = wirefuzz.mutate_xspace(data, rng, nodes if m == 0 else
                                               wirefuzz.index(data, children=wirefuzz.DEEP), how)
-            except (ValueError, IndexError):  # no longer indexes: its bytes, then
+            except (ValueError, IndexError, RecursionError):  # no longer indexes: its bytes, then
                 data = wirefuzz.mutate_bytes(data, rng)
         yield f"m{k:05d}-{how}.xplane.pb", how, data
 
