@@ -116,31 +116,68 @@ def _child(path: str, out: str, err: str) -> None:
         os._exit(code)
 
 
-def run_one(path: str, work: Path) -> dict:
-    out, err = str(work / "stdout"), str(work / "stderr")
+def _start(path: str, work: Path) -> dict:
+    out, err = str(work / (Path(path).name + ".stdout")), str(work / (Path(path).name + ".stderr"))
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
         _child(path, out, err)
+    return {"pid": pid, "t0": t0, "err": err, "out": out}
+
+
+def _poll(job: dict, block: bool = False) -> dict | None:
+    """The case's result once its child has ended (killed past HANG_S); None while it runs."""
+    got, status, usage = os.wait4(job["pid"], 0 if block else os.WNOHANG)
     hang = False
+    if not got:
+        if time.monotonic() - job["t0"] <= HANG_S:
+            return None
+        os.kill(job["pid"], signal.SIGKILL)
+        got, status, usage = os.wait4(job["pid"], 0)
+        hang = True
+    secs = time.monotonic() - job["t0"]
+    lines = Path(job["err"]).read_text(errors="replace").splitlines()
+    for f in (job["err"], job["out"]):
+        Path(f).unlink(missing_ok=True)
+    return {"code": os.waitstatus_to_exitcode(status), "seconds": round(secs, 3), "rss": usage.ru_maxrss * 1024,
+            "hang": hang, "stderr_lines": len(lines), "stderr": lines[-1][:300] if lines else ""}
+
+
+def run_one(path: str, work: Path) -> dict:
+    job = _start(path, work)
     while True:
-        got, status, usage = os.wait4(pid, os.WNOHANG)
-        if got:
-            break
-        if time.monotonic() - t0 > HANG_S:
-            os.kill(pid, signal.SIGKILL)
-            got, status, usage = os.wait4(pid, 0)
-            hang = True
-            break
+        r = _poll(job)
+        if r is not None:
+            return r
         time.sleep(0.005)
-    secs = time.monotonic() - t0
-    code = os.waitstatus_to_exitcode(status)
-    lines = Path(err).read_text(errors="replace").splitlines()
-    return {"code": code, "seconds": round(secs, 3), "rss": usage.ru_maxrss * 1024, "hang": hang,
-            "stderr_lines": len(lines), "stderr": lines[-1][:300] if lines else ""}
 
 
-def run(n: int, seed: int, root: Path, log=None) -> dict:
+def _results(n: int, seed: int, root: Path, work: Path, parallel: int):
+    """(name, mutator, data, result) of each case, up to ``parallel`` children at a time."""
+    running: list = []
+    gen = files(n, seed, root)
+    done = False
+    while running or not done:
+        while not done and len(running) < parallel:
+            item = next(gen, None)
+            if item is None:
+                done = True
+                break
+            path = work / item[0]
+            path.write_bytes(item[2])
+            running.append((item, _start(str(path), work)))
+        still = []
+        for item, job in running:
+            r = _poll(job)
+            if r is None:
+                still.append((item, job))
+            else:
+                yield (*item, r)
+        running = still
+        time.sleep(0.005)
+
+
+def run(n: int, seed: int, root: Path, log=None, parallel: int = 1) -> dict:
     """The run over ``n`` files; returns the figures and the failures (each file's name, mutator, what broke)."""
     # fork from a parent that has imported what the command imports
     import tracekit.cli.app  # noqa: F401
@@ -151,11 +188,9 @@ def run(n: int, seed: int, root: Path, log=None) -> dict:
     t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="xspace-mutation-") as d:
         work = Path(d)
-        for name, how, data in files(n, seed, root):
+        for name, how, data, r in _results(n, seed, root, work, parallel):
             path = work / name
-            path.write_bytes(data)
             total_bytes += len(data)
-            r = run_one(str(path), work)
             codes[r["code"]] = codes.get(r["code"], 0) + 1
             by_mutator.setdefault(how, {}).setdefault(r["code"], 0)
             by_mutator[how][r["code"]] += 1
@@ -182,7 +217,7 @@ def run(n: int, seed: int, root: Path, log=None) -> dict:
     return {"files": n, "seed": seed, "bytes": total_bytes, "exit_codes": {str(k): v for k, v in sorted(codes.items())},
             "by_mutator": {k: {str(c): v for c, v in sorted(m.items())} for k, m in sorted(by_mutator.items())},
             "max_seconds": round(worst_s, 2), "max_rss_over_bound": round(worst_rss_ratio, 3),
-            "wall_seconds": round(time.monotonic() - t_all, 1), "failures": failures}
+            "parallel": parallel, "wall_seconds": round(time.monotonic() - t_all, 1), "failures": failures}
 
 
 def main() -> int:
@@ -190,9 +225,10 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--log", help="one JSON line per file here")
+    ap.add_argument("--parallel", type=int, default=1, help="cases run at a time (each in its own child)")
     a = ap.parse_args()
     log = open(a.log, "w") if a.log else None
-    figures = run(a.files, a.seed, HERE.parent, log)
+    figures = run(a.files, a.seed, HERE.parent, log, a.parallel)
     print(json.dumps(figures, indent=1))
     return 1 if figures["failures"] else 0
 
