@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -194,15 +195,18 @@ def _run_bounded(path: Path, tmp_path: Path) -> tuple[int, str, float, int]:
     """(exit code, stderr, seconds, peak RSS bytes) of ``tracekit analyze path -o report.json`` under RLIMIT_AS."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-c", WRAPPER, str(ADDRESS_SPACE), sys.executable, "-m", "tracekit.cli",
+                          "analyze", str(path), "-o", str(tmp_path / "report.json")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, start_new_session=True)
     try:
-        p = subprocess.run([sys.executable, "-c", WRAPPER, str(ADDRESS_SPACE), sys.executable, "-m", "tracekit.cli",
-                            "analyze", str(path), "-o", str(tmp_path / "report.json")], capture_output=True,
-                           text=True, env=env, cwd=tmp_path, timeout=TIME_BOUND_S * 2)
+        out, err = p.communicate(timeout=TIME_BOUND_S * 2)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the wrapper and the command it runs
+        p.communicate()
         raise AssertionError(f"{path.name}: still running after {TIME_BOUND_S * 2} s") from None
     secs = time.monotonic() - t0
-    code, rss_kib = (int(x) for x in p.stdout.split()[-2:])
-    return code, p.stderr, secs, rss_kib * 1024
+    code, rss_kib = (int(x) for x in out.split()[-2:])
+    return code, err, secs, rss_kib * 1024
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and ru_maxrss in KiB are Linux's")
