@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 
 LONG = os.environ.get("TRACEKIT_FUZZ", "ci") == "long"
-FILES = 2000 if LONG else 200  # 178 s here with 2 at a time on a 2-core machine at load 8; about a minute idle
+FILES = 2000 if LONG else 200  # 68 s here with 2 at a time on a 2-core machine at load 5 (178 s at load 8)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and wait4's ru_maxrss in KiB: Linux")
