@@ -10,6 +10,16 @@ import random
 #: which fields of a message are submessages we descend into (message kind -> {field: child kind})
 CHILDREN = {"space": {1: "plane"}, "plane": {3: "line", 6: "stat"}, "line": {4: "event"}, "event": {4: "stat"},
             "stat": {}}
+#: CHILDREN, and down into the ``Hlo Proto`` payloads: a plane's event metadata (map entries, their value, its stats),
+#: a stat's bytes value read as an HloProto (module, computations, instructions, their shapes, tuple elements and
+#: layouts). A bytes value that is not a message is a leaf (:func:`index` with these children tolerates it).
+DEEP = {**CHILDREN, "plane": {3: "line", 4: "md_entry", 6: "stat"}, "md_entry": {2: "md"}, "md": {5: "stat"},
+        "stat": {6: "hlo"}, "hlo": {1: "module"}, "module": {3: "computation"}, "computation": {2: "instruction"},
+        "instruction": {3: "shape", 57: "shape"}, "shape": {4: "shape", 5: "layout"}, "layout": {}}
+#: DEEP descends at most this many messages (a mutated shape may nest 100,000 deep: deeper fields are one leaf)
+DEEP_LEVELS = 40
+#: the kinds of message inside an HLO payload
+HLO_KINDS = frozenset(("hlo", "module", "computation", "instruction", "shape", "layout"))
 
 
 def varint(n: int, width: int | None = None) -> bytes:
@@ -41,15 +51,17 @@ def _read(buf: bytes, i: int) -> tuple[int, int]:
 class Node:
     """One field of a serialized message: bytes [start, end), its tag ``tag`` in [start, value_start), and the
     length-delimited fields that enclose it (outermost first) as (length start, length end, payload start, end)."""
-    __slots__ = ("start", "value_start", "end", "tag", "parents")
+    __slots__ = ("start", "value_start", "end", "tag", "parents", "kind")
 
-    def __init__(self, start, value_start, end, tag, parents):
+    def __init__(self, start, value_start, end, tag, parents, kind=""):
         self.start, self.value_start, self.end, self.tag, self.parents = start, value_start, end, tag, parents
+        self.kind = kind  # the kind of message the field is in ("space", "plane", ..., "shape")
 
 
-def index(buf: bytes, kind: str = "space", base: int = 0, parents: tuple = ()) -> list[Node]:
-    """Every field of a valid serialized message, nested fields included (raises on anything else)."""
-    out, i, kids = [], 0, CHILDREN.get(kind, {})
+def index(buf: bytes, kind: str = "space", base: int = 0, parents: tuple = (), children: dict = CHILDREN) -> list[Node]:
+    """Every field of a valid serialized message, nested fields included (raises on anything else; with
+    ``children=DEEP`` a length-delimited field that does not parse as the message it may be is a leaf)."""
+    out, i, kids = [], 0, children.get(kind, {})
     while i < len(buf):
         start = i
         tag, i = _read(buf, i)
@@ -61,17 +73,22 @@ def index(buf: bytes, kind: str = "space", base: int = 0, parents: tuple = ()) -
         elif wt == 2:
             n, j = _read(buf, i)
             node_parents = parents + ((base + i, base + j, base + j, base + j + n),)
-            if tag >> 3 in kids:
-                out_child = index(buf[j:j + n], kids[tag >> 3], base + j, node_parents)
-            else:
-                out_child = []
+            out_child = []
+            if tag >> 3 in kids and (children is CHILDREN or len(parents) < DEEP_LEVELS):
+                if j + n > len(buf):
+                    raise ValueError("runs past the end")
+                try:
+                    out_child = index(buf[j:j + n], kids[tag >> 3], base + j, node_parents, children)
+                except (ValueError, IndexError):
+                    if children is CHILDREN:
+                        raise
             i = j + n
-            out.append(Node(base + start, base + value_start, base + i, tag, parents))
+            out.append(Node(base + start, base + value_start, base + i, tag, parents, kind))
             out.extend(out_child)
             continue
         else:
             raise ValueError(f"wire type {wt}")
-        out.append(Node(base + start, base + value_start, base + i, tag, parents))
+        out.append(Node(base + start, base + value_start, base + i, tag, parents, kind))
     if i != len(buf):
         raise ValueError("runs past the end")
     return out
@@ -207,3 +224,80 @@ def outcome(read_space, data: bytes, **kw):
     return ("ok", [(pid, name, bytes(head), [tuple(bytes(memoryview(x)) if not isinstance(x, (int, str, list))
                                                    else x for x in line) for line in lines])
                    for pid, name, head, lines in planes], hostnames)
+
+
+# ---- the XSpace mutation run (tests/xspace_mutation.py): byte-level damage, HLO payloads included ---------------
+
+def _deep_tuple(depth: int) -> bytes:
+    """A ShapeProto nested ``depth`` tuples deep around an f32[2], built without recursion (no quadratic copies)."""
+    core = varint(2 << 3) + varint(11) + varint(3 << 3 | 2) + varint(1) + varint(2)  # element_type F32, dims [2]
+    heads, size = [], len(core)
+    for _ in range(depth):
+        h = varint(2 << 3) + varint(13) + varint(4 << 3 | 2) + varint(size)  # TUPLE, tuple_shapes
+        heads.append(h)
+        size += len(h)
+    return b"".join(reversed(heads)) + core
+
+
+def mutate_length(data: bytes, rng: random.Random, nodes: list[Node]) -> bytes:
+    """A length prefix made wrong: off by a little or a lot, zero, or huge; the enclosing lengths rewritten to
+    match it half the time (so the damage is inside a message that is otherwise whole)."""
+    delimited = [x for x in nodes if x.tag & 7 == 2]
+    if not delimited:
+        return mutate_bytes(data, rng)
+    n = rng.choice(delimited)
+    ln, j = _read(data, n.value_start)
+    new_ln = rng.choice([ln + 1, ln - 1, ln + rng.randrange(2, 64), 0, ln * 2 + 1, 2**31 - 1, 2**32 + ln,
+                         2**63 - 1, 2**64 - 1, rng.getrandbits(rng.choice([8, 16, 32, 64]))])
+    new = data[n.start:n.value_start] + varint(max(new_ln, 0)) + data[j:n.end]
+    if rng.random() < 0.5:
+        return splice(data, n, new)
+    return data[:n.start] + new + data[n.end:]
+
+
+def mutate_hlo_nested(data: bytes, rng: random.Random, nodes: list[Node]) -> bytes:
+    """Damage inside an ``Hlo Proto`` payload, every enclosing length kept consistent: a structural mutation of one
+    of its fields (mutate_tree's), a shape replaced by a tuple nested 50 to 100,000 deep (past upb's depth limit of
+    100 or not), or an instruction given 10^3..10^5 more operands or dimensions."""
+    inside = [x for x in nodes if x.kind in HLO_KINDS]
+    if not inside:
+        return mutate_tree(data, rng, nodes)
+    what = rng.randrange(4)
+    if what == 0:
+        shapes = [x for x in inside if x.kind in ("instruction", "shape") and x.tag >> 3 in (3, 4) and x.tag & 7 == 2]
+        if shapes:
+            n = rng.choice(shapes)
+            body = _deep_tuple(rng.choice([50, 90, 95, 99, 100, 101, 200, 10**3, 10**5]))
+            return splice(data, n, data[n.start:n.value_start] + varint(len(body)) + body)
+    if what == 1:
+        ins = [x for x in inside if x.kind == "instruction"]
+        if ins:
+            n = rng.choice(ins)
+            count = rng.choice([10**3, 10**4, 10**5])
+            field = rng.choice([36, 14])  # operand_ids, dimensions (packed int64)
+            packed = varint(rng.choice([1, 2, 2**40])) * count
+            extra = varint(field << 3 | 2) + varint(len(packed)) + packed
+            return splice(data, n, data[n.start:n.end] + extra)
+    return mutate_tree(data, rng, inside)
+
+
+XSPACE_MUTATORS = ("flip", "truncate", "length", "hlo", "tree")
+
+
+def mutate_xspace(data: bytes, rng: random.Random, nodes: list[Node], how: str) -> bytes:
+    """One mutation of class ``how`` (XSPACE_MUTATORS) of a valid trace (``nodes``: ``index(data, children=DEEP)``):
+    bit flips, a truncation, a wrong length prefix, damage nested in an HLO payload, or a structural mutation."""
+    if how == "flip":
+        b = bytearray(data)
+        inside = [x for x in nodes if x.kind in HLO_KINDS] if rng.random() < 0.5 else []
+        lo, hi = (min(x.start for x in inside), max(x.end for x in inside)) if inside else (0, len(b))
+        for _ in range(rng.choice([1, 1, 2, 3, 8])):
+            b[rng.randrange(lo, hi)] ^= 1 << rng.randrange(8)
+        return bytes(b)
+    if how == "truncate":
+        return data[:rng.randrange(len(data))]
+    if how == "length":
+        return mutate_length(data, rng, nodes)
+    if how == "hlo":
+        return mutate_hlo_nested(data, rng, nodes)
+    return mutate_tree(data, rng, nodes)

@@ -34,10 +34,12 @@ def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Mo
             if st.metadata_id != hlo_id or st.WhichOneof("value") != "bytes_value":
                 continue
             label_name, pid = parse_module_label(md.name)
-            try:
+            try:  # upb refuses messages nested over 100 deep (a deep tuple shape) with a DecodeError
                 whole = hlo_pb2.HloProto.FromString(st.bytes_value)
-            except (DecodeError, RecursionError, ValueError):
-                warnings.append(f"HLO of module {md.name!r} could not be decoded; its ops have no HLO")
+            except (DecodeError, RecursionError, ValueError) as e:
+                why = "nested deeper than protobuf allows" if "depth" in str(e).lower() else "corrupt"
+                warnings.append(f"HLO of module {md.name!r} could not be decoded ({why}); its ops have no HLO, the "
+                                "rest of the trace is analysed")
                 continue
             proto = whole.hlo_module
             if not pid and proto.id:

@@ -1,8 +1,6 @@
 """Shapes and element types of XLA HLO (``tracekit.proto.hlo_pb2.ShapeProto``): names, sizes, text."""
 from __future__ import annotations
 
-from math import prod
-
 from tracekit.proto import hlo_pb2
 
 PT = hlo_pb2.PrimitiveType
@@ -24,31 +22,60 @@ DTYPES: dict[int, tuple[str, int]] = {
 FLOAT_DTYPES = {"f16", "bf16", "f32", "f64", "c64", "c128"} | {n for n, _ in DTYPES.values() if n.startswith(("f8", "f4"))}
 
 
+_ENUM = frozenset(PT.values())
+#: as plain ints: each ``PT.X`` goes through the enum wrapper's __getattr__ (about 1 µs), too slow per shape
+TUPLE, TOKEN, OPAQUE = int(PT.TUPLE), int(PT.TOKEN), int(PT.OPAQUE_TYPE)
+_NOT_ARRAY = (TUPLE, TOKEN, OPAQUE)
+
+
 def dtype_name(element_type: int) -> str:
-    return DTYPES.get(element_type, (PT.Name(element_type).lower() if element_type in PT.values() else "?", 0))[0]
+    known = DTYPES.get(element_type)
+    if known is not None:
+        return known[0]
+    return PT.Name(element_type).lower() if element_type in _ENUM else "?"
 
 
 def is_tuple(shape: hlo_pb2.ShapeProto) -> bool:
-    return shape.element_type == PT.TUPLE
+    return shape.element_type == TUPLE
 
 
 def leaves(shape: hlo_pb2.ShapeProto):
-    """The array shapes inside ``shape`` (itself when it is an array), depth first."""
-    if shape.element_type == PT.TUPLE:
-        for s in shape.tuple_shapes:
-            yield from leaves(s)
-    else:
+    """The array shapes inside ``shape`` (itself when it is an array), depth first; iterative (no recursion, however
+    deep the tuples nest), linear in the number of shapes."""
+    if shape.element_type != TUPLE:
         yield shape
+        return
+    stack = [iter(shape.tuple_shapes)]
+    while stack:
+        s = next(stack[-1], None)
+        if s is None:
+            stack.pop()
+        elif s.element_type == TUPLE:
+            stack.append(iter(s.tuple_shapes))
+        else:
+            yield s
+
+
+#: element counts stop growing here: more than any machine holds, and arithmetic on it stays cheap (a product of a
+#: million dimensions of 2 would otherwise be a million-bit integer, quadratic to build)
+COUNT_CAP = 1 << 128
 
 
 def _count(dims) -> int:
-    """Product of the dimensions; a negative one (corrupt HLO: no shape has one) counts as 0."""
-    return prod(max(int(d), 0) for d in dims)
+    """Product of the dimensions, at most COUNT_CAP; a negative one (corrupt HLO: no shape has one) counts as 0."""
+    n = 1
+    for d in dims:
+        d = int(d)
+        if d <= 0:
+            return 0
+        if n < COUNT_CAP:
+            n *= d
+    return min(n, COUNT_CAP)
 
 
 def elements(shape: hlo_pb2.ShapeProto) -> int:
     """Number of elements of an array shape (0 for tuples, tokens)."""
-    if shape.element_type in (PT.TUPLE, PT.TOKEN, PT.OPAQUE_TYPE):
+    if shape.element_type in _NOT_ARRAY:
         return 0
     return _count(shape.dimensions)
 
@@ -66,16 +93,38 @@ def nbytes(shape: hlo_pb2.ShapeProto) -> int:
 
 def first_dtype(shape: hlo_pb2.ShapeProto) -> str:
     for s in leaves(shape):
-        if s.element_type not in (PT.TOKEN, PT.OPAQUE_TYPE):
+        if s.element_type not in (TOKEN, OPAQUE):
             return dtype_name(s.element_type)
     return ""
 
 
+def _array_text(shape: hlo_pb2.ShapeProto) -> str:
+    et = shape.element_type
+    if et == TOKEN or et == OPAQUE:
+        return dtype_name(et) + "[]"
+    return dtype_name(et) + "[" + ",".join(map(str, shape.dimensions)) + "]"
+
+
 def text(shape: hlo_pb2.ShapeProto) -> str:
-    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``."""
-    if shape.element_type == PT.TUPLE:
-        return "(" + ", ".join(text(s) for s in shape.tuple_shapes) + ")"
-    name = dtype_name(shape.element_type)
-    if shape.element_type in (PT.TOKEN, PT.OPAQUE_TYPE):
-        return name + "[]"
-    return f"{name}[{','.join(str(d) for d in shape.dimensions)}]"
+    """HLO-style text without layout: ``bf16[8,128]``, ``(f32[2], s32[])``; iterative, linear in its length. A
+    work list of shapes and the punctuation between them; a tuple of arrays only is joined in one go."""
+    out: list[str] = []
+    work: list = [shape]
+    while work:
+        s = work.pop()
+        if isinstance(s, str):
+            out.append(s)
+        elif s.element_type != TUPLE:
+            out.append(_array_text(s))
+        else:
+            kids = s.tuple_shapes
+            if all(k.element_type != TUPLE for k in kids):
+                out.append("(" + ", ".join(map(_array_text, kids)) + ")")
+                continue
+            work.append(")")
+            for k in range(len(kids) - 1, -1, -1):
+                work.append(kids[k])
+                if k:
+                    work.append(", ")
+            out.append("(")
+    return "".join(out)

@@ -13,21 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tracekit.ingest import hloshape
+from tracekit.ingest import hloscan
 from tracekit.proto import hlo_pb2
 
-_PT = hloshape.PT
-#: HLO text element type name -> PrimitiveType
-_TYPE = {name: pt for pt, (name, _) in hloshape.DTYPES.items()}
 _NAME = re.compile(r"\s*%?([\w.\-]+)\s*=\s*")
-_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
-_COMMENT = re.compile(r"/\*.*?\*/")
 _OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
-_MEMSPACE = re.compile(r"S\((\d+)\)")
-_ELEMBITS = re.compile(r"E\((\d+)\)")
 _INTS = re.compile(r"-?\d+")
-_CLOSE = {"(": ")", "{": "}", "[": "]"}
+_NONBLANK = re.compile(r"\S")
 _DOT_DIMS = ("lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims")
+split_top, parse_shape = hloscan.split_top, hloscan.parse_shape
 
 
 @dataclass
@@ -38,78 +32,18 @@ class Parsed:
     called: list = field(default_factory=list)
 
 
-def _match(s: str, i: int) -> int:
-    """Index just past the bracket that closes the one at ``s[i]`` (len(s) when it never closes)."""
-    stack, j = [], i
-    while j < len(s):
-        c = s[j]
-        if c == '"':  # skip a quoted string
-            k = s.find('"', j + 1)
-            if k < 0:
-                return len(s)
-            j = k
-        elif c in _CLOSE:
-            stack.append(_CLOSE[c])
-        elif stack and c == stack[-1]:
-            stack.pop()
-            if not stack:
-                return j + 1
-        j += 1
-    return len(s)
-
-
-def split_top(s: str, sep: str = ",") -> list[str]:
-    """``s`` split at ``sep`` outside brackets and quotes."""
-    out, depth, start, quoted = [], 0, 0, False
-    for j, c in enumerate(s):
-        if c == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-        elif c == sep and depth == 0:
-            out.append(s[start:j])
-            start = j + 1
-    out.append(s[start:])
-    return [p.strip() for p in out if p.strip()]
-
-
-def parse_shape(s: str, i: int = 0) -> tuple[hlo_pb2.ShapeProto, int]:
-    """The shape starting at ``s[i]`` (leading spaces skipped) and the index after it; ValueError if none."""
-    while i < len(s) and s[i] == " ":
-        i += 1
-    shape = hlo_pb2.ShapeProto()
-    if s.startswith("(", i):
-        end = _match(s, i)
-        shape.element_type = _PT.TUPLE
-        for part in split_top(s[i + 1:end - 1]):
-            sub, _ = parse_shape(part)
-            shape.tuple_shapes.append(sub)
-        return shape, end
-    m = _ARRAY.match(s, i)
-    if not m or m.group(1) not in _TYPE:
-        raise ValueError(f"no shape at {s[i:i + 20]!r}")
-    shape.element_type = _TYPE[m.group(1)]
-    for d in filter(None, (x.strip() for x in m.group(2).split(","))):
-        dynamic = d.startswith("<=")
-        shape.dimensions.append(int(d[2:] if dynamic else d))
-        shape.is_dynamic_dimension.append(dynamic)
-    i = m.end()
-    if s.startswith("{", i):
-        end = _match(s, i)
-        body = s[i + 1:end - 1]
-        order, _, tail = body.partition(":")
-        shape.layout.minor_to_major.extend(int(x) for x in _INTS.findall(order))
-        ms, eb = _MEMSPACE.search(tail), _ELEMBITS.search(tail)
-        if ms:
-            shape.layout.memory_space = int(ms.group(1))
-        if eb:
-            shape.layout.element_size_in_bits = int(eb.group(1))
-        i = end
-    return shape, i
+def _strip_comments(s: str) -> str:
+    """``s`` without its ``/* ... */`` comments (one pass: an unclosed one is left as it is)."""
+    out, i = [], 0
+    while True:
+        a = s.find("/*", i)
+        b = s.find("*/", a + 2) if a >= 0 else -1
+        if b < 0:
+            break
+        out.append(s[i:a])
+        i = b + 2
+    out.append(s[i:])
+    return "".join(out)
 
 
 def _replica_groups(v: str, ins: hlo_pb2.HloInstructionProto) -> None:
@@ -156,7 +90,9 @@ def _attribute(key: str, v: str, p: Parsed) -> None:
 
 
 def parse_instruction(text: str) -> Parsed | None:
-    """``text`` as an instruction, or None when it is not HLO instruction text (a short op name, a label)."""
+    """``text`` as an instruction, or None when it is not HLO instruction text (a short op name, a label);
+    :class:`tracekit.ingest.hloscan.OverBound` when it is over one of the bounds stated there. Time and memory
+    are linear in the length of the text."""
     try:
         return _parse(text)
     except (ValueError, IndexError):
@@ -164,31 +100,38 @@ def parse_instruction(text: str) -> Parsed | None:
 
 
 def _parse(text: str) -> Parsed | None:
-    s = _COMMENT.sub("", text).strip()
+    if len(text) > hloscan.MAX_TEXT:  # before any work on it
+        raise hloscan.OverBound("text length")
+    s = _strip_comments(text).strip()
     m = _NAME.match(s)
     if not m:
         return None
     p = Parsed(hlo_pb2.HloInstructionProto(name=m.group(1)))
-    shape, i = parse_shape(s, m.end())
+    scan, budget = hloscan.Scan(s), hloscan.Budget()
+    shape, i = hloscan.parse_shape(s, m.end(), scan, budget)
     p.proto.shape.CopyFrom(shape)
     m = _OPCODE.match(s, i)
     if not m:
         return None
     p.proto.opcode = m.group(1)
     open_at = m.end() - 1
-    end = _match(s, open_at)
-    for arg in split_top(s[open_at + 1:end - 1]):
-        ref = arg.rfind("%")
+    if scan.count(open_at) >= hloscan.MAX_OPERANDS:  # operands = commas + 1, counted before any is parsed
+        raise hloscan.OverBound("operands")
+    end = scan.end(open_at)
+    for a, b in scan.pieces(open_at):
+        ref = s.rfind("%", a, b)
         if ref < 0:  # a literal (constant's value) or an operand without a name
             continue
-        name = arg[ref + 1:].strip()
-        try:
-            oshape, _ = parse_shape(arg[:ref]) if arg[:ref].strip() else (None, 0)
-        except ValueError:
-            oshape = None
+        name = s[ref + 1:b].strip()
+        oshape = None
+        if _NONBLANK.search(s, a, ref):
+            try:
+                oshape, _ = hloscan.parse_shape(s, a, scan, budget, end=ref)
+            except ValueError:
+                oshape = None
         p.operands.append((name, oshape))
-    for attr in split_top(s[end:].lstrip(", ")):
-        key, eq, v = attr.partition("=")
+    for a, b in scan.pieces(-1, end):
+        key, eq, v = s[a:b].partition("=")
         if eq:
             _attribute(key.strip(), v.strip(), p)
     return p
@@ -202,13 +145,19 @@ class Op:
     source: str = ""        # "file.py:37"
 
 
-def module(name: str, program_id: int, ops: list[Op]) -> hlo_pb2.HloModuleProto | None:
+def module(name: str, program_id: int, ops: list[Op], over: dict | None = None) -> hlo_pb2.HloModuleProto | None:
     """A one-computation module holding the instructions ``ops`` name (one per name; later duplicates are
     ignored). Operands that are not among them become parameters of the shape the text gives. None when no text
-    parses."""
+    parses. An op whose text is over a bound of :mod:`tracekit.ingest.hloscan` is left out (so without HLO) and
+    counted in ``over`` (bound name -> ops): :func:`over_bound_warning` makes the one warning for them."""
     parsed: dict[str, tuple[Parsed, Op]] = {}
     for op in ops:
-        p = parse_instruction(op.text)
+        try:
+            p = parse_instruction(op.text)
+        except hloscan.OverBound as e:
+            if over is not None:
+                over[e.what] = over.get(e.what, 0) + 1
+            continue
         if p is not None and p.proto.name not in parsed:
             parsed[p.proto.name] = (p, op)
     if not parsed:
@@ -239,3 +188,15 @@ def module(name: str, program_id: int, ops: list[Op]) -> hlo_pb2.HloModuleProto 
         comp.instructions.append(ins)
     comp.root_id = comp.instructions[-1].id
     return m
+
+
+def over_bound_warning(over: dict, where: str) -> str | None:
+    """The one warning for the ops :func:`module` left out over a bound (None when there were none)."""
+    n = sum(over.values())
+    if not n:
+        return None
+    kinds = ", ".join(f"{k} x{v:,}" for k, v in sorted(over.items()))
+    return (f"{where}: {n:,} op{'s' if n != 1 else ''} whose HLO text is over tracekit's bounds ({kinds}; at most "
+            f"{hloscan.MAX_TEXT:,} characters, nesting {hloscan.MAX_DEPTH}, {hloscan.MAX_OPERANDS:,} operands, "
+            f"{hloscan.MAX_ELEMENTS:,} shape elements) {'were' if n != 1 else 'was'} left without HLO (no roofline "
+            "prediction for them)")

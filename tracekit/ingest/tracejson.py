@@ -137,6 +137,7 @@ class _Reader:
         self.skipped: dict = {}         # ph -> count of events that are not complete events
         self.has_flops = self.has_model_flops = self.has_costs = False
         self.top: dict = {}
+        self.hlo_over: dict = {}        # bound -> ops whose HLO text is over it (hlotext.module)
 
     def stat_id(self, k: str) -> int:
         sid = self.stat_ids.get(k)
@@ -277,6 +278,9 @@ def _warn(reader: _Reader, planes, host: str, warnings: list[str]) -> None:
     if any(p.name.startswith("/device:TPU") for p in devices) and not reader.has_costs:
         gaps.append("no op costs (a streaming trace-viewer export carries none: analyze the .xplane.pb)")
     warnings.append(f"{host}: read from trace-viewer JSON, which has " + "; ".join(gaps))
+    over = hlotext.over_bound_warning(reader.hlo_over, host)
+    if over:
+        warnings.append(over)
     if reader.skipped:
         kinds = ", ".join(f"{k} x{v:,}" for k, v in sorted(reader.skipped.items()))
         warnings.append(f"{host}: trace events other than complete events (ph X) were not read: {kinds}")
@@ -341,7 +345,7 @@ def _planes(r: _Reader) -> tuple[list[PlaneData], list[str]]:
             mids = remap[inv.reshape(-1)] if len(kid) else np.zeros(0, np.int64)
             out_lines.append(_line_data(tid, lname, line, ts, mids))
         planes.append(PlaneData(head.id, pname, head, out_lines))
-    meta = _metadata_plane(modules)
+    meta = _metadata_plane(modules, r.hlo_over)
     if meta is not None:
         planes.append(meta)
     return planes, hostnames
@@ -398,12 +402,12 @@ def _line_data(tid, name: str, line: _Line, ts: np.ndarray, mids: np.ndarray) ->
                     stat_str=line.s_str)
 
 
-def _metadata_plane(modules: dict) -> PlaneData | None:
+def _metadata_plane(modules: dict, over: dict) -> PlaneData | None:
     """A ``/host:metadata`` plane holding one ``Hlo Proto`` per program rebuilt from its ops' HLO text."""
     head = xplane_pb2.XPlane(name="/host:metadata")
     head.stat_metadata[1].id, head.stat_metadata[1].name = 1, "Hlo Proto"
     for k, (prog, (label, ops)) in enumerate(sorted(modules.items()), start=1):
-        m = hlotext.module(label or f"program_{prog}", prog, ops)
+        m = hlotext.module(label or f"program_{prog}", prog, ops, over)
         if m is None:
             continue
         md = head.event_metadata[k]
