@@ -132,10 +132,11 @@ def claim(f: dict) -> tuple[str, str]:
 
 
 def steps_phrase(s: dict) -> str:
-    """'5 step(s) from step_annotation', or 'no steps found' (never '0 step(s) from none')."""
+    """'5 step(s): device runs of the step program, ...', or 'no steps found' (never '0 step(s) from none')."""
     if not s.get("steps"):
         return "no steps found (no step annotation, steps line or repeated program run)"
-    return f"{s['steps']} step(s) from {', '.join(s.get('step_source') or []) or 'an unnamed source'}"
+    srcs = ", ".join(STEP_SOURCES.get(x, x) for x in s.get("step_source") or []) or "an unnamed source"
+    return f"{s['steps']} step(s): {srcs}"
 
 
 #: below this share of compute time with a known count, the headline says how much it covers (the op-time line
