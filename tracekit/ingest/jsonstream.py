@@ -22,6 +22,8 @@ import math
 import os
 import zlib
 
+import numpy as np
+
 from tracekit.errors import TraceError
 from tracekit.ingest import formats, paths
 
@@ -33,8 +35,17 @@ MAX_ARGS = 1024
 MAX_ARG_NAMES = 4096
 #: the longest number written as a string ("123", "1.5e9") that is read as a number
 MAX_NUMBER_TEXT = 40
+#: the longest string or number token (in bytes, as written) the parser is given: yajl re-reads a token that
+#: spans its input chunks from the start at each chunk, so a token costs the square of its length over the chunk
+#: size (a 16 MB string took 34 s); a longer one refuses the file before the parser reaches it
+MAX_TOKEN = 4 << 20
+#: bytes the parser is given at a time (with MAX_TOKEN: at most 4 chunks a token)
+CHUNK = 1 << 20
 #: a finite number outside +-2**63 is not a usable count of anything
 _LIMIT = float(1 << 63)
+#: bytes that may be part of a number token
+_NUMBER_BYTES = np.zeros(256, bool)
+_NUMBER_BYTES[np.frombuffer(b"0123456789+-.eE", np.uint8)] = True
 
 
 class Skipped:
@@ -74,6 +85,7 @@ class Bounded:
         self.bomb = None if max_bytes is None or compressed is None else \
             max(compressed * paths.GZ_MAX_RATIO, paths.GZ_BOMB_FLOOR)
         self.total = 0
+        self.tokens = TokenScan(where)
 
     def read(self, n: int = -1) -> bytes:
         try:
@@ -91,6 +103,7 @@ class Bounded:
         if self.bomb is not None and self.total > self.bomb:
             raise TraceError(f"gzip file expands more than {paths.GZ_MAX_RATIO}x its size (a decompression bomb?)",
                              self.where, "raise --max-size if it is a real trace")
+        self.tokens.scan(b, self.total - len(b))
         return b
 
     def __enter__(self):
@@ -100,6 +113,66 @@ class Bounded:
         self.inner.close()
         if self.raw is not self.inner:
             self.raw.close()
+
+
+class TokenScan:
+    """The length of the string and number tokens in the stream, checked chunk by chunk (vectorized: a quote is
+    a string's end unless an odd run of backslashes precedes it), carrying what is open across chunks."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.in_str = False   # a string is open at the end of the bytes so far
+        self.str_len = 0      # ... this many bytes long so far
+        self.num_len = 0      # a run of number bytes outside strings open at the end, this long
+        self.bs_run = 0       # backslashes at the end of the bytes so far
+
+    def scan(self, b: bytes, offset: int) -> None:
+        for i in range(0, len(b), MAX_TOKEN):  # a token within a piece this long is short enough
+            self._piece(np.frombuffer(b, np.uint8, min(MAX_TOKEN, len(b) - i), i), offset + i)
+
+    def _piece(self, a: np.ndarray, offset: int) -> None:
+        """Only the tokens open at either end of a piece may be too long: those are the ones followed."""
+        n = len(a)
+        quote = a == 34
+        if self.bs_run or (a == 92).any():  # a quote after an odd run of backslashes is escaped
+            q = np.flatnonzero(quote)
+            after = q[(q > 0) & (a[q - 1] == 92)] if len(q) else q
+            plain = np.flatnonzero(a != 92)
+            if len(after):
+                before = np.searchsorted(plain, after) - 1  # the last byte before the quote that is no backslash
+                run = np.where(before >= 0, after - 1 - plain[np.maximum(before, 0)], after + self.bs_run)
+                quote[after[(run & 1) == 1]] = False
+            if self.bs_run and self.bs_run & 1 and quote[0]:
+                quote[0] = False
+            tail = n - 1 - int(plain[-1]) if len(plain) else n
+            self.bs_run = tail + (self.bs_run if not len(plain) else 0)
+        count = int(np.count_nonzero(quote))
+        if not count:
+            if self.in_str:
+                self.str_len += n
+                self._check(self.str_len, offset + n, "string")
+        else:
+            first, last_q = int(quote.argmax()), n - 1 - int(quote[::-1].argmax())
+            if self.in_str:
+                self._check(self.str_len + first, offset + first, "string")
+                count -= 1
+            self.in_str = count % 2 == 1
+            self.str_len = n - last_q if self.in_str else 0
+        # numbers: runs of number bytes, in strings too (a run in a string is no longer than the string)
+        num = (a - 48 < 10) | (a == 43) | (a == 45) | (a == 46) | (a == 101) | (a == 69)
+        if num.all():
+            self.num_len += n
+            self._check(self.num_len, offset, "number")
+        else:
+            other = ~num
+            self._check(self.num_len + int(other.argmax()), offset, "number")
+            self.num_len = int(other[::-1].argmax())
+
+    def _check(self, length: int, at: int, what: str) -> None:
+        if length > MAX_TOKEN:
+            raise TraceError(f"a {what} of more than {paths.size_text(MAX_TOKEN)} near byte {at:,} (no trace "
+                             "writes one: the file is corrupt or not a trace)", self.where,
+                             "re-export it; tracekit reads the .trace.json.gz that jax.profiler writes")
 
 
 def open_bounded(path, max_bytes: int | None) -> Bounded:
@@ -142,7 +215,7 @@ def events(f, where: str, counts: Counts):
     except ImportError:  # pragma: no cover - a dependency; kept for a broken install
         raise TraceError("cannot read trace-viewer JSON: the ijson package is missing", where,
                          "pip install ijson") from None
-    it = ijson.basic_parse(f, use_float=True, buf_size=1 << 16)
+    it = ijson.basic_parse(f, use_float=True, buf_size=CHUNK)
     nxt = it.__next__
     try:
         ev, val = nxt()

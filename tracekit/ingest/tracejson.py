@@ -231,6 +231,9 @@ def load(hf, warnings: list[str], *, max_bytes: int | None = paths.DEFAULT_MAX_B
         raise
     except OSError as e:
         raise TraceError(f"cannot read file ({e.strerror or type(e).__name__})", where) from None
+    except UnicodeDecodeError as e:
+        raise TraceError(f"a string after {reader.n:,} events is not valid UTF-8 ({e.reason}); the file is corrupt",
+                         where, "re-export or re-copy it in binary mode") from None
     except Exception as e:  # ijson's errors (its module is imported lazily)
         if type(e).__name__ not in ("IncompleteJSONError", "JSONError"):
             raise
