@@ -237,7 +237,9 @@ def load(hf, warnings: list[str], *, max_bytes: int | None = paths.DEFAULT_MAX_B
     except Exception as e:  # ijson's errors (its module is imported lazily)
         if type(e).__name__ not in ("IncompleteJSONError", "JSONError"):
             raise
-        raise TraceError(f"not valid JSON after {reader.n:,} events ({str(e).splitlines()[0][:120]}); the file is "
+        msg = e.args[0] if e.args else ""
+        msg = (msg.decode("utf-8", "replace") if isinstance(msg, bytes) else str(msg)).strip().splitlines() or [""]
+        raise TraceError(f"not valid JSON after {reader.n:,} events ({msg[0][:120]}); the file is "
                          "truncated or corrupt", where, "re-export or re-copy it") from None
     planes, hostnames = _planes(reader)
     if not any(p.lines for p in planes):
