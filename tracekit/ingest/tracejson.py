@@ -122,8 +122,8 @@ class _Reader:
             self.wrong("pid (event not read)" if not _is_id(lk[0]) else "tid (event not read)")
             return
         ts, dur = ev.get("ts"), ev.get("dur")
-        ts = 0.0 if ts is None else jsonstream.number(ts)
-        dur = 0.0 if dur is None else jsonstream.number(dur)
+        ts = 0.0 if ts is None else None if type(ts) is bool else jsonstream.number(ts)
+        dur = 0.0 if dur is None else None if type(dur) is bool else jsonstream.number(dur)
         if ts is None or dur is None:
             self.wrong("ts (event not read)" if ts is None else "dur (event not read)")
             return
