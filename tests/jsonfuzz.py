@@ -22,6 +22,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -116,8 +117,8 @@ class Doc:
     """A document being mutated: the object, and raw JSON texts that replace placeholder strings when it is
     written (nesting and numbers json.dumps cannot write)."""
 
-    def __init__(self, obj):
-        self.obj, self.raw = obj, {}
+    def __init__(self, obj, powers=POWERS):
+        self.obj, self.raw, self.powers = obj, {}, powers
 
     def placeholder(self, text: str | bytes) -> str:
         key = f"@@RAW{len(self.raw)}@@"
@@ -131,8 +132,8 @@ class Doc:
         return s
 
 
-def nested(rng: random.Random) -> str:
-    d = 10 ** rng.choice(POWERS)
+def nested(rng: random.Random, powers=POWERS) -> str:
+    d = 10 ** rng.choice(powers)
     if rng.random() < 0.5:
         return "[" * d + "]" * d
     if rng.random() < 0.5:
@@ -156,16 +157,16 @@ def wrong_value(rng: random.Random, doc: Doc):
     if k == 5:
         return None
     if k == 6:
-        return doc.placeholder(nested(rng))
+        return doc.placeholder(nested(rng, doc.powers))
     if k == 7:  # a number too long or too large for any parser
-        n = 10 ** rng.choice(POWERS)
+        n = 10 ** rng.choice(doc.powers)
         return doc.placeholder(rng.choice(["9" * n, "-" + "9" * n, "1." + "0" * n + "1", "1e" + "9" * min(n, 30),
                                            "1e999", "-1e400", "NaN", "Infinity", "0." + "0" * n]))
     if k == 8:  # the same, written as a string
-        n = 10 ** rng.choice(POWERS)
+        n = 10 ** rng.choice(doc.powers)
         return rng.choice(["9" * n, "1e" + "9" * min(n, 30), "1." + "0" * n, "-0" * n])
     if k == 9:
-        n = 10 ** rng.choice(POWERS)
+        n = 10 ** rng.choice(doc.powers)
         return rng.choice(["a", "é", "%", "\x00", "😀"]) * n
     if k == 10:  # lone surrogates and escapes
         return doc.placeholder(rng.choice(['"\\ud800"', '"a\\udfff"', '"\\ud800\\ud800"', '"\\u0000"',
@@ -246,9 +247,9 @@ def damage(data: bytes, rng: random.Random) -> bytes:
     return bytes(gz)
 
 
-def mutated(seed: dict, rng: random.Random) -> tuple[bytes, str]:
-    """(file bytes, file name) of one mutated document."""
-    doc = Doc(json.loads(json.dumps(seed)))
+def mutated(seed: dict, rng: random.Random, powers=POWERS) -> tuple[bytes, str]:
+    """(file bytes, file name) of one mutated document (sizes 10**k, k in ``powers``)."""
+    doc = Doc(json.loads(json.dumps(seed)), powers)
     for _ in range(rng.choice([1, 1, 2, 3])):
         mutate(doc, rng)
     data = doc.dumps()
@@ -374,6 +375,7 @@ def manual_run(count: int, seed: int, timeout: float, keep: Path | None, verbose
         for f in (folder / f"{k}.out", folder / f"{k}.err"):
             f.unlink(missing_ok=True)
     wall = time.monotonic() - t_all
+    shutil.rmtree(folder, ignore_errors=True)
     print(f"files: {count} (seed {seed}), decoded {decoded_total / 2**20:.1f} MiB in all; wall {wall:.0f} s")
     print(f"exit codes: {dict(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}")
     print(f"outside the documented codes: {sum(v for c, v in codes.items() if c not in DOCUMENTED)}; hangs over "
@@ -406,6 +408,7 @@ def run_files(files: list[Path], timeout: float) -> int:
             warnings = None
         print(json.dumps({"path": str(f), "code": code, "secs": secs, "rss": rss, "decoded": dec,
                           "bound": 4 * dec + (200 << 20), "stderr": err, "warnings": warnings}), flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
