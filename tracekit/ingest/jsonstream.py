@@ -10,6 +10,9 @@ Bounds, checked as the tokens arrive, before memory or time is spent on a value:
   per token, so nesting there costs the square of the depth: 30,000 levels took 2 GB.)
 * **Size.** The file, the decompressed stream and its ratio to the compressed size are limited as for an XSpace
   (:mod:`tracekit.ingest.paths`); damaged and truncated deflate streams are one line.
+* **Tokens.** A string or number over :data:`MAX_TOKEN` bytes as written refuses the file (exit 2) before the
+  parser reaches its end: yajl's lexer re-reads a token spanning its input chunks from the start, so one long
+  token costs the square of its length. :class:`TokenScan` follows the tokens at each read's ends, vectorized.
 * **Values.** :data:`MAX_STRING` characters for a string the reader keeps, :data:`MAX_ARGS` args an event,
   :data:`MAX_ARG_NAMES` distinct arg names, numbers written as strings at most :data:`MAX_NUMBER_TEXT` characters:
   :func:`text` and :func:`number` say which values pass. The JSON parser itself refuses integers past 64 bits,
@@ -340,3 +343,17 @@ def number(v) -> int | float | None:
     if isinstance(v, float):
         return v if math.isfinite(v) and -_LIMIT <= v <= _LIMIT else None
     return None
+
+
+def is_id(v) -> bool:
+    """What a pid or tid may be: an integer, a string, or null (as in an event without one)."""
+    return v is None or type(v) is int or (type(v) is str and len(v) <= 256)
+
+
+def name_text(v) -> str | None:
+    """A name: a string the reader keeps, a number as its text, "" for null; None for anything else."""
+    if v is None:
+        return ""
+    if type(v) in (int, float):
+        return str(v)
+    return text(v)

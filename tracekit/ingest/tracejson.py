@@ -53,20 +53,6 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 ZERO_DUR_US = 1e-06
 
 
-def _is_id(v) -> bool:
-    """What a pid or tid may be: an integer, a string, or null (as in an event without one)."""
-    return v is None or type(v) is int or (type(v) is str and len(v) <= 256)
-
-
-def _text_or_number(v) -> str | None:
-    """A name: a string the reader keeps, a number as its text, "" for null; None for anything else."""
-    if v is None:
-        return ""
-    if type(v) in (int, float):
-        return str(v)
-    return jsonstream.text(v)
-
-
 # ---- events -> lines ---------------------------------------------------------------------------------------
 
 class _Line:
@@ -118,8 +104,8 @@ class _Reader:
                 self.skipped[ph] = self.skipped.get(ph, 0) + 1
             return
         lk = (ev.get("pid"), ev.get("tid"))
-        if not _is_id(lk[0]) or not _is_id(lk[1]):
-            self.wrong("pid (event not read)" if not _is_id(lk[0]) else "tid (event not read)")
+        if not jsonstream.is_id(lk[0]) or not jsonstream.is_id(lk[1]):
+            self.wrong("pid (event not read)" if not jsonstream.is_id(lk[0]) else "tid (event not read)")
             return
         ts, dur = ev.get("ts"), ev.get("dur")
         ts = 0.0 if ts is None else None if type(ts) is bool else jsonstream.number(ts)
@@ -143,7 +129,7 @@ class _Reader:
                 if k in _SKIP or v is None:
                     continue
                 if k in _META:
-                    s = _text_or_number(v)
+                    s = jsonstream.name_text(v)
                     if s is None:
                         self.wrong(f"args.{k}")
                     else:
@@ -155,7 +141,7 @@ class _Reader:
                 self._stat(line, i, k, v)
         elif args is not None:
             self.wrong("args (not a map)")
-        name = _text_or_number(ev.get("name"))
+        name = jsonstream.name_text(ev.get("name"))
         if name is None:
             self.wrong("name")
         key = (name or "", *meta)
@@ -173,11 +159,11 @@ class _Reader:
         label = jsonstream.text(args.get("name", "")) if type(args) is dict else None
         if label is None:
             self.wrong(f"M {name} args")
-        elif not _is_id(pid):
+        elif not jsonstream.is_id(pid):
             self.wrong("pid (event not read)")
         elif name == "process_name":
             self.procs[pid] = label
-        elif not _is_id(tid):
+        elif not jsonstream.is_id(tid):
             self.wrong("tid (event not read)")
         else:
             self.threads[(pid, tid)] = label
