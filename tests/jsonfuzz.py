@@ -333,6 +333,7 @@ def manual_run(count: int, seed: int, timeout: float, keep: Path | None, verbose
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     base_vm = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
     codes: dict = {}
+    peak = 0
     slow: list = []  # files over a quarter of the time limit
     reasons: dict = {}  # first stderr line, numbers and path masked -> count
     bad, hangs, over_mem, worst_t, worst_ratio, multi = [], 0, 0, 0.0, 0.0, 0
@@ -356,7 +357,8 @@ def manual_run(count: int, seed: int, timeout: float, keep: Path | None, verbose
         if rss > bound:
             over_mem += 1
             ok = False
-        worst_ratio = max(worst_ratio, (rss - (200 << 20)) / max(dec, 1))
+        worst_ratio = max(worst_ratio, rss / bound)
+        peak = max(peak, rss)
         multi += len(lines) > 1
         if lines:
             why = re.sub(r"[0-9][0-9,.]*", "N", lines[0].replace(str(path), "PATH"))[:90]
@@ -380,8 +382,9 @@ def manual_run(count: int, seed: int, timeout: float, keep: Path | None, verbose
     print(f"exit codes: {dict(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}")
     print(f"outside the documented codes: {sum(v for c, v in codes.items() if c not in DOCUMENTED)}; hangs over "
           f"{timeout:.0f} s: {hangs}; slowest file {worst_t:.1f} s")
-    print(f"over the RSS bound (4x decoded + 200 MB): {over_mem}; parent RSS before the forks "
-          f"{base_rss / 2**20:.0f} MiB; more than one stderr line: {multi}")
+    print(f"over the RSS bound (4x decoded + 200 MB): {over_mem}; largest peak RSS {peak / 2**20:.0f} MiB, "
+          f"largest share of its bound {worst_ratio:.2f}; parent RSS before the forks {base_rss / 2**20:.0f} MiB "
+          f"(in every child's peak); more than one stderr line: {multi}")
     if verbose:
         for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
             print(f"  {n:5d}  {why}")
