@@ -48,6 +48,9 @@ _NUMERIC = frozenset(("device_duration_ps", "device_offset_ps", "bytes_accessed"
                       "model_flops", "program_id", "run_id", "device_ordinal", "step_num", "group_id",
                       "correlation_id", "queue_id", "replica_id", "core_type", "all_reduce_unique_id", "id",
                       "context_id", "iter_num"))
+#: of those, the costs and the device clock: a value that is no usable number is ignored (and counted)
+_COSTS = frozenset(("device_duration_ps", "device_offset_ps", "bytes_accessed", "raw_bytes_accessed", "flops",
+                    "model_flops"))
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 #: xprof writes a zero-length event with ``dur`` 1e-06 µs (1 ps); read as 0, as in the XSpace
 ZERO_DUR_US = 1e-06
@@ -171,10 +174,10 @@ class _Reader:
     def _stat(self, line: _Line, i: int, k: str, v) -> None:
         if k in _NUMERIC:
             n = jsonstream.number(v)
-            if n is None:
+            if n is None and (k in _COSTS or not isinstance(v, str) or len(v) > jsonstream.MAX_NUMBER_TEXT):
                 self.wrong(f"args.{k} (not a usable number)")
                 return
-            v = n
+            v = v if n is None else n  # (an id that is no number, "abc", stays a string)
         elif isinstance(v, bool):
             v = int(v)
         if isinstance(v, int):
