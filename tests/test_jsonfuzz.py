@@ -268,7 +268,7 @@ def test_top_level_not_a_trace(tmp_path):
 def test_gzip_damage_at_offsets(tmp_path):
     """The deflate stream cut, flipped or patched at offsets through the file: one line and exit 2 (or, where
     the damage leaves a valid stream, exit 0)."""
-    data = jsonfuzz.Doc(base()).dumps() * 1
+    data = jsonfuzz.Doc(base()).dumps()
     gz = gzip.compress(data, 6)
     files = []
     for frac in (0.0, 0.05, 0.3, 0.6, 0.9, 0.99):
