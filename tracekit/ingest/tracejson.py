@@ -17,20 +17,24 @@ proto (fused computations, buffer assignment), executed FLOPs (only ``model_flop
 dropped (xprof's JSON leaves out ops that start at the same instant as another on the line; the streaming
 format carries no costs at all).
 
-The document is parsed as a stream (ijson's C backend: one event at a time, bounded memory, ~40 MB/s) under the
-same limits as the protobuf reader: file size, decompressed size and ratio, and an event count checked while
-reading.
+The document is parsed as a stream (:mod:`tracekit.ingest.jsonstream`: one event at a time, nothing nested built,
+bounded memory) under the same limits as the protobuf reader: file size, decompressed size and ratio, and an event
+count checked while reading. A document that is not a trace (its top level a string, a number) is refused; within a
+trace, each field of the wrong type is ignored and counted, one warning for the file: ``args`` that are not a map
+(the event is read without them), a ``name`` that is not a string or number, an arg that is not a usable number
+where one is meant (``bytes_accessed``...) or a string over ``jsonstream.MAX_STRING``; an event whose ``ph``,
+``pid``, ``tid``, ``ts`` or ``dur`` is of the wrong type (a list, a map; ``ts``/``dur`` not a finite number) is not
+read; a metadata event whose ``args.name`` is not a string names nothing.
 """
 from __future__ import annotations
 
-import gzip
 import os
 from array import array
 
 import numpy as np
 
 from tracekit.errors import TraceError
-from tracekit.ingest import formats, hlotext, paths
+from tracekit.ingest import formats, hlotext, jsonstream, paths
 from tracekit.ingest.xspace import parse_module_label
 from tracekit.ingest.wire import KIND_DOUBLE, KIND_INT64, KIND_STR, LineData, PlaneData
 from tracekit.proto import hlo_pb2, xplane_pb2
@@ -44,74 +48,12 @@ _NUMERIC = frozenset(("device_duration_ps", "device_offset_ps", "bytes_accessed"
                       "model_flops", "program_id", "run_id", "device_ordinal", "step_num", "group_id",
                       "correlation_id", "queue_id", "replica_id", "core_type", "all_reduce_unique_id", "id",
                       "context_id", "iter_num"))
+#: of those, the costs and the device clock: a value that is no usable number is ignored (and counted)
+_COSTS = frozenset(("device_duration_ps", "device_offset_ps", "bytes_accessed", "raw_bytes_accessed", "flops",
+                    "model_flops"))
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 #: xprof writes a zero-length event with ``dur`` 1e-06 µs (1 ps); read as 0, as in the XSpace
 ZERO_DUR_US = 1e-06
-
-
-# ---- reading, bounded --------------------------------------------------------------------------------------
-
-def _head(path, max_bytes) -> bytes:
-    try:
-        with _open(path, max_bytes) as f:
-            return f.read(formats.HEAD_BYTES)
-    except TraceError:
-        raise
-    except (OSError, EOFError, ValueError):
-        return b""
-
-
-class _Bounded:
-    """A binary reader over the (decompressed) stream that refuses more than ``max_bytes`` bytes, or more than
-    ``paths.GZ_MAX_RATIO`` times the compressed size past ``paths.GZ_BOMB_FLOOR`` (the protobuf reader's limits)."""
-
-    def __init__(self, raw, inner, where: str, max_bytes: int | None, compressed: int | None):
-        self.raw, self.inner, self.where, self.max_bytes = raw, inner, where, max_bytes
-        self.bomb = None if max_bytes is None or compressed is None else \
-            max(compressed * paths.GZ_MAX_RATIO, paths.GZ_BOMB_FLOOR)
-        self.total = 0
-
-    def read(self, n: int = -1) -> bytes:
-        try:
-            b = self.inner.read(n)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
-            raise TraceError(f"cannot decompress the trace ({type(e).__name__}: {e}); the file is truncated or "
-                             "corrupt", self.where, "re-capture or re-copy it in binary mode") from None
-        self.total += len(b)
-        if self.max_bytes is not None and self.total > self.max_bytes:
-            raise TraceError(f"decompressed trace is over the {paths.size_text(self.max_bytes)} limit", self.where,
-                             "raise the limit with --max-size MiB (or max_bytes=None)")
-        if self.bomb is not None and self.total > self.bomb:
-            raise TraceError(f"gzip file expands more than {paths.GZ_MAX_RATIO}x its size (a decompression bomb?)",
-                             self.where, "raise --max-size if it is a real trace")
-        return b
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.inner.close()
-        if self.raw is not self.inner:
-            self.raw.close()
-
-
-def _open(path, max_bytes: int | None) -> _Bounded:
-    where = os.fspath(path)
-    if "://" in where:
-        import fsspec.core
-        fs, rp = fsspec.core.url_to_fs(where)
-        size, raw = fs.size(rp), fs.open(rp, "rb")
-    else:
-        size, raw = os.stat(where).st_size, open(where, "rb")
-    if max_bytes is not None and size > max_bytes:
-        raw.close()
-        raise TraceError(f"file is {paths.size_text(size)}, over the {paths.size_text(max_bytes)} limit", where,
-                         "raise the limit with --max-size MiB (or max_bytes=None)")
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic == b"\x1f\x8b":
-        return _Bounded(raw, gzip.GzipFile(fileobj=raw), where, max_bytes, size)
-    return _Bounded(raw, raw, where, max_bytes, None)
 
 
 # ---- events -> lines ---------------------------------------------------------------------------------------
@@ -135,8 +77,9 @@ class _Reader:
         self.threads: dict = {}         # (pid, tid) -> thread name
         self.n = 0
         self.skipped: dict = {}         # ph -> count of events that are not complete events
+        self.bad: dict = {}             # what was wrong ("args", "pid", ...) -> count of events it was wrong in
+        self.counts = jsonstream.Counts()
         self.has_flops = self.has_model_flops = self.has_costs = False
-        self.top: dict = {}
         self.hlo_over: dict = {}        # bound -> ops whose HLO text is over it (hlotext.module)
 
     def stat_id(self, k: str) -> int:
@@ -145,6 +88,9 @@ class _Reader:
             sid = self.stat_ids[k] = len(self.stat_ids) + 1
         return sid
 
+    def wrong(self, what: str) -> None:
+        self.bad[what] = self.bad.get(what, 0) + 1
+
     def event(self, ev: dict) -> None:
         self.n += 1
         if self.max_events is not None and self.n > self.max_events:
@@ -152,58 +98,88 @@ class _Reader:
                              "raise it with --max-events (or max_events=None)")
         ph = ev.get("ph")
         if ph != "X":
-            if ph == "M":
-                name, args = ev.get("name"), ev.get("args") or {}
-                if name == "process_name":
-                    self.procs[ev.get("pid")] = str(args.get("name", ""))
-                elif name == "thread_name":
-                    self.threads[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
+            if not isinstance(ph, str):
+                if ph is not None:
+                    self.wrong("ph (event not read)")
+            elif ph == "M":
+                self._meta(ev)
             elif ph:
+                ph = ph if len(ph) <= 2 else "other"
                 self.skipped[ph] = self.skipped.get(ph, 0) + 1
             return
         lk = (ev.get("pid"), ev.get("tid"))
+        if not jsonstream.is_id(lk[0]) or not jsonstream.is_id(lk[1]):
+            self.wrong("pid (event not read)" if not jsonstream.is_id(lk[0]) else "tid (event not read)")
+            return
+        ts, dur = ev.get("ts"), ev.get("dur")
+        ts = 0.0 if ts is None else None if type(ts) is bool else jsonstream.number(ts)
+        dur = 0.0 if dur is None else None if type(dur) is bool else jsonstream.number(dur)
+        if ts is None or dur is None:
+            self.wrong("ts (event not read)" if ts is None else "dur (event not read)")
+            return
         line = self.lines.get(lk)
         if line is None:
             line = self.lines[lk] = _Line()
-        try:
-            ts, dur = float(ev.get("ts", 0.0)), float(ev.get("dur", 0.0))
-        except (TypeError, ValueError):
-            ts = dur = float("nan")
         i = len(line.ts)
         line.ts.append(ts)
         line.dur.append(dur)
         args = ev.get("args")
         meta = ["", "", "", ""]
-        if args:
+        if type(args) is dict:
             if "model_flops" in args and "flops" not in args:
                 args = dict(args, flops=args["model_flops"])
                 self.has_model_flops = True
             for k, v in args.items():
-                if k in _SKIP:
+                if k in _SKIP or v is None:
                     continue
                 if k in _META:
-                    meta[_META.index(k)] = str(v)
+                    s = jsonstream.name_text(v)
+                    if s is None:
+                        self.wrong(f"args.{k}")
+                    else:
+                        meta[_META.index(k)] = s
                     continue
                 if k == "flops" and not self.has_model_flops:
                     self.has_flops = True
                 self.has_costs = self.has_costs or k == "bytes_accessed"
                 self._stat(line, i, k, v)
-        key = (str(ev.get("name", "")), *meta)
+        elif args is not None:
+            self.wrong("args (not a map)")
+        name = jsonstream.name_text(ev.get("name"))
+        if name is None:
+            self.wrong("name")
+        key = (name or "", *meta)
         kid = self.keys.get(key)
         if kid is None:
             kid = self.keys[key] = len(self.keys) + 1
         line.key.append(kid)
 
+    def _meta(self, ev: dict) -> None:
+        """A metadata event: the name of a process (a plane) or of a thread (a line)."""
+        name, args = ev.get("name"), ev.get("args")
+        if name not in ("process_name", "thread_name"):
+            return
+        pid, tid = ev.get("pid"), ev.get("tid")
+        label = jsonstream.text(args.get("name", "")) if type(args) is dict else None
+        if label is None:
+            self.wrong(f"M {name} args")
+        elif not jsonstream.is_id(pid):
+            self.wrong("pid (event not read)")
+        elif name == "process_name":
+            self.procs[pid] = label
+        elif not jsonstream.is_id(tid):
+            self.wrong("tid (event not read)")
+        else:
+            self.threads[(pid, tid)] = label
+
     def _stat(self, line: _Line, i: int, k: str, v) -> None:
-        if isinstance(v, str) and k in _NUMERIC:
-            try:
-                v = int(v)
-            except ValueError:
-                try:
-                    v = float(v)
-                except ValueError:
-                    pass
-        if isinstance(v, bool):
+        if k in _NUMERIC:
+            n = jsonstream.number(v)
+            if n is None and (k in _COSTS or not isinstance(v, str) or len(v) > jsonstream.MAX_NUMBER_TEXT):
+                self.wrong(f"args.{k} (not a usable number)")
+                return
+            v = v if n is None else n  # (an id that is no number, "abc", stays a string)
+        elif isinstance(v, bool):
             v = int(v)
         if isinstance(v, int):
             if not _I64_MIN <= v <= _I64_MAX:
@@ -213,8 +189,12 @@ class _Reader:
         elif isinstance(v, float):
             kind, iv, dv = KIND_DOUBLE, 0, v
         elif isinstance(v, str):
+            s = jsonstream.text(v)
+            if s is None:
+                self.wrong(f"args.{k} (over {jsonstream.MAX_STRING:,} characters)")
+                return
             kind, iv, dv = KIND_STR, len(line.s_str), float("nan")
-            line.s_str.append(v)
+            line.s_str.append(s)
         else:
             return
         line.s_ev.append(i)
@@ -224,38 +204,33 @@ class _Reader:
         line.s_dbl.append(dv)
 
 
-def _events(f, reader: _Reader, prefix: str) -> None:
-    try:
-        import ijson
-    except ImportError:  # pragma: no cover - a dependency; kept for a broken install
-        raise TraceError("cannot read trace-viewer JSON: the ijson package is missing", reader.where,
-                         "pip install ijson") from None
-    try:
-        for ev in ijson.items(f, prefix, use_float=True):
-            if isinstance(ev, dict):
-                reader.event(ev)
-    except ijson.JSONError as e:
-        raise TraceError(f"not valid JSON after {reader.n:,} events ({str(e).splitlines()[0][:120]}); the file is "
-                         "truncated or corrupt", reader.where, "re-export or re-copy it") from None
-
-
 def load(hf, warnings: list[str], *, max_bytes: int | None = paths.DEFAULT_MAX_BYTES,
          max_events: int | None = None) -> tuple[list[PlaneData], list[str]]:
     """(planes, hostnames) of one trace-viewer JSON file, as :func:`tracekit.ingest.paths.decode` gives them for
-    an XSpace; what the JSON cannot tell is appended to ``warnings``."""
+    an XSpace; what the JSON cannot tell, and what of it was ignored, is appended to ``warnings``."""
     where = os.fspath(hf.path)
-    head = _head(hf.path, max_bytes)
-    what = formats.foreign(head, where)
+    what = formats.foreign(jsonstream.head(hf.path, max_bytes), where)
     if what is not None:
         raise TraceError(what[0], where, what[1])
     reader = _Reader(where, max_events)
     try:
-        with _open(hf.path, max_bytes) as f:
-            _events(f, reader, "item" if head.lstrip().startswith(b"[") else "traceEvents.item")
+        with jsonstream.open_bounded(hf.path, max_bytes) as f:
+            for ev in jsonstream.events(f, where, reader.counts):
+                reader.event(ev)
     except TraceError:
         raise
     except OSError as e:
         raise TraceError(f"cannot read file ({e.strerror or type(e).__name__})", where) from None
+    except UnicodeDecodeError as e:
+        raise TraceError(f"a string after {reader.n:,} events is not valid UTF-8 ({e.reason}); the file is corrupt",
+                         where, "re-export or re-copy it in binary mode") from None
+    except Exception as e:  # ijson's errors (its module is imported lazily)
+        if type(e).__name__ not in ("IncompleteJSONError", "JSONError"):
+            raise
+        msg = e.args[0] if e.args else ""
+        msg = (msg.decode("utf-8", "replace") if isinstance(msg, bytes) else str(msg)).strip().splitlines() or [""]
+        raise TraceError(f"not valid JSON after {reader.n:,} events ({msg[0][:120]}); the file is "
+                         "truncated or corrupt", where, "re-export or re-copy it") from None
     planes, hostnames = _planes(reader)
     if not any(p.lines for p in planes):
         raise TraceError("no events on an XLA device or host (not a JAX/XLA trace-viewer export, or an empty "
@@ -284,6 +259,17 @@ def _warn(reader: _Reader, planes, host: str, warnings: list[str]) -> None:
     if reader.skipped:
         kinds = ", ".join(f"{k} x{v:,}" for k, v in sorted(reader.skipped.items()))
         warnings.append(f"{host}: trace events other than complete events (ph X) were not read: {kinds}")
+    c, bad = reader.counts, dict(reader.bad)
+    for what, n in (("items of the event list that are not maps (not read)", c.not_events),
+                    (f"args past the first {jsonstream.MAX_ARGS:,} of an event", c.many_args),
+                    (f"args named after {jsonstream.MAX_ARG_NAMES:,} other names or over 256 characters", c.new_names)):
+        if n:
+            bad[what] = n
+    if bad:
+        top = sorted(bad.items(), key=lambda kv: (-kv[1], kv[0]))
+        listed = ", ".join(f"{k} x{v:,}" for k, v in top[:8]) + (f", and {len(top) - 8} more" if len(top) > 8 else "")
+        warnings.append(f"{host}: {sum(bad.values()):,} trace event fields of the wrong type or past the reader's "
+                        f"bounds were ignored: {listed}")
 
 
 # ---- lines -> planes ---------------------------------------------------------------------------------------
