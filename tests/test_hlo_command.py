@@ -1,0 +1,80 @@
+"""`tracekit hlo PATH OP` against the trace's HLO proto read directly (an oracle independent of tracekit.ingest)."""
+from __future__ import annotations
+
+import glob
+import os
+
+from click.testing import CliRunner
+
+from tracekit.cli.app import main
+from tracekit.proto import hlo_pb2, xplane_pb2
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "cpu")
+
+
+def _modules(name):
+    path = glob.glob(os.path.join(FIX, name, "**", "*.xplane.pb"), recursive=True)[0]
+    space = xplane_pb2.XSpace.FromString(open(path, "rb").read())
+    out = []
+    for plane in space.planes:
+        if plane.name != "/host:metadata":
+            continue
+        ids = {k for k, v in plane.stat_metadata.items() if v.name == "Hlo Proto"}
+        for md in plane.event_metadata.values():
+            out += [hlo_pb2.HloProto.FromString(s.bytes_value).hlo_module for s in md.stats if s.metadata_id in ids]
+    return out
+
+
+def _fusions(name):
+    for m in _modules(name):
+        comps = {c.id: c for c in m.computations}
+        for c in m.computations:
+            for i in c.instructions:
+                if i.opcode == "fusion" and i.metadata.op_name:
+                    yield m, i, comps[i.called_computation_ids[0]]
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["hlo", *args])
+
+
+def test_fusion_body_op_name_and_source_from_the_proto():
+    m, ins, body = next(_fusions("train_step"))
+    r = _run(os.path.join(FIX, "train_step"), ins.name, "--module", m.name)
+    assert r.exit_code == 0, r.output
+    assert f"op_name: {ins.metadata.op_name}" in r.output
+    assert f"%{ins.name} = " in r.output
+    lines = r.output.splitlines()
+    head = next(k for k, l in enumerate(lines) if l.startswith(f"body %{body.name} "))
+    got = [l.strip().split(" = ")[0] for l in lines[head + 1:head + 1 + len(body.instructions)]]
+    assert got == ["%" + i.name for i in body.instructions]
+
+
+def test_backward_op_is_marked_and_forward_is_not():
+    seen = set()
+    for m, ins, _ in _fusions("train_step"):
+        bwd = "transpose(jvp" in ins.metadata.op_name
+        if bwd in seen:
+            continue
+        seen.add(bwd)
+        r = _run(os.path.join(FIX, "train_step"), ins.name, "--module", m.name)
+        assert r.exit_code == 0, r.output
+        assert ("[backward]" in r.output) == bwd
+    assert seen == {True, False}
+
+
+def test_producers_one_line_per_operand():
+    m, ins, _ = next(_fusions("attention"))
+    names = {i.id: i.name for c in m.computations for i in c.instructions}
+    r = _run(os.path.join(FIX, "attention"), ins.name, "--module", m.name)
+    assert r.exit_code == 0, r.output
+    tail = r.output.split("operands' producers:\n")[1].splitlines()
+    assert [l.split(" = ")[0].strip() for l in tail] == ["%" + names[o] for o in ins.operand_ids]
+
+
+def test_unknown_op_is_one_line_exit_2_with_close_matches():
+    m, ins, _ = next(_fusions("train_step"))
+    r = _run(os.path.join(FIX, "train_step"), ins.name + "9")
+    assert r.exit_code == 2
+    assert len(r.output.strip().splitlines()) == 1
+    assert "no op" in r.output and ins.name in r.output and "Traceback" not in r.output
