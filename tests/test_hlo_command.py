@@ -78,3 +78,20 @@ def test_unknown_op_is_one_line_exit_2_with_close_matches():
     assert r.exit_code == 2
     assert len(r.output.strip().splitlines()) == 1
     assert "no op" in r.output and ins.name in r.output and "Traceback" not in r.output
+
+
+def test_ops_op_name_column_equals_the_proto_metadata():
+    import json
+    want = {(m.name, i.name): i.metadata.op_name for m in _modules("train_step")
+            for c in m.computations for i in c.instructions}
+    r = CliRunner().invoke(main, ["ops", os.path.join(FIX, "train_step"), "--format", "json", "--limit", "0"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    named = [row for row in rows if want.get((row["module"], row["op"]))]
+    assert named and all(row["op_name"] == want[(row["module"], row["op"])] for row in named)
+    table = CliRunner().invoke(main, ["ops", os.path.join(FIX, "train_step"), "--limit", "0"]).output
+    bwd = [row["op"] for row in named if "transpose(jvp" in row["op_name"]]
+    fwd = [row["op"] for row in named if "transpose(" not in row["op_name"]]
+    assert bwd and fwd
+    line = {l.split()[1]: l for l in table.splitlines()[2:] if len(l.split()) > 1}
+    assert all("(bwd)" in line[o] for o in bwd) and not any("(bwd)" in line[o] for o in fwd)

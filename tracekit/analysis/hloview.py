@@ -25,6 +25,10 @@ def short_op_name(op_name: str, width: int = 40) -> str:
     if not op_name:
         return ""
     mark = "(bwd) " if is_backward(op_name) else ""
+    op_name = op_name.split(";")[0]  # a fusion names each fused op: the first stands for it
+    head, sep, rest = op_name.partition("/")
+    if sep and head.startswith(("jit(", "pjit(")):
+        op_name = rest  # the jit frame is the module's name already
     room = max(width - len(mark), 8)
     tail = op_name if len(op_name) <= room else "…" + op_name[-(room - 1):]
     return mark + tail

@@ -189,3 +189,17 @@ def op_table(ops: pd.DataFrame, sort: str = "total") -> pd.DataFrame:
     g = op_stats(ops)
     col = _SORT_COL.get(sort, "total_ps")
     return g.sort_values([col, "op"], ascending=[col == "op", True], kind="stable", ignore_index=True)
+
+
+def with_names(table: pd.DataFrame, hlo: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (one row per module, program_id, op) with ``op_name`` (the JAX name stack from the instruction's
+    metadata) and ``source`` (``file:line``) from the ``hlo`` frame; empty strings where the trace has no HLO."""
+    cols = [c for c in ("program_id", "name", "op_name", "source_file", "source_line") if c in hlo.columns]
+    if len(cols) < 5 or not len(table):
+        return table.assign(op_name="", source="")
+    h = hlo[cols].drop_duplicates(["program_id", "name"]).rename(columns={"name": "op"})
+    m = table[["program_id", "op"]].merge(h, on=["program_id", "op"], how="left")
+    name = m["op_name"].fillna("").astype(str).to_numpy()
+    f, ln = m["source_file"].fillna("").astype(str), m["source_line"].fillna(0).astype("int64")
+    src = [f"{a}:{b}" if a else "" for a, b in zip(f, ln)]
+    return table.assign(op_name=name, source=src)

@@ -64,6 +64,7 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     table = opstats.op_table(o, sort=sort)
     if limit:
         table = table.head(limit)
+    table = opstats.with_names(table, tr.hlo)
     if fmt == "csv":
         text = table.to_csv(index=False)
     elif fmt == "json":
@@ -80,7 +81,10 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
 
 def _format_ops(t):
     from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
+    from tracekit.analysis.hloview import short_op_name
     out = t[["module", "op", "category", "occurrences"]].copy()
+    if "op_name" in t.columns and t["op_name"].astype(bool).any():
+        out.insert(2, "op_name", t["op_name"].map(lambda n: short_op_name(n, 32)))
     out["total"] = t["total_ps"].map(fmt_time)
     out["mean"] = t["mean_ps"].map(fmt_time)
     out["share"] = t["busy_share"].map(fmt_pct)
