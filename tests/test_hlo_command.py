@@ -95,3 +95,18 @@ def test_ops_op_name_column_equals_the_proto_metadata():
     assert bwd and fwd
     line = {l.split()[1]: l for l in table.splitlines()[2:] if len(l.split()) > 1}
     assert all("(bwd)" in line[o] for o in bwd) and not any("(bwd)" in line[o] for o in fwd)
+
+
+def test_report_top_ops_carry_op_name_and_source():
+    import json
+    want = {(m.name, i.name): i.metadata for m in _modules("attention") for c in m.computations for i in c.instructions}
+    r = CliRunner().invoke(main, ["analyze", os.path.join(FIX, "attention"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    top = json.loads(r.output[r.output.index("{"):])["top_ops"]
+    named = [t for t in top if (t["module"], t["op"]) in want and want[(t["module"], t["op"])].op_name]
+    assert named
+    for t in named:
+        md = want[(t["module"], t["op"])]
+        assert t["op_name"] == md.op_name
+        if md.source_file:
+            assert t["source"] == f"{md.source_file}:{md.source_line}"

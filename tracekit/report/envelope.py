@@ -154,7 +154,7 @@ class Report:
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
-              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line"]
+              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line", "op_name", "source"]
 
 
 @dataclass(frozen=True)
@@ -247,8 +247,11 @@ def build(a: Analysis) -> Report:
     coverage = known / op_time if op_time and by_bound else 0.0
     top = op_stats.head(TOP_OPS).copy()
     if len(hlo) and len(top):
-        src = hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"])
+        src = hlo[["program_id", "name", "source_file", "source_line", "op_name"]].drop_duplicates(["program_id", "name"])
         top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
+        top["op_name"] = top["op_name"].fillna("").astype(str)  # the JAX name stack, e.g. jit(f)/transpose(jvp())/dot
+        top["source"] = [f"{f}:{int(n)}" if isinstance(f, str) and f else ""
+                         for f, n in zip(top["source_file"], top["source_line"].fillna(0))]
     pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
         if "flops" in op_stats else op_stats.iloc[:0]
     points = [{"module": r["module"], "op": r["op"], "bound_by": r["bound_by"], "dtype": r["dtype"],
