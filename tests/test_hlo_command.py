@@ -110,3 +110,15 @@ def test_report_top_ops_carry_op_name_and_source():
         assert t["op_name"] == md.op_name
         if md.source_file:
             assert t["source"] == f"{md.source_file}:{md.source_line}"
+
+
+def test_text_report_prefixes_the_module_only_for_colliding_names():
+    from tracekit.report.render import text
+    base = {"category": "custom-call", "occurrences": 1, "total_ps": 10**6, "busy_share": 0.1}
+    ops = [dict(base, module="jit_a", op="custom-call.1"), dict(base, module="jit_b", op="custom-call.1"),
+           dict(base, module="jit_a", op="fusion.2")]
+    o = text._Out(200, False)
+    text._ops(o, {"top_ops": ops}, {"op_executions": 3}, 12)
+    out = o.buf.getvalue()
+    assert "jit_a:custom-call.1" in out and "jit_b:custom-call.1" in out
+    assert "jit_a:fusion.2" not in out and "fusion.2" in out

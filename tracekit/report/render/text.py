@@ -210,7 +210,10 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
     if not ops:
         return
     o.blank()
-    rows = [[_safe(r["op"]), _safe(r["category"]), str(r["occurrences"]), fmt_time(r["total_ps"]),
+    mods: dict = {}
+    for r in ops:  # an op name in several modules (custom-call.1 of two programs) is shown as module:op
+        mods.setdefault(r["op"], set()).add(r.get("module"))
+    rows = [[_safe(f"{r.get('module')}:{r['op']}" if len(mods[r["op"]]) > 1 else r["op"]), _safe(r["category"]), str(r["occurrences"]), fmt_time(r["total_ps"]),
              fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
              _safe(r.get("bound_by") or "—"), fmt_eff(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
              _safe(r.get("cost_source") or "")] for r in ops[:top]]
