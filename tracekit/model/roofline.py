@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, execution, peaks, sharing
+from tracekit.model import calibrate, chips, custom_calls, execution, peaks, sharing
 from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
                               with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -225,7 +225,17 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
-    flops[has_t], nbytes[has_t], src[has_t], reason[has_t] = tf[has_t], tb[has_t], CostSource.TRACE, 0
+    # a custom call priced by a cost model (a kernel whose author states its cost): the stated bytes never fall
+    # below its operands read and results written once; a model whose FLOPs come from the shapes keeps them
+    modeled = has_t & (src >= len(CostSource)) & ~np.isnan(nbytes)
+    shaped = modeled & np.isin(src, [len(CostSource) + i for i, m in enumerate(u["models"])
+                                     if m.removeprefix("model:") in custom_calls.SHAPE_MODELS])
+    nbytes[modeled] = np.fmax(tb[modeled], nbytes[modeled])
+    take = has_t & ~shaped
+    flops[take], src[take], reason[has_t] = tf[take], CostSource.TRACE, 0
+    take &= ~modeled
+    nbytes[take] = tb[take]
+    del modeled, shaped, take
     net[has_t & np.isnan(net)] = 0.0
     del has_t
     if share is not None:
