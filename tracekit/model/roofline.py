@@ -155,6 +155,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
+    tr.__dict__["_cost_disagreements"] = _disagreements(ops, p["src"], p["flops"], tf, u)
     del tf, tb, share, rows
     if release_trace_costs:
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
@@ -193,6 +194,31 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     out = with_columns(ops, {k: new.pop(k) for k in order})
     # columns no op of the trace uses (collective model, loop trips, matmul shape) hold one value: stored once
     return constant_columns(schema.conform(out, sch))
+
+
+def cost_disagreements(tr: Trace) -> list[dict]:
+    """Model warnings from the last :func:`join` of ``tr``: ops whose trace-stated flops the op's own shapes
+    contradict by more than 2x (the shapes' figure was used), one per (module, op), with both numbers."""
+    return list(tr.__dict__.get("_cost_disagreements", []))
+
+
+def _disagreements(ops, src, flops, tf, u) -> list[dict]:
+    codes = [len(CostSource) + i for i, m in enumerate(u["models"])
+             if m.removeprefix("model:") in custom_calls.SHAPE_MODELS]
+    rows = np.flatnonzero(np.isin(src, codes) & ~np.isnan(tf)) if codes else np.array([], int)
+    out, seen = [], set()
+    for r in rows:
+        stated, derived = float(tf[r]), float(flops[r])
+        key = (str(ops["module"].iat[r]), str(ops["op"].iat[r]))
+        if key in seen or not custom_calls.disagrees(stated, derived):
+            continue
+        seen.add(key)
+        model = u["models"][int(src[r]) - len(CostSource)]
+        out.append({"module": key[0], "op": key[1], "stated_flops": stated, "derived_flops": derived,
+                    "message": f"model: {key[1]} ({key[0]}): the trace's flops stat (the kernel author's estimate) "
+                               f"says {stated:.4g} FLOPs, its shapes {derived:.4g} ({model}), more than 2x apart: "
+                               "the shapes' figure is used"})
+    return out
 
 
 def _result_schema(release_trace_costs: bool) -> dict:
