@@ -13,7 +13,7 @@ from tracekit.analysis import customcalls, timeline
 from tracekit.ingest import synth
 from tracekit.ingest.backend_config import ffi_attributes, parse_mlir_dict
 from tracekit.ingest.synth import instr, shape
-from tracekit.model import chips, identity, roofline
+from tracekit.model import chips, identity, precision, roofline
 from tracekit.model.cost import instruction_costs
 from tracekit.proto import hlo_pb2
 
@@ -343,8 +343,70 @@ def test_tpu_pallas_cost_estimate():
                               instr("k", "custom-call", shape("bf16", [8, 128]), [1],
                                     custom_call_target="tpu_custom_call", backend_config=json.dumps(cfg).encode())])
     r = instruction_costs(m).set_index("name").loc["k"]
-    assert (r["flops"], r["transcendentals"], r["bytes_accessed"]) == (5000, 7, 1000)
+    # bytes_accessed 1000 is below one read of x and one write of k (2 * 8*128*2 bytes): raised to that floor
+    assert (r["flops"], r["transcendentals"], r["bytes_accessed"]) == (5000, 7, 2 * 8 * 128 * 2)
     assert r["cost_model"] == "pallas_cost_estimate"
+
+
+def test_tpu_pallas_cost_estimate_bytes_above_the_floor_kept():
+    cfg = {"custom_call_config": {"cost_estimate": {"bytes_accessed": 10 ** 6, "flops": 5000, "transcendentals": 0}}}
+    m = synth.module("m", 1, [instr("x", "parameter", shape("bf16", [8, 128])),
+                              instr("k", "custom-call", shape("bf16", [8, 128]), [1],
+                                    custom_call_target="tpu_custom_call", backend_config=json.dumps(cfg).encode())])
+    r = instruction_costs(m).set_index("name").loc["k"]
+    assert (r["flops"], r["bytes_accessed"]) == (5000, 10 ** 6)
+
+
+def _pallas_matmul_space(tmp_path, flops_stat, bytes_stat, cfg=None):
+    """The TPU v6e Pallas matmul of issue 32: x f32[2048,1024] . y f32[1024,2048] -> f32[2048,2048] as a
+    ``tpu_custom_call``, its event carrying the author's flops and bytes_accessed stats."""
+    fields = {"custom_call_target": "tpu_custom_call"}
+    if cfg is not None:
+        fields["backend_config"] = json.dumps(cfg).encode()
+    ins = [instr("x", "parameter", shape("f32", [2048, 1024]), parameter_number=0),
+           instr("y", "parameter", shape("f32", [1024, 2048]), parameter_number=1),
+           instr("mm", "custom-call", shape("f32", [2048, 2048]), [1, 2], **fields)]
+    b = synth.SpaceBuilder(hostname="t")
+    b.hlo_module(synth.module("jit_mm", 9, ins), label="jit_mm(9)")
+    p = b.plane("/device:TPU:0", {"device_type_string": "TPU v6 Lite"})
+    ln = p.line("XLA Ops")
+    ln.event("%mm = f32[2048,2048]{1,0} custom-call(f32[2048,1024]{1,0} %x, f32[1024,2048]{0,1} %y), "
+             "custom_call_target=\"tpu_custom_call\"", 0, 76_000_000, display="mm",
+             md_stats={"program_id": 9, "flops": flops_stat, "bytes_accessed": bytes_stat})
+    f = tmp_path / "t.xplane.pb"
+    b.write(f)
+    return tracekit.load(f)
+
+
+@pytest.mark.parametrize("cfg", [None, {"custom_call_config": {"cost_estimate": {
+    "flops": 1.08e9, "bytes_accessed": 0, "transcendentals": 0}}}])
+def test_pallas_matmul_flops_from_shapes_not_the_authors_estimate(tmp_path, cfg):
+    tr = _pallas_matmul_space(tmp_path, 1.08e9, 0.0, cfg)
+    o = roofline.join(tr).set_index("op").loc["mm"]
+    assert o["flops"] == 2 * 2048 * 1024 * 2048  # 8.59 G, not the stated 1.08 G
+    assert o["bytes_accessed"] >= 4 * (2048 * 1024 + 1024 * 2048 + 2048 * 2048)  # not the stated 0
+    assert o["cost_source"] == "model:pallas_matmul"
+    assert o["compute_dtype"] == "f32"
+    ch = roofline.device_chips(tr)[(o["host"], o["device"])]
+    f32_peak = precision.peak(ch, "f32")[0]  # the chip's f32 peak, as chips.yaml defines it for the part
+    assert f32_peak > 0
+    assert o["compute_ps"] == pytest.approx(2 * 2048 * 1024 * 2048 / f32_peak * 1e12, rel=1e-6)
+    w = roofline.cost_disagreements(tr)  # the trace's flops stat and the shapes' figure, both named
+    assert [(x["op"], x["stated_flops"], x["derived_flops"]) for x in w] == [("mm", 1.08e9, 2 * 2048 * 1024 * 2048)]
+    assert "1.08e+09" in w[0]["message"] and "8.59e+09" in w[0]["message"] and "flops stat" in w[0]["message"]
+    if cfg is not None:  # the author's number, from the kernel's config, named beside the shapes'
+        note = identity.costs(tr).set_index("op").loc["mm", "note"]
+        assert "1.08e+09" in note and "2*1*2048*1024*2048" in note
+
+
+def test_pallas_kernel_not_a_matmul_keeps_the_stated_flops_with_a_bytes_floor(tmp_path):
+    # a stated bytes_accessed above the floor is kept; the kernel is not a matmul by its shapes: flops stated
+    cfg = {"custom_call_config": {"cost_estimate": {"flops": 123.0, "bytes_accessed": 7, "transcendentals": 0}}}
+    m = synth.module("m", 1, [instr("x", "parameter", shape("f32", [16, 16])),
+                              instr("k", "custom-call", shape("f32", [16]), [1],
+                                    custom_call_target="tpu_custom_call", backend_config=json.dumps(cfg).encode())])
+    r = instruction_costs(m).set_index("name").loc["k"]
+    assert (r["flops"], r["bytes_accessed"], r["cost_model"]) == (123.0, 4 * (16 * 16 + 16), "pallas_cost_estimate")
 
 
 # --- TopK, sort, unknown ------------------------------------------------------------------------------------

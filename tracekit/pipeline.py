@@ -97,6 +97,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     from tracekit.analysis import claims
     dchips = roofline.device_chips(tr, chip)
     model_warnings = peaks.model_warnings(ops, dchips, limit=None)  # every op above its roofline is named
+    model_warnings = roofline.cost_disagreements(tr) + model_warnings  # author estimates the shapes contradict
     missing = sorted({h for (h, _), c in dchips.items() if c.family == "cpu" and c.notes.startswith("no record")})
     if missing:  # a CPU trace analyzed away from the machine that recorded it: its peaks are not that machine's
         from tracekit.model.calibrate import processor_name

@@ -38,7 +38,10 @@ CONV_TARGETS = {"__cudnn$convForward": "forward", "__cudnn$convBiasActivationFor
 TOPK_TARGETS = {"TopK", "__gpu$TopK"}
 SORT_TARGETS = {"__cub$DeviceRadixSort"}
 #: models whose ops are matrix multiplications (every matmul rule sees them: ``is_matmul``)
-MATMUL_MODELS = ("gemm", "gemm_fp8", "gemm_mx", "grouped_gemm", "cudnn_conv")
+MATMUL_MODELS = ("gemm", "gemm_fp8", "gemm_mx", "grouped_gemm", "cudnn_conv", "pallas_matmul")
+#: models whose FLOPs come from the op's own shapes: they win over a flops stat the trace states for the op (a
+#: kernel author's estimate is evidence, not truth), and their bytes are a floor under the trace's bytes
+SHAPE_MODELS = ("pallas_matmul",)
 
 ASSUMPTIONS = {
     "gemm": "FLOPs 2*batch*M*N*K from GemmBackendConfig.dot_dimension_numbers and the operand shapes; bytes = "
@@ -58,7 +61,12 @@ ASSUMPTIONS = {
     "cub_radix_sort": "no FLOPs (radix sort compares nothing); bytes = one read of the inputs and one write of "
                       "the results: a lower bound (CUB moves the keys once per radix pass)",
     "pallas_cost_estimate": "the kernel author's cost_estimate from the Pallas/Mosaic TPU custom call config "
-                            "(flops, transcendentals, bytes_accessed), taken as written",
+                            "(flops, transcendentals); bytes = the larger of its bytes_accessed and one read of "
+                            "the operands plus one write of the results",
+    "pallas_matmul": "a Pallas/Mosaic kernel whose shapes are a matmul ([.., M, K] . [.., K, N] -> [.., M, N]): "
+                     "FLOPs 2*batch*M*K*N from the shapes whatever the author's estimate says; bytes = the larger "
+                     "of the estimate and one read of the operands plus one write of the result; peak of the "
+                     "operand dtype (a Pallas kernel picks its own precision)",
     **attn.ASSUMPTIONS,
 }
 
@@ -77,7 +85,7 @@ def cost(inst, oshapes) -> Cost:
             return topk(inst, oshapes)
         if t in SORT_TARGETS:
             return cub_radix_sort(inst, oshapes)
-        c = pallas_cost_estimate(inst, oshapes) if t == "tpu_custom_call" else None
+        c = pallas_kernel(inst, oshapes) if t == "tpu_custom_call" else None
         c = c if c is not None else attn.cost(inst, oshapes)
         if c is not None:
             return c
@@ -218,13 +226,64 @@ def cub_radix_sort(inst, oshapes) -> Cost:
 
 
 # --- Pallas / Mosaic on TPU ---------------------------------------------------------------------------------
+def shape_matmul(oshapes, outs) -> tuple[float, tuple] | None:
+    """(2*batch*M*K*N, (batch, M, K, N)) when two operands and one result have a matmul's shapes,
+    [.., M, K] . [.., K, N] -> [.., M, N] (equal batch dims, or a 2-D right operand shared by the batch); else
+    None. A kernel with more operands or results is not taken for a matmul."""
+    if len(oshapes) != 2 or len(outs) != 1:
+        return None
+    a, b, o = (list(s.dimensions) for s in (oshapes[0], oshapes[1], outs[0]))
+    if len(a) < 2 or len(b) < 2 or len(o) != len(a) or a[:-2] != o[:-2] or (len(b) != 2 and b[:-2] != a[:-2]):
+        return None
+    m, k, n = a[-2], a[-1], b[-1]
+    if b[-2] != k or o[-2:] != [m, n]:
+        return None
+    batch = math.prod(a[:-2])
+    return 2.0 * batch * m * k * n, (batch, m, k, n)
+
+
+def pallas_kernel(inst, oshapes) -> Cost | None:
+    """A Pallas/Mosaic TPU kernel (``tpu_custom_call``): FLOPs from its shapes when they are a matmul
+    (:func:`shape_matmul`, model ``pallas_matmul``), else the author's ``cost_estimate``
+    (:func:`pallas_cost_estimate`); bytes never below one read of the operands and one write of the results.
+    compute dtype = the operands' (a Pallas kernel picks its own precision: f32 operands run at the f32 peak).
+    The note names the author's flops beside the shapes' when they differ by more than 2x. None when neither."""
+    outs = results(inst, workspace=False)
+    est = pallas_cost_estimate(inst, oshapes)
+    mm = shape_matmul(oshapes, outs)
+    if mm is None:
+        return est
+    flops, (batch, m, k, n) = mm
+    c = _io(oshapes, outs, model="pallas_matmul", compute_dtype=wider_dtype(oshapes[0], oshapes[1]))
+    c.flops = flops
+    c.note = f"pallas matmul from shapes: 2*{batch}*{m}*{k}*{n} flops"
+    if est is not None:
+        c.bytes_read = max(c.bytes_read, est.bytes_read + est.bytes_written - c.bytes_written)
+        if disagrees(est.flops, flops):
+            c.note += f"; the kernel's cost_estimate says {est.flops:.4g} flops, more than 2x off: not used"
+    return c
+
+
+def disagrees(stated: float, derived: float, factor: float = 2.0) -> bool:
+    """Whether a stated cost and one derived from shapes differ by more than ``factor`` (either way)."""
+    if not (math.isfinite(stated) and math.isfinite(derived)) or derived <= 0:
+        return False
+    return stated <= 0 or stated * factor < derived or stated > derived * factor
+
+
 def pallas_cost_estimate(inst, oshapes) -> Cost | None:
     """A Pallas/Mosaic TPU kernel (``tpu_custom_call``) whose config carries the author's ``cost_estimate``
     (``custom_call_config.cost_estimate``: flops, transcendentals, bytes_accessed; jax/_src/tpu_custom_call.py,
-    ``CostEstimate``): those numbers, as written (bytes_accessed counted as read). None when there is none."""
+    ``CostEstimate``): its flops and transcendentals; bytes = the larger of its bytes_accessed and one read of the
+    operands plus one write of the results (an author's 0 moves nothing, which no kernel does). None when there
+    is none."""
     est = bc.sub(bc.json_config(inst), "custom_call_config", "cost_estimate")
     if not est or "flops" not in est or "bytes_accessed" not in est:
         return None
+    outs = results(inst, workspace=False)
+    io = float(sum(nbytes(s) for s in oshapes)) + float(sum(nbytes(s) for s in outs))
+    stated = float(est["bytes_accessed"])
     return Cost(flops=float(est["flops"]), transcendentals=float(est.get("transcendentals", 0)),
-                bytes_read=float(est["bytes_accessed"]), model="pallas_cost_estimate",
-                note="the kernel's own cost_estimate")
+                bytes_read=max(stated, io), model="pallas_cost_estimate",
+                note="the kernel's own cost_estimate" + (
+                    "" if stated >= io else f"; its bytes_accessed {stated:.4g} raised to its operands + results"))
