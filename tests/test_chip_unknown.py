@@ -1,0 +1,53 @@
+"""Trace-viewer JSON without chip information (issue 32, item 5): every op that has work but no chip says "chip
+unknown — pass --chip NAME", never "no work"; with ``--chip`` naming a chip too slow for the trace, a warning says
+the chip is probably wrong. The JSON is written here (a small synthetic TPU export in xprof's dialect)."""
+from __future__ import annotations
+
+import json
+
+import tracekit
+from tracekit import pipeline
+from tracekit.model import roofline
+
+
+def _export(path, flops=400e9, nbytes=2e9, dur_us=1000.0, n=20):
+    ev = [{"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "/device:TPU:0"}},
+          {"ph": "M", "name": "thread_name", "pid": 3, "tid": 2, "args": {"name": "XLA Modules"}},
+          {"ph": "M", "name": "thread_name", "pid": 3, "tid": 3, "args": {"name": "XLA Ops"}}]
+    for i in range(n):
+        t0 = i * 2 * dur_us
+        ev.append({"ph": "X", "pid": 3, "tid": 2, "ts": t0, "dur": dur_us + 2, "name": "jit_f(7)"})
+        ev.append({"ph": "X", "pid": 3, "tid": 3, "ts": t0 + 1, "dur": dur_us, "name": "fusion.1",
+                   "args": {"long_name": "%fusion.1 = bf16[4096,4096]{1,0} fusion(bf16[4096,4096]{1,0} %p), "
+                                         "kind=kOutput, calls=%c", "hlo_category": "convolution fusion",
+                            "model_flops": str(int(flops)), "bytes_accessed": str(int(nbytes)),
+                            "device_duration_ps": str(int(dur_us * 1e6))}})
+    path.write_text(json.dumps({"displayTimeUnit": "ns", "traceEvents": ev}))
+    return path
+
+
+def test_no_chip_says_chip_unknown_never_no_work(tmp_path):
+    p = _export(tmp_path / "t.trace.json")
+    ops = roofline.join(tracekit.load(p))
+    dev = ops[~ops["is_async"].astype(bool)]
+    assert len(dev) == 20
+    assert (dev["flops"] == 400e9).all()  # the args' model_flops, literally
+    assert dev["roofline_ps"].isna().all()
+    reasons = set(dev["unknown_reason"].astype(str))
+    assert reasons == {"chip unknown — pass --chip NAME"}, reasons
+    assert not any("no work" in r for r in reasons)
+
+
+def test_zero_work_op_still_says_no_work(tmp_path):
+    p = _export(tmp_path / "t.trace.json", flops=0, nbytes=0)
+    ops = roofline.join(tracekit.load(p), chip="TPU v6e")
+    assert set(ops["unknown_reason"].astype(str)) == {"no work (zero flops and bytes)"}
+
+
+def test_wrong_chip_warns(tmp_path):
+    # 400 GFLOP in 1 ms = 400 TFLOP/s: above TPU v2's 46 TFLOP/s bf16 (8.7x), within v6e's 920 TFLOP/s
+    p = _export(tmp_path / "t.trace.json")
+    slow = pipeline.analyze(p, chip="TPU v2").data
+    assert any("chip is probably wrong" in w for w in slow["warnings"]), slow["warnings"]
+    right = pipeline.analyze(p, chip="TPU v6e").data
+    assert not any("chip is probably wrong" in w for w in right["warnings"])
