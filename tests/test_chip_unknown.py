@@ -10,7 +10,7 @@ from tracekit import pipeline
 from tracekit.model import roofline
 
 
-def _export(path, flops=400e9, nbytes=2e9, dur_us=1000.0, n=20):
+def _export(path, flops=400e9, nbytes=1e9, dur_us=1000.0, n=20):
     ev = [{"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "/device:TPU:0"}},
           {"ph": "M", "name": "thread_name", "pid": 3, "tid": 2, "args": {"name": "XLA Modules"}},
           {"ph": "M", "name": "thread_name", "pid": 3, "tid": 3, "args": {"name": "XLA Ops"}}]
@@ -45,7 +45,7 @@ def test_zero_work_op_still_says_no_work(tmp_path):
 
 
 def test_wrong_chip_warns(tmp_path):
-    # 400 GFLOP in 1 ms = 400 TFLOP/s: above TPU v2's 46 TFLOP/s bf16 (8.7x), within v6e's 920 TFLOP/s
+    # 400 GFLOP and 1 GB in 1 ms = 400 TFLOP/s, 1 TB/s: above TPU v2 (46 TFLOP/s, 700 GB/s), within v6e (920 T, 1.6 T)
     p = _export(tmp_path / "t.trace.json")
     slow = pipeline.analyze(p, chip="TPU v2").data
     assert any("chip is probably wrong" in w for w in slow["warnings"]), slow["warnings"]
