@@ -51,3 +51,19 @@ def test_wrong_chip_warns(tmp_path):
     assert any("chip is probably wrong" in w for w in slow["warnings"]), slow["warnings"]
     right = pipeline.analyze(p, chip="TPU v6e").data
     assert not any("chip is probably wrong" in w for w in right["warnings"])
+
+
+def test_chip_from_the_process_name(tmp_path):
+    """A process name carrying the kind (``/device:TPU:0 (TPU v6 Lite)``) names the chip: the ops are priced on
+    TPU v6e's table numbers, and the plane keeps its XSpace name."""
+    p = _export(tmp_path / "t.trace.json")
+    doc = json.loads(p.read_text())
+    doc["traceEvents"][0]["args"]["name"] = "/device:TPU:0 (TPU v6 Lite)"
+    p.write_text(json.dumps(doc))
+    tr = tracekit.load(p)
+    assert list(tr.devices["device"]) == ["TPU:0"]
+    ops = roofline.join(tr)
+    dev = ops[~ops["is_async"].astype(bool)]
+    assert dev["roofline_ps"].notna().all()
+    # 400 GFLOP at 920 TFLOP/s (v6e bf16) = 434.78 us; 1 GB at 1.6 TB/s = 625 us: memory bound
+    assert abs(float(dev["roofline_ps"].iloc[0]) - 1e9 / 1.6e12 * 1e12) / 625e6 < 1e-3, dev["roofline_ps"].iloc[0]
