@@ -67,3 +67,16 @@ def test_chip_from_the_process_name(tmp_path):
     assert dev["roofline_ps"].notna().all()
     # 400 GFLOP at 920 TFLOP/s (v6e bf16) = 434.78 us; 1 GB at 1.6 TB/s = 625 us: memory bound
     assert abs(float(dev["roofline_ps"].iloc[0]) - 1e9 / 1.6e12 * 1e12) / 625e6 < 1e-3, dev["roofline_ps"].iloc[0]
+
+
+def test_coverage_line_says_chip_unknown(tmp_path):
+    import subprocess
+    import sys
+    p = _export(tmp_path / "t.trace.json")
+    out = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(p)], capture_output=True,
+                         text=True).stdout
+    para = " ".join(out.split("op time by bound", 1)[1].split("\n\n")[0].split())  # (the paragraph, unwrapped)
+    assert "chip unknown — pass --chip NAME" in para.split("profiled")[0], para
+    named = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(p), "--chip", "TPU v6e"],
+                           capture_output=True, text=True).stdout
+    assert "chip unknown" not in named
