@@ -10,6 +10,10 @@ from tracekit.ingest.trace import Trace, load
 from tracekit.report import envelope as report_mod
 
 
+#: with ``--chip``, more than this share of op time priced above its roofline says the chip named is wrong
+WRONG_CHIP_SHARE = 0.05
+
+
 def with_roofline(tr: Trace, chip: str | None = None, topology: str | None = None,
                   cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False) -> pd.DataFrame:
     """The ops frame with the roofline columns joined (cost model + chip table; collectives priced on
@@ -105,6 +109,10 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
                                       "machine that recorded it (<trace>.machine.json, written by `tracekit "
                                       "capture` and the hook): its CPU peaks are this machine's "
                                       f"({processor_name()}), which may not be the one that ran it"}] + model_warnings
+    over = min(1.0, sum(w.get("share_of_op_time") or 0.0 for w in model_warnings))  # (async windows: past 1)
+    if chip and over > WRONG_CHIP_SHARE:  # the user named the part, and the trace runs faster than it can
+        model_warnings = [{"message": f"model: {over:.0%} of op time ran faster than its roofline on --chip {chip}: "
+                                      "the chip is probably wrong (see `tracekit chips`)"}] + model_warnings
     head = claims.headline(findings, frames.devices, frames.ops)
     custom = customcalls.summary(ops, tr.hlo, cost_table)
     step_stats = stepstats.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()

@@ -12,10 +12,9 @@ XSpace keeps on the op's metadata: ``long_name`` (the HLO text; becomes the meta
 ``device_duration_ps``. An op's program is the ``XLA Modules`` event (``jit_f(<program id>)``) around it. The HLO
 texts of each program become a small HLO module (:mod:`tracekit.ingest.hlotext`) in a ``/host:metadata`` plane.
 
-What the JSON cannot tell, and the loader warns about: device properties (chip, peaks: use ``--chip``), the HLO
-proto (fused computations, buffer assignment), executed FLOPs (only ``model_flops``), and events the exporter
-dropped (xprof's JSON leaves out ops that start at the same instant as another on the line; the streaming
-format carries no costs at all).
+What the JSON cannot tell, and the loader warns about: device properties (the chip only where a process name
+carries it, :mod:`tracekit.ingest.jsondevice`; else ``--chip``), the HLO proto, executed FLOPs (``model_flops``
+only), events the exporter dropped (ops starting at the same instant as another; streaming: no costs at all).
 
 The document is parsed as a stream (:mod:`tracekit.ingest.jsonstream`: one event at a time, nothing nested built,
 bounded memory) under the same limits as the protobuf reader: file size, decompressed size and ratio, and an event
@@ -34,7 +33,7 @@ from array import array
 import numpy as np
 
 from tracekit.errors import TraceError
-from tracekit.ingest import formats, hlotext, jsonstream, paths
+from tracekit.ingest import formats, hlotext, jsondevice, jsonstream, paths
 from tracekit.ingest.xspace import parse_module_label
 from tracekit.ingest.wire import KIND_DOUBLE, KIND_INT64, KIND_STR, LineData, PlaneData
 from tracekit.proto import hlo_pb2, xplane_pb2
@@ -291,6 +290,7 @@ def _planes(r: _Reader) -> tuple[list[PlaneData], list[str]]:
             pname = pname[cut + 1:]
         if not pname.startswith(("/device:", "/host:")):
             continue
+        pname, kind = jsondevice.split_name(pname)
         head = xplane_pb2.XPlane(id=pid if isinstance(pid, int) and 0 <= pid < 1 << 63 else 0, name=pname)
         for name, sid in r.stat_ids.items():
             head.stat_metadata[sid].id = sid
@@ -299,6 +299,7 @@ def _planes(r: _Reader) -> tuple[list[PlaneData], list[str]]:
                  "source": r.stat_id("source"), "program_id": r.stat_id("program_id")}
         for name, sid in pstat.items():
             head.stat_metadata[sid].id, head.stat_metadata[sid].name = sid, name
+        jsondevice.add_kind(head, kind)
         lines = sorted(by_pid[pid], key=lambda t: (str(type(t[0])), t[0]))
         named = {r.threads.get((pid, tid), ""): line for tid, line in lines}
         mods = _module_spans(named.get("XLA Modules"), keys) if pname.startswith("/device:") else None

@@ -177,7 +177,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
     new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=labels(CostSource) + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p.pop("reason").astype(np.int32),
-                                                      categories=u["reasons"] + ["no work (zero flops and bytes)"])
+                                                      categories=u["reasons"] + list(EXTRA_REASONS))
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
         p["compute"], p["memory"], p["network"], roof
     new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])
@@ -225,6 +225,13 @@ def _result_schema(release_trace_costs: bool) -> dict:
     """The columns :func:`join` returns: the ops' and the roofline's, less the trace's own costs when released."""
     return {k: v for k, v in {**schema.OPS, **schema.ROOFLINE}.items()
             if not (release_trace_costs and k in TRACE_COST_COLUMNS)}
+
+
+#: the reasons :func:`_predict` gives an unknown op that has none of its own: no work at all; work but no chip
+#: (no FLOP/s and no bandwidth: a trace-viewer JSON export names none); work but no peak for what it does
+CHIP_UNKNOWN = "chip unknown — pass --chip NAME"
+EXTRA_REASONS = ("no work (zero flops and bytes)", CHIP_UNKNOWN,
+                 "no peak FLOP/s or HBM bandwidth for its work on this chip")
 
 
 #: the trace's own cost stats: :func:`join` reads them and nothing after it does (the pipeline has it release them)
@@ -314,7 +321,12 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     unknown = np.isnan(flops) | np.isnan(nbytes) | (roof <= 0)
     best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
-    reason[unknown & (reason == 0)] = len(u["reasons"])  # "no work"
+    # an unknown op without a reason of its own: say what is missing (never "no work" for an op that has work)
+    bare = unknown & (reason == 0)
+    if bare.any():
+        work = (flops > 0) | (nbytes > 0)
+        no_chip = np.isnan(b("peak_f")) & np.isnan(b("bw"))
+        reason[bare] = len(u["reasons"]) + np.where(~work[bare], 0, np.where(no_chip[bare], 1, 2))
     network[hx] = hostlink
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,

@@ -161,6 +161,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
         o.para("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
                                                 sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
                + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time"
+               + ("; chip unknown — pass --chip NAME" if any(_no_peaks(c) for c in d.get("chips") or []) else "")
                + tag((s.get("trust") or {}).get("time_by_bound_ps")))
     if not s["hlo_present"]:
         o.para("HLO: not in this trace — ops are listed by kernel name and have no roofline")
@@ -346,3 +347,11 @@ def _widths(need: list[int], keep: list[int], shrink: tuple, width: int) -> dict
         out[i] += extra
         left -= extra
     return out
+
+
+def _no_peaks(c: dict) -> bool:
+    """A chip entry with neither a FLOP/s peak nor an HBM bandwidth (an export that names no chip)."""
+    def finite(v):
+        return isinstance(v, (int, float)) and v == v and v > 0
+    return not any(finite(v) for v in (c.get("peak_flops_per_s") or {}).values()) \
+        and not finite(c.get("hbm_bw_bytes_per_s"))
