@@ -9,19 +9,24 @@ Terms
   ``(opcode, shape)``: the i-th longest leftover of a given opcode and shape in BASE with the i-th longest in NEW
   (XLA renumbers instructions, ``fusion.3`` -> ``fusion.4``, when an unrelated part of the program changes). What
   is still unmatched is ``added`` (only in NEW) or ``removed`` (only in BASE).
-- **change**: ``new mean_ps / base mean_ps - 1``. A matched op is a ``regression`` when change >= ``threshold``
-  *and* its mean grew by at least ``min_time_ps``; an ``improvement`` when change <= -``threshold`` and its mean
-  shrank by at least ``min_time_ps``; else ``unchanged``.
-- **step time**: the median of the slowest device's step times (the overview's step time: a step is a run of the
-  step program on the device, start to start; the median: one slow first step should not fail a comparison),
-  judged with the same two thresholds; the mean (of the same device's steps) is shown too.
-  Unknown when either side has no steps.
+- **change**: each side's per-execution times of an op (self times, every device pooled) are a distribution; a
+  matched op is a ``regression`` when (1) the two-sided Mann-Whitney U test of the two distributions
+  (:mod:`tracekit.analysis.diffstats`), Holm-corrected over the ops compared, is under ``alpha`` (default 0.01),
+  (2) the median grew by at least ``threshold`` (0.1: x1.10) and (3) the change costs at least ``min_time_ps``
+  of total time in NEW (``impact_ps``, default 100 µs); an ``improvement`` the same downwards (median / 1.10);
+  else ``unchanged``, with the ``reason``. Ops with fewer than 5 executions on either side are never judged
+  (``too few executions``). ``change`` is of the means, ``median_change`` of the medians.
+- **step time**: the slowest device's step times (the overview's step time: a step is a run of the step
+  program on the device, start to start), judged the same way (one Mann-Whitney test of the two sides' step
+  times, not in the ops' Holm family; the cost: the medians' change x NEW's steps). Unknown when either side has
+  no steps.
 
 The verdict ``failed`` is true when an op or the step time regressed (the CLI then exits 1). Added ops are listed
 but do not fail the diff on their own: a new op that costs time also shows in the step time.
 
-Not accounted for: different devices or chips between the sides (times are compared as they are), run-to-run
-noise beyond the thresholds, and time outside ops (host work shows only through the step time).
+Not accounted for: different devices or chips between the sides (times are compared as they are), a shift of
+the whole machine between the captures (other load on a shared host: the test sees each trace's own spread
+only), and time outside ops (host work shows only through the step time).
 """
 from __future__ import annotations
 
