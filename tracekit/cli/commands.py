@@ -266,6 +266,16 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         sys.exit(EXIT_FINDINGS)
 
 
+def _diff_context(base_tr, new_tr) -> tuple:
+    """Both sides' analyze reports (JSON data) for the diff's step breakdown and findings; (None, None) when
+    either cannot be analyzed (the op and step comparison stands without them)."""
+    from tracekit import pipeline
+    try:
+        return pipeline.analyze(base_tr).data, pipeline.analyze(new_tr).data
+    except TraceError:
+        return None, None
+
+
 @click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
@@ -306,8 +316,8 @@ def diff_cmd(base, new, run, threshold, min_time_ps, alpha, outputs, fmt, top, m
     from tracekit.report import render
     formats = [diff_report.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
     base_tr, new_tr = (load(p, run=run, **limits(max_size, max_events)) for p in (base, new))
-    d = diff_report.build(diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps,
-                                                 alpha=alpha, run=run))
+    c = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, alpha=alpha, run=run)
+    d = diff_report.build(c, *_diff_context(base_tr, new_tr))
     write_reports([(out, diff_report.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
     if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
         echo_out(diff_report.render(d, render.format_for(None, fmt), top=top))
