@@ -187,3 +187,28 @@ def test_help_states_the_test_alpha_and_minimum_effect():
     text = " ".join(res.output.split())
     assert "Mann-Whitney U" in text and "Holm" in text and "--alpha" in text and "0.01" in text
     assert "fewer than 5 executions" in text and "100us" in text
+
+
+def test_breakdown_and_findings_context():
+    base = {"overview": {"breakdown": {"step_ps": 1000, "compute_bound_ps": 600, "host_idle_ps": 400}},
+            "findings": [{"rule_id": "TK003", "severity": "warning", "name": "idle"},
+                         {"rule_id": "TK004", "severity": "info", "name": "x"}]}
+    new = {"overview": {"breakdown": {"step_ps": 2000, "compute_bound_ps": 600, "host_idle_ps": 1400}},
+           "findings": [{"rule_id": "TK004", "severity": "info", "name": "x"},
+                        {"rule_id": "TK010", "severity": "error", "name": "y"}]}
+    c = diff_report.context(base, new)
+    rows = {r["bucket"]: r for r in c["breakdown"]}
+    assert set(rows) == {"compute_bound", "host_idle"}
+    assert rows["host_idle"]["base_share"] == 0.4 and rows["host_idle"]["new_share"] == 0.7
+    assert rows["compute_bound"]["change_points"] == pytest.approx(0.3 - 0.6)
+    assert [f["rule_id"] for f in c["findings"]["new"]] == ["TK010"]
+    assert [f["rule_id"] for f in c["findings"]["gone"]] == ["TK003"] and c["findings"]["kept"] == ["TK004"]
+
+
+def test_cli_diff_json_has_breakdown_and_findings():
+    res = CliRunner().invoke(main, ["diff", str(PAIRS / "mlp_a"), str(PAIRS / "mlp_b"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["breakdown"] and all(0 <= r["base_share"] <= 1 for r in d["breakdown"])
+    assert abs(sum(r["base_share"] for r in d["breakdown"]) - 1) < 0.01  # the buckets fill the step
+    assert "findings" in d and d["findings"]["kept"]
