@@ -9,7 +9,7 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal,
+from tracekit.cli.options import (DURATION, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal,
                                   topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
@@ -270,14 +270,30 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         sys.exit(EXIT_FINDINGS)
 
 
+def _diff_context(base_tr, new_tr) -> tuple:
+    """Both sides' analyze reports (JSON data) for the diff's step breakdown and findings; (None, None) when
+    either cannot be analyzed (the op and step comparison stands without them)."""
+    from tracekit import pipeline
+    try:
+        return pipeline.analyze(base_tr).data, pipeline.analyze(new_tr).data
+    except TraceError:
+        return None, None
+
+
 @click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
 @run_opt
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.1, show_default=True,
-              help="Relative slowdown of an op's mean time (or of the mean step time) that is a regression.")
-@click.option("--min-time", "min_time_ps", type=click.IntRange(min=0), default=1_000_000, show_default=True,
-              help="...and by at least this many picoseconds per execution (default 1 µs).")
+              help="Minimum effect: the median per-execution time (of an op, or the median step time) must grow by "
+                   "this fraction (0.1: x1.10) to be a regression, or shrink by as much (/1.10) to be an "
+                   "improvement.")
+@click.option("--min-time", "min_time_ps", type=DURATION, default="100us", show_default=True,
+              help="...and the change must cost at least this much total time in NEW (10ms, 50us; a bare number "
+                   "is ps).")
+@click.option("--alpha", type=click.FloatRange(min=0, max=1, min_open=True), default=0.01, show_default=True,
+              help="Significance level of the two-sided Mann-Whitney U test of the two sides' per-execution times "
+                   "(step times for the step time), Holm-corrected over the ops compared.")
 @click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
               help="Write the comparison here; the format follows the extension (.json .md .txt); - is stdout. "
                    "Repeatable.")
@@ -287,9 +303,15 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
 @limit_opts
 @quiet_opt
 @guarded
-def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size, max_events, quiet):
-    """Compare two traces of the same program: ops matched by (module, op), else by (opcode, shape); per-op mean
-    time and mean step time; regressions, improvements, and ops only on one side.
+def diff_cmd(base, new, run, threshold, min_time_ps, alpha, outputs, fmt, top, max_size, max_events, quiet):
+    """Compare two traces of the same program: ops matched by (module, op), else by (opcode, shape); regressions,
+    improvements, and ops only on one side.
+
+    A change counts only when it exceeds the run-to-run spread the two traces show: the two sides' per-execution
+    times of an op (the slowest device's step times for the step time) differ by a two-sided Mann-Whitney U test
+    (normal approximation, tie-corrected) at --alpha, Holm-corrected over the ops compared, AND by the minimum
+    effect (--threshold on the median, --min-time of total time). Ops with fewer than 5 executions on either side
+    are never called changed (too few executions).
 
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
     from tracekit.ingest.trace import load
@@ -298,7 +320,8 @@ def diff_cmd(base, new, run, threshold, min_time_ps, outputs, fmt, top, max_size
     from tracekit.report import render
     formats = [diff_report.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
     base_tr, new_tr = (load(p, run=run, **limits(max_size, max_events)) for p in (base, new))
-    d = diff_report.build(diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, run=run))
+    c = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, alpha=alpha, run=run)
+    d = diff_report.build(c, *_diff_context(base_tr, new_tr))
     write_reports([(out, diff_report.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
     if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
         echo_out(diff_report.render(d, render.format_for(None, fmt), top=top))

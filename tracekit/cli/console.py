@@ -140,18 +140,27 @@ def gate_lines(findings: list[dict], fail_on: str) -> list[str]:
     return out
 
 
+def _signed(ps) -> str:
+    from tracekit.units import fmt_time
+    return "—" if ps is None else ("+" if ps > 0 else "-" if ps < 0 else "") + fmt_time(abs(ps))
+
+
 def regression_lines(data: dict, limit: int = 20) -> list[str]:
-    """What made ``tracekit diff`` fail, one line each, for stderr: the step time, then the regressed ops."""
+    """What made ``tracekit diff`` fail, one stderr line per tripping item (the step time, then each regressed op),
+    each line whole on its own (grep-able); past ``limit`` ops one line says how many more."""
     from tracekit.units import fmt_pct, fmt_time
     rows = [r for r in data["ops"] if r["status"] == "regression"]
     st = data["step_time"]
-    out = [f"tracekit: regression: {len(rows)} op(s)" + (" and the step time" if st["status"] == "regression" else "")]
+    out = []
     if st["status"] == "regression":
-        out.append(f"  step time (median): {fmt_time(st['base']['median_ps'])} -> {fmt_time(st['new']['median_ps'])}"
-                   f" (+{fmt_pct(st['change'])})")
+        out.append(f"tracekit: regression: step time (median) {fmt_time(st['base']['median_ps'])} -> "
+                   f"{fmt_time(st['new']['median_ps'])} (+{fmt_pct(st['change'])}, p {st.get('p_value') or 0:.2g})")
     for r in rows[:limit]:
-        out.append(safe(f"  {r['op']} ({r['module']}): mean {fmt_time(r.get('base_mean_ps'))} -> "
-                        f"{fmt_time(r.get('new_mean_ps'))} (+{fmt_pct(r.get('change'))})"))
+        p = r.get("p_holm")
+        out.append(safe(f"tracekit: regression: {r['op']} ({r['module']}): median "
+                        f"{fmt_time(r.get('base_median_ps'))} -> {fmt_time(r.get('new_median_ps'))} "
+                        f"(+{fmt_pct(r.get('median_change'))}, {_signed(r.get('impact_ps'))} total, "
+                        f"p {'—' if p is None else format(p, '.2g')} Holm)"))
     if len(rows) > limit:
-        out.append(f"  … and {len(rows) - limit} more")
+        out.append(f"tracekit: regression: … and {len(rows) - limit} more op(s) (see the JSON output)")
     return out

@@ -62,6 +62,28 @@ def _drop_stdout() -> None:
         pass
 
 
+class Duration(click.ParamType):
+    """A duration with a unit (``10ms``, ``50us``, ``50µs``, ``2s``, ``100ns``; a bare number is picoseconds), as
+    integer picoseconds; a bad value is click's one-line usage error (exit 2)."""
+
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        from tracekit.units import parse_quantity
+        if isinstance(value, int) and not isinstance(value, bool):
+            ps = value
+        else:
+            try:
+                ps = parse_quantity(value, "duration")
+            except ValueError as e:
+                self.fail(f"{value!r}: {e} (e.g. 10ms, 50us)", param, ctx)
+        if ps < 0:
+            self.fail(f"{value!r}: a duration cannot be negative", param, ctx)
+        return int(round(ps))
+
+
+DURATION = Duration()
+
 path_arg = click.argument("path", type=click.Path(path_type=str))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 topology_opt = click.option("--topology", default=None, metavar="SPEC",

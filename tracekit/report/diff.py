@@ -33,8 +33,35 @@ class Diff:
         return jsontext.dumps(self.data) + "\n"
 
 
-def build(c: Comparison) -> Diff:
-    """The envelope of a comparison."""
+#: the step-breakdown buckets compared (``overview.breakdown`` of the report), in the report's order
+BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
+           "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
+
+
+def context(base: dict, new: dict) -> dict:
+    """What two analyze reports (their JSON ``data``) add to a diff, shown but not gating: each step-breakdown
+    bucket as a share of the step time on both sides (``change_points``: new - base, in points of the step), and
+    the findings by rule id (``new``: only in NEW, ``gone``: only in BASE, ``kept``: on both)."""
+    rows = []
+    bb, bn = base.get("overview", {}).get("breakdown", {}), new.get("overview", {}).get("breakdown", {})
+    if bb.get("step_ps") and bn.get("step_ps"):
+        for k in BUCKETS:
+            sb, sn = bb.get(k, 0) / bb["step_ps"], bn.get(k, 0) / bn["step_ps"]
+            if sb or sn:
+                rows.append({"bucket": k[:-3], "base_share": sb, "new_share": sn, "change_points": sn - sb})
+
+    def by_rule(d):
+        return {f["rule_id"]: {"rule_id": f["rule_id"], "severity": f.get("severity"), "name": f.get("name", "")}
+                for f in d.get("findings", [])}
+    fb, fn = by_rule(base), by_rule(new)
+    findings = {"new": [fn[k] for k in sorted(set(fn) - set(fb))], "gone": [fb[k] for k in sorted(set(fb) - set(fn))],
+                "kept": sorted(set(fb) & set(fn))}
+    return {"breakdown": rows, "findings": findings}
+
+
+def build(c: Comparison, base_report: dict | None = None, new_report: dict | None = None) -> Diff:
+    """The envelope of a comparison; with both sides' analyze reports (their JSON ``data``), also the
+    step-breakdown and findings comparison of :func:`context`."""
     m = c.ops
     counts = {s: int((m["status"] == s).sum()) for s in STATUSES}
     counts.update({f"matched_by_{k}": int((m["match"] == k).sum()) for k in ("name", "shape")})
@@ -47,12 +74,15 @@ def build(c: Comparison) -> Diff:
         "schema": SCHEMA,
         "tool": {"name": "tracekit", "version": version()},
         "inputs": {"base": [display_path(p) for p in c.base_paths], "new": [display_path(p) for p in c.new_paths]},
-        "params": clean({"threshold": c.threshold, "min_time_ps": c.min_time_ps}),
+        "params": clean(c.params),
         "step_time": step,
         "summary": counts,
         "ops": rows,
         "failed": counts["regression"] > 0 or step["status"] == "regression",
-        "units": {"*_ps": "picoseconds", "change": "fraction (new / base - 1)"},
+        **(clean(context(base_report, new_report)) if base_report is not None and new_report is not None else {}),
+        "units": {"*_ps": "picoseconds", "*_share": "fraction of the step time", "change": "fraction (new / base - 1) of the mean",
+                  "median_change": "fraction (new / base - 1) of the median",
+                  "p_holm": "Holm-corrected p-value (null: not tested)"},
     }
     return Diff(data)
 
@@ -77,11 +107,17 @@ def op_cells(r: dict) -> list[str]:
     """Display cells for an op row: op, module, match, occurrences, base mean, new mean, change, delta total."""
     name = r["op"] if "new_op" not in r else f"{r['op']} → {r['new_op']}"
     occ = f"{_int(r.get('base_occurrences'))} → {_int(r.get('new_occurrences'))}"
-    return [name, r["module"], r["match"], occ, fmt_time(r.get("base_mean_ps")), fmt_time(r.get("new_mean_ps")),
-            _signed_pct(r.get("change")), _signed_time(r.get("impact_ps"))]
+    return [name, r["module"], r["match"], occ, fmt_time(r.get("base_median_ps")), fmt_time(r.get("new_median_ps")),
+            _signed_pct(r.get("median_change")), _signed_time(r.get("impact_ps")), _p(r.get("p_holm")),
+            r.get("reason") or ""]
 
 
-OP_HEADERS = ["op", "module", "matched by", "n (base → new)", "mean base", "mean new", "change", "impact"]
+OP_HEADERS = ["op", "module", "matched by", "n (base → new)", "median base", "median new", "change", "impact",
+              "p (Holm)", "why"]
+
+
+def _p(x) -> str:
+    return "—" if x is None else f"{x:.2g}"
 
 
 def _int(x) -> str:
@@ -100,14 +136,17 @@ def headline(d: dict) -> list[str]:
     """The lines every diff rendering starts with (plain text, no markup)."""
     s, st, p = d["summary"], d["step_time"], d["params"]
     out = [f"base: {', '.join(d['inputs']['base'])}", f"new:  {', '.join(d['inputs']['new'])}",
-           f"thresholds: change >= {fmt_pct(p['threshold'])} and >= {fmt_time(p['min_time_ps'])} per execution"]
+           f"test: {p['test']}, alpha {p['alpha']:g}; at least {p['min_executions']} executions a side",
+           f"minimum effect: median x{1 + p['threshold']:g} (or /{1 + p['threshold']:g}) and "
+           f">= {fmt_time(p['min_time_ps'])} of total time in NEW"]
     if st["status"] == "unknown":
         out.append("step time: unknown (no steps on " + ("either side" if not st["base"]["steps"] and
                                                            not st["new"]["steps"] else "one side") + ")")
     else:
         out.append(f"step time (median): {fmt_time(st['base']['median_ps'])} → {fmt_time(st['new']['median_ps'])} "
                    f"({_signed_pct(st['change'])}; mean {fmt_time(st['base']['mean_ps'])} → "
-                   f"{fmt_time(st['new']['mean_ps'])}): {st['status']}")
+                   f"{fmt_time(st['new']['mean_ps'])}; p {_p(st.get('p_value'))}): {st['status']} "
+                   f"({st.get('reason', '')})")
     out.append(f"ops: {s['regression']} regressed, {s['improvement']} improved, {s['added']} added, "
                f"{s['removed']} removed, {s['unchanged']} unchanged (matched {s['matched_by_name']} by name, "
                f"{s['matched_by_shape']} by opcode and shape)")
@@ -134,11 +173,44 @@ def render_text(diff: Diff, *, top: int = 20) -> str:
         rows = [r for r in d["ops"] if r["status"] == status]
         if rows:
             out += ["", f"{TITLES[status]}: {len(rows)}"]
-            out += table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7})
+            out += table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7, 8})
             if len(rows) > top:
                 out.append(f"… and {len(rows) - top} more")
+    out += context_lines(d)
     out += ["", verdict(d)]
     return "\n".join(out) + "\n"
+
+
+def _breakdown_cells(r: dict) -> list[str]:
+    pts = 100 * r["change_points"]
+    return [r["bucket"].replace("_", " "), fmt_pct(r["base_share"]), fmt_pct(r["new_share"]),
+            ("+" if pts > 0 else "") + f"{pts:.1f}"]
+
+
+BREAKDOWN_HEADERS = ["step breakdown", "base", "new", "change (points)"]
+
+
+def _finding_names(rows: list) -> str:
+    return ", ".join(f"{f['rule_id']} {f['name']} ({f['severity']})" for f in rows) or "none"
+
+
+def context_lines(d: dict) -> list[str]:
+    """The text lines of the step breakdown and findings comparison (shown, not gating; empty without it)."""
+    out = []
+    if d.get("breakdown"):
+        out += ["", "Step breakdown (share of the step time; shown, not tested):"]
+        out += table(BREAKDOWN_HEADERS, [_breakdown_cells(r) for r in d["breakdown"]], right={1, 2, 3})
+    if "findings" in d:
+        f = d["findings"]
+        out += ["", f"Findings: new in NEW: {_finding_names(f['new'])}; gone: {_finding_names(f['gone'])}; "
+                    f"on both: {', '.join(f['kept']) or 'none'}"]
+    return out
+
+
+def _md_line(line: str) -> str:
+    """A headline line for Markdown: escaped, but ``>`` kept (it reads ``&gt;`` wherever entities are shown as
+    typed; with ``<`` escaped and the line inside a list item it can start neither a tag nor a quote)."""
+    return markdown.esc(line, None).replace("&gt;", ">")
 
 
 def render_markdown(diff: Diff, *, top: int = 20) -> str:
@@ -148,7 +220,7 @@ def render_markdown(diff: Diff, *, top: int = 20) -> str:
     st = d["step_time"]
     mark = "❌" if d["failed"] else "✅"
     out = [f"## tracekit diff: {mark} {esc(verdict(d), None)}", ""]
-    out += [f"- {esc(line, None)}" for line in headline(d)]
+    out += [f"- {_md_line(line)}" for line in headline(d)]
     if st["status"] != "unknown":
         out += ["", *markdown.table(["", "steps", "mean step", "median step"],
                                     [[side, str(st[side]["steps"]), fmt_time(st[side]["mean_ps"]),
@@ -158,9 +230,17 @@ def render_markdown(diff: Diff, *, top: int = 20) -> str:
         if not rows:
             continue
         out += ["", f"### {title}: {len(rows)}", ""]
-        out += markdown.table(OP_HEADERS, [[esc(c) for c in op_cells(r)] for r in rows[:top]], right={3, 4, 5, 6, 7})
+        out += markdown.table(OP_HEADERS, [[esc(c) for c in op_cells(r)] for r in rows[:top]], right={3, 4, 5, 6, 7, 8})
         if len(rows) > top:
             out.append(f"\n…and {len(rows) - top} more (see the JSON output).")
+    if d.get("breakdown"):
+        out += ["", "### Step breakdown (share of the step time; shown, not tested)", ""]
+        out += markdown.table(BREAKDOWN_HEADERS, [[esc(c) for c in _breakdown_cells(r)] for r in d["breakdown"]],
+                              right={1, 2, 3})
+    if "findings" in d:
+        f = d["findings"]
+        out += ["", "### Findings", "", f"- new in NEW: {esc(_finding_names(f['new']))}",
+                f"- gone: {esc(_finding_names(f['gone']))}", f"- on both: {esc(', '.join(f['kept']) or 'none')}"]
     out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · diff schema {esc(d['schema'], None)} · impact = "
-            "change of the mean × executions in NEW</sub>"]
+            "change of the mean × executions in NEW; change = of the median</sub>"]
     return "\n".join(out) + "\n"
