@@ -69,6 +69,7 @@ def _text(df, fmt: str, topo: dict, model, executions: bool, width: int = 100) -
     out = _format(df, executions)
     lines.append(frame_table(out, width=width, shrink=["op"], drop=DROP, right=NUMERIC))
     if not executions:
+        lines.append("")  # the table ends here: the phase lines are paragraphs
         lines += [fit_para(f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else ""), width=width)
                   for r in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"

@@ -290,7 +290,7 @@ def memory_text(d: dict, buffers: int = BUFFER_ROWS, fit=None, wrap=None) -> lis
     out += [wrap(f"{k}: {v}", indent=2) for k, v in facts]
     out.append(fit(PROGRAM_HEADERS, program_rows(d), right={2, 3, 4, 5, 6, 7}, shrink=(0,), drop=(1, 4, 3, 2)))
     if buffers and (d.get("memory") or {}).get("buffers"):
-        out += ["largest buffers:", fit(BUFFER_HEADERS, buffer_rows(d, buffers), right={0}, shrink=(3, 4, 5, 2),
+        out += ["", "largest buffers:", fit(BUFFER_HEADERS, buffer_rows(d, buffers), right={0}, shrink=(3, 4, 5, 2),
                                         drop=(4, 1, 2))]
     return out
 
