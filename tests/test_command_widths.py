@@ -120,3 +120,12 @@ def test_width_from_the_terminal_on_stderr_when_stdout_is_piped(monkeypatch):
     assert options.term_width() == 100
     monkeypatch.setenv("COLUMNS", "77")
     assert options.term_width() == 77
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name)
+def test_info_paragraphs_wrap_between_words(trace, width):
+    text = _run(["info", str(trace)], width)
+    plain = CliRunner().invoke(main, ["info", str(trace)], env={"COLUMNS": "100000"}).output
+    assert text.split() == plain.split()  # wrapped at spaces only: the same words, none cut mid-word
+    _fits("\n".join(ln for ln in text.split("\n") if not ln.startswith("  ")), width)

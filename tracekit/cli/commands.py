@@ -31,7 +31,10 @@ def info(path, run, fmt, max_size, max_events):
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
     else:
-        click.echo(inventory.render_text(safe_tree(inv)))
+        from tracekit.report.render.text import fit_para
+        w = term_width()  # paragraphs wrap between words to the width; the aligned line rows stay as they are
+        click.echo("\n".join(fit_para(ln, width=w) if len(ln) > w and not ln.startswith("  ") else ln
+                              for ln in inventory.render_text(safe_tree(inv)).split("\n")))
 
 
 @click.command()
