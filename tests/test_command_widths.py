@@ -129,3 +129,15 @@ def test_info_paragraphs_wrap_between_words(trace, width):
     plain = CliRunner().invoke(main, ["info", str(trace)], env={"COLUMNS": "100000"}).output
     assert text.split() == plain.split()  # wrapped at spaces only: the same words, none cut mid-word
     _fits("\n".join(ln for ln in text.split("\n") if not ln.startswith("  ")), width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_rules_list_fits_with_units_on_parameters(width):
+    text = _run(["rules"], width)
+    _fits(text, width)
+    from tracekit.analysis import rule_model
+    rules = rule_model.load_rules()
+    assert len(_table_rows(text)) == len(rules)
+    assert "min_gap_ps=" not in text
+    if width == 200:
+        assert "min_gap=10 µs" in text  # TK003's default 10_000_000 ps
