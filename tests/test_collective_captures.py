@@ -145,7 +145,8 @@ def test_collectives_command_and_report_sections(tmp_path):
     for rec in d["collectives"]:
         for k in ("algbw_bytes_per_s", "busbw_bytes_per_s", "skew_ps", "predicted_ps", "bound", "time_ps"):
             assert rec[k] is not None, (rec["op"], k)
-    r = CliRunner().invoke(main, ["collectives", path, "--chip", "TPU v5e", "--topology", "4x4"])
+    r = CliRunner().invoke(main, ["collectives", path, "--chip", "TPU v5e", "--topology", "4x4"],
+                           env={"COLUMNS": "200"})  # wide enough for every column (narrower drops some)
     assert r.exit_code == 0 and "busbw" in r.output and "ici x(4)" in r.output
     r = CliRunner().invoke(main, ["collectives", path, "--topology", "4x4"])  # a TPU slice needs a TPU chip
     assert r.exit_code == 2 and "--chip" in r.output

@@ -6,7 +6,8 @@ import json
 import click
 
 from tracekit.cli.console import output_format, output_opt, write_output
-from tracekit.cli.options import frame_table, guarded, limit_opts, limits, path_arg, run_opt, topology_opt
+from tracekit.cli.options import (frame_table, guarded, limit_opts, limits, path_arg, run_opt, term_width,
+                                  topology_opt)
 
 COLUMNS = ["module", "op", "kind", "group_size", "groups", "span", "global_bytes", "size_bytes", "executions",
            "devices", "time_ps", "skew_ps", "transfer_ps", "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps",
@@ -40,28 +41,37 @@ def collectives_cmd(path, run, chip, topology, fmt, output, executions, limit, m
         df = df.head(limit)
     topo = model.topology.to_dict()
     topo.pop("devices")
-    text = _text(df, fmt, topo, model, executions)
+    text = _text(df, fmt, topo, model, executions, term_width())
     if output is not None:
         write_output(output, text, fmt)
     else:
         click.echo(text, nl=False)
 
 
-def _text(df, fmt: str, topo: dict, model, executions: bool) -> str:
+#: the text table's columns left out first to last when it does not fit the width
+DROP = ["algbw", "skew", "span", "predicted", "bound", "bytes", "executions", "kind", "N", "device", "host"]
+NUMERIC = {"N", "executions", "bytes", "time", "skew", "algbw", "busbw", "predicted", "efficiency"}
+
+
+def _text(df, fmt: str, topo: dict, model, executions: bool, width: int = 100) -> str:
+    from tracekit.report.render.text import fit_para
     if fmt == "csv":
         return df.to_csv(index=False)
     if fmt == "json":
         recs = json.loads(df.to_json(orient="records"))
         return json.dumps({"topology": topo, "chip": getattr(model.chip, "name", ""),
                            "executions" if executions else "collectives": recs}, indent=1, sort_keys=True) + "\n"
-    lines = [f"topology: {topo['description']} [{topo['source']}]"
-             + (f"; priced as {model.chip.name}" if model.chip is not None else "")]
-    lines += [f"note: {note}" for note in topo["notes"]]
+    lines = [fit_para(f"topology: {topo['description']} [{topo['source']}]"
+                      + (f"; priced as {model.chip.name}" if model.chip is not None else ""), width=width)]
+    lines += [fit_para(f"note: {note}", width=width) for note in topo["notes"]]
     if not len(df):
         return "\n".join(lines + ["no collectives in this trace"]) + "\n"
-    lines.append(frame_table(_format(df, executions)))
+    out = _format(df, executions)
+    lines.append(frame_table(out, width=width, shrink=["op"], drop=DROP, right=NUMERIC))
     if not executions:
-        lines += [f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else "") for r in df.itertuples(index=False)]
+        lines.append("")  # the table ends here: the phase lines are paragraphs
+        lines += [fit_para(f"{r.op}: {r.phases}" + (f" ({r.note})" if r.note else ""), width=width)
+                  for r in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 

@@ -9,8 +9,8 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (DURATION, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, terminal,
-                                  topology_opt)
+from tracekit.cli.options import (DURATION, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
+                                  term_width, terminal, topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
 
@@ -31,7 +31,10 @@ def info(path, run, fmt, max_size, max_events):
     if fmt == "json":
         click.echo(json.dumps(inv, indent=1, sort_keys=True, default=str))
     else:
-        click.echo(inventory.render_text(safe_tree(inv)))
+        from tracekit.report.render.text import fit_para
+        w = term_width()  # paragraphs wrap between words to the width; the aligned line rows stay as they are
+        click.echo("\n".join(fit_para(ln, width=w) if len(ln) > w and not ln.startswith("  ") else ln
+                              for ln in inventory.render_text(safe_tree(inv)).split("\n")))
 
 
 @click.command()
@@ -70,7 +73,7 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     elif fmt == "json":
         text = table.to_json(orient="records", indent=1) + "\n"
     else:
-        text = frame_table(_format_ops(table)) + "\n"
+        text = _ops_table(table, term_width()) + "\n"
     if output is not None:
         write_output(output, text, fmt)
     elif fmt == "table":
@@ -79,22 +82,49 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
         echo_out(text)
 
 
+#: the ops table's columns, in order: (header, source column, format, kind). kind "name" gives way first (cut in
+#: its middle), "num" is right-aligned and never cut; columns are left out from :data:`OPS_DROP` when the width is
+#: short. Add a column here (and, for a narrow terminal, to OPS_DROP).
+OPS_COLUMNS = [
+    ("module", "module", str, "name"),
+    ("op", "op", str, "name"),
+    ("op_name", "op_name", "opname", "name"),
+    ("category", "category", str, "text"),
+    ("count", "occurrences", "count", "num"),
+    ("total", "total_ps", "time", "num"),
+    ("mean", "mean_ps", "time", "num"),
+    ("share", "busy_share", "pct", "num"),
+    ("flops", "flops", "num", "num"),
+    ("bytes", "bytes_accessed", "bytes", "num"),
+    ("bound_by", "bound_by", str, "text"),
+    ("efficiency", "efficiency", "eff", "num"),  # "(!)": above its roofline, a model warning
+    ("headroom", "headroom_ps", "time", "num"),
+]
+#: left out first to last when the table does not fit the width
+OPS_DROP = ["op_name", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module"]
+
+
 def _format_ops(t):
+    import pandas as pd
     from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
     from tracekit.analysis.hloview import short_op_name
-    out = t[["module", "op", "category", "occurrences"]].copy()
-    if "op_name" in t.columns and t["op_name"].astype(bool).any():
-        out.insert(2, "op_name", t["op_name"].map(lambda n: short_op_name(n, 32)))
-    out["total"] = t["total_ps"].map(fmt_time)
-    out["mean"] = t["mean_ps"].map(fmt_time)
-    out["share"] = t["busy_share"].map(fmt_pct)
-    if "roofline_ps" in t.columns:
-        out["flops"] = t["flops"].map(fmt_num)
-        out["bytes"] = t["bytes_accessed"].map(lambda b: fmt_num(b, "B"))
-        out["bound_by"] = t["bound_by"].astype(str)
-        out["efficiency"] = t["efficiency"].map(fmt_eff)  # "(!)": above its roofline, a model warning
-        out["headroom"] = t["headroom_ps"].map(fmt_time)
+    fmts = {"time": fmt_time, "pct": fmt_pct, "eff": fmt_eff, "num": fmt_num, "bytes": lambda b: fmt_num(b, "B"),
+            "count": lambda n: f"{int(n):,}", str: str, "opname": lambda n: short_op_name(n, 32)}
+    out = pd.DataFrame(index=t.index)
+    for header, src, fmt, _kind in OPS_COLUMNS:
+        if src == "op_name" and not (src in t.columns and t[src].astype(bool).any()):
+            continue  # (no name stack in this trace's HLO)
+        if src in t.columns and (src not in ("flops", "bytes_accessed", "bound_by", "efficiency", "headroom_ps")
+                                 or "roofline_ps" in t.columns):
+            out[header] = t[src].map(fmts[fmt])
     return out
+
+
+def _ops_table(t, width: int) -> str:
+    out = _format_ops(t)
+    kinds = {h: k for h, _s, _f, k in OPS_COLUMNS}
+    return frame_table(out, width=width, shrink=[h for h in out.columns if kinds[h] == "name"][::-1],
+                       drop=OPS_DROP, right=[h for h in out.columns if kinds[h] == "num"])
 
 
 def _params(values: tuple[str, ...]) -> dict:

@@ -8,7 +8,7 @@ import json
 import click
 
 from tracekit.cli.console import output_format, output_opt, write_output
-from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt
+from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt, term_width
 
 
 @click.command("memory")
@@ -41,7 +41,11 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     elif fmt == "markdown":
         text = "\n".join(sections.markdown(data, markdown.esc, markdown.table)).rstrip() + "\n"
     else:
-        text = "\n".join(sections.memory_text(data, buffers=top)) + "\n"
+        import functools
+        from tracekit.report.render.text import fit_para, fit_table
+        w = term_width()
+        text = "\n".join(sections.memory_text(data, buffers=top, fit=functools.partial(fit_table, width=w),
+                                               wrap=functools.partial(fit_para, width=w))) + "\n"
     if output is not None:
         write_output(output, text, "text" if fmt == "text" else fmt)
     else:

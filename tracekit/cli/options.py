@@ -94,13 +94,29 @@ color_opt = click.option("--color", "color", type=click.Choice(["auto", "always"
                          "is set).")
 
 
+def term_width(default: int = 100) -> int:
+    """The width text output is laid out to: ``COLUMNS`` when set (a positive integer), else the terminal's,
+    looked up on stdout, then stderr, then stdin (``tracekit ops … | less`` still has a terminal on stderr),
+    else ``default``."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    for fd in (1, 2, 0):
+        try:
+            w = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if w > 0:
+            return w
+    return default
+
+
 def terminal(color: str) -> dict:
     """The text renderer's ``color`` and ``width`` for stdout: ``--color``, ``NO_COLOR`` (any non-empty value
-    turns auto colour off), and the terminal's width (``COLUMNS`` when set; 100 when not a terminal)."""
-    import shutil
+    turns auto colour off), and :func:`term_width`."""
     tty = sys.stdout.isatty()
     on = color == "always" or (color == "auto" and tty and not os.environ.get("NO_COLOR"))
-    return {"color": on, "width": shutil.get_terminal_size((100, 24)).columns}
+    return {"color": on, "width": term_width()}
 
 
 def limit_opts(fn):
@@ -117,9 +133,21 @@ def limits(max_size, max_events) -> dict:
     return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
 
 
-def frame_table(df, columns=None, max_width: int = 60) -> str:
-    """A frame as the plain aligned text table of :func:`tracekit.units.table` (numbers right-aligned,
-    cells cut to ``max_width``): what non-TTY output and tests read."""
+def frame_table(df, columns=None, max_width: int = 60, width: int | None = None, shrink=(), drop=None,
+                right=()) -> str:
+    """A frame as a text table. With ``width``: laid out by the text report's engine
+    (:func:`tracekit.report.render.text.fit_table`): within the width, one line per row, numbers never cut, the
+    ``shrink`` columns (names) cut first, then the ``drop`` columns left out (default: from the last column back,
+    keeping the first). Without: the plain aligned table of :func:`tracekit.units.table`, cells cut to
+    ``max_width``."""
     cols = columns or list(df.columns)
-    rows = [[safe(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
-    return "\n".join(table([safe(c) for c in cols], rows, right={i for i, c in enumerate(cols) if df[c].dtype.kind in "iuf"}))
+    right = {i for i, c in enumerate(cols) if df[c].dtype.kind in "iuf" or c in right}
+    if width is None:
+        rows = [[safe(v)[:max_width] for v in r] for r in df[cols].itertuples(index=False)]
+        return "\n".join(table([safe(c) for c in cols], rows, right=right))
+    from tracekit.report.render.text import fit_table
+    rows = [[str(v) for v in r] for r in df[cols].itertuples(index=False)]
+    idx = {c: i for i, c in enumerate(cols)}
+    shrink_i = tuple(idx[c] for c in shrink if c in idx)
+    drop_i = tuple(idx[c] for c in drop if c in idx) if drop is not None else tuple(range(len(cols) - 1, 0, -1))
+    return fit_table([str(c) for c in cols], rows, width=width, right=right, shrink=shrink_i, drop=drop_i)

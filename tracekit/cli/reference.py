@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tracekit.cli.options import frame_table, guarded
+from tracekit.cli.options import frame_table, guarded, term_width
 from tracekit.errors import EXIT_FINDINGS, TraceError
 
 
@@ -80,6 +80,18 @@ def calibrate(seconds, path):
 
 
 
+def param_text(name: str, value) -> str:
+    """A rule parameter as the list shows it, with its unit: ``min_gap_ps=10000000`` as ``min_gap=10 ms``,
+    ``*_bytes`` in B; anything else as it is."""
+    from tracekit.units import fmt_num, fmt_time
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if name.endswith("_ps"):
+            return f"{name[:-3]}={fmt_time(value)}"
+        if name.endswith("_bytes"):
+            return f"{name[:-6]}={fmt_num(value, 'B')}"
+    return f"{name}={value}"
+
+
 @click.group("rules", invoke_without_command=True)
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="Also list the rules in this folder. Repeatable.")
@@ -95,9 +107,15 @@ def rules_cmd(ctx, rules_dirs):
     rs = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs))
     import pandas as pd
     df = pd.DataFrame([{"id": r.id, "name": r.name, "severity": r.severity, "groups": ",".join(r.groups),
-                        "frame": r.frame, "params": ", ".join(f"{k}={p.default}" for k, p in r.params.items())}
+                        "frame": r.frame, "params": ", ".join(param_text(k, p.default) for k, p in r.params.items())}
                        for r in rs])
-    click.echo(frame_table(df, max_width=70))
+    width, gone = term_width(), []
+    for col in ("frame", "groups"):  # left out before the parameters are cut
+        if sum(max([len(c)] + [len(str(v)) for v in df[c]]) + 2 for c in df.columns) - 2 > width:
+            df, gone = df.drop(columns=[col]), gone + [col]
+    click.echo(frame_table(df, width=width, shrink=["params", "name"], drop=["severity"]))
+    if gone:
+        click.echo(f"({', '.join(gone)} left out to fit the width)")
     click.echo("\n`tracekit rules explain ID` for one rule; docs/rules.md has them all")
 
 

@@ -236,7 +236,8 @@ def program_rows(d: dict, n: int = 8) -> list[list[str]]:
     m = d.get("memory") or {}
     cap = m.get("capacity_bytes")
     rows = []
-    for p in [p for p in (m.get("programs") or []) if p["memory_space"] in ("device", "host")][:n]:
+    ran = [p for p in (m.get("programs") or []) if p.get("executions") is None or p["executions"] > 0]
+    for p in [p for p in ran if p["memory_space"] in ("device", "host")][:n]:  # only programs run in the window
         share = p["live_peak_bytes"] / cap if cap and p["memory_space"] == "device" else None
         rows.append([p["module"], p["memory_space"], _b(p["argument_bytes"]), _b(p["output_bytes"]),
                      _b(p["alias_bytes"]), _b(p["temp_bytes"]),
@@ -272,14 +273,25 @@ def text(d: dict) -> list[str]:
     return out
 
 
-def memory_text(d: dict, buffers: int = BUFFER_ROWS) -> list[str]:
+def memory_text(d: dict, buffers: int = BUFFER_ROWS, fit=None, wrap=None) -> list[str]:
+    """Terminal lines of the memory view. ``fit(headers, rows, right, shrink, drop, width)`` and ``wrap(text,
+    width)``: the text renderer's table and paragraph engine, laid out to the width (``tracekit memory``); without
+    them, the plain aligned tables."""
     facts = memory_facts(d)
     if not facts:
         return []
-    out = ["Memory (XLA's buffer assignment)"] + [f"  {k}: {v}" for k, v in facts]
-    out += _indented(table(PROGRAM_HEADERS, program_rows(d)))
+    out = ["Memory (XLA's buffer assignment)"]
+    if fit is None:
+        out += [f"  {k}: {v}" for k, v in facts]
+        out += _indented(table(PROGRAM_HEADERS, program_rows(d)))
+        if buffers and (d.get("memory") or {}).get("buffers"):
+            out += ["  largest buffers:"] + _indented(table(BUFFER_HEADERS, buffer_rows(d, buffers)))
+        return out
+    out += [wrap(f"{k}: {v}", indent=2) for k, v in facts]
+    out.append(fit(PROGRAM_HEADERS, program_rows(d), right={2, 3, 4, 5, 6, 7}, shrink=(0,), drop=(1, 4, 3, 2)))
     if buffers and (d.get("memory") or {}).get("buffers"):
-        out += ["  largest buffers:"] + _indented(table(BUFFER_HEADERS, buffer_rows(d, buffers)))
+        out += ["", "largest buffers:", fit(BUFFER_HEADERS, buffer_rows(d, buffers), right={0}, shrink=(3, 4, 5, 2),
+                                        drop=(4, 1, 2))]
     return out
 
 

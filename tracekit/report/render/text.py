@@ -137,6 +137,24 @@ class _Out:
         return "\n".join(line.rstrip() for line in self.buf.getvalue().replace(_GLUE, " ").split("\n"))
 
 
+def fit_table(headers: list[str], rows: list[list[str]], *, width: int, right=frozenset(), shrink=(0,),
+              drop=(), title: str = "", color: bool = False) -> str:
+    """One table laid out by the engine of the text report (:meth:`_Out.table`), as text: every line within
+    ``width``, each row on one line, numbers (``right``) never cut, the ``shrink`` columns cut in their middle
+    first, then the ``drop`` columns left out in that order (with a note line). Cells pass through termsafe."""
+    o = _Out(width, color)
+    o.table(title, [_safe(h) for h in headers], [[_safe(c) for c in r] for r in rows], right=set(right),
+            shrink=tuple(shrink), drop=tuple(drop))
+    return o.text().rstrip("\n")
+
+
+def fit_para(text: str, *, width: int, indent: int = 0, hang: int = 2) -> str:
+    """One paragraph wrapped at word boundaries to ``width`` (never mid-word), as the text report wraps its own."""
+    o = _Out(width, False)
+    o.para(_safe(text), indent=indent, hang=hang)
+    return o.text().rstrip("\n")
+
+
 def render(report, *, top: int = 12, color: bool = False, width: int | None = None, **_) -> str:
     d = safe_tree(report.data if hasattr(report, "data") else report)  # nothing from the trace drives the terminal
     s = d["summary"]
