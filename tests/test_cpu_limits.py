@@ -167,7 +167,11 @@ def test_info_shows_the_recording_machine_and_its_ceiling():
     path = str(cpu_fixture("sharded8"))
     r = CliRunner().invoke(main, ["info", path])
     assert r.exit_code == 0, r.output
-    line = next(ln for ln in r.output.splitlines() if ln.startswith("recording machine"))
+    lines = r.output.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("recording machine"))
+    cont = [ln for ln in lines[i + 1:]]
+    cont = cont[:next((k for k, ln in enumerate(cont) if not ln.startswith("  ")), len(cont))]
+    line = " ".join([lines[i]] + [ln.strip() for ln in cont])  # the paragraph, wrapped to the width
     # 2 cores x 64 f32 FLOP/cycle x 2.596 GHz reported x 1.5 = 498 GFLOP/s; the calibration as recorded
     assert "AMD EPYC (2 cores)" in line and "f32 48.8 GFLOP/s" in line and "ceiling f32 498 GFLOP/s" in line
     j = json.loads(CliRunner().invoke(main, ["info", path, "--format", "json"]).output)

@@ -25,6 +25,7 @@ from tracekit.report.envelope import Totals
 
 #: frames with a row per event: rules reading them run on the worker, per host
 WORKER_FRAMES = frozenset({"ops", "collectives", "gaps", "host_events"})
+SOURCE_COLUMNS = ["program_id", "name", "source_file", "source_line", "op_name"]  #: what the top ops table shows of the HLO
 TOP_COLLECTIVES = 50  #: the envelope's collectives table
 #: the ops columns the collective executions read (tracekit.analysis.collectives.executions)
 COLLECTIVE_COLUMNS = ("host", "device", "module", "program_id", "op", "opcode", "category", "kernel", "step",
@@ -83,7 +84,7 @@ class HostSummary:
     memory: object  #: tracekit.analysis.memory.MemoryView of this host (offload times not yet added)
     custom_calls: tuple  #: tracekit.analysis.customcalls.parts
     warning_groups: tuple  #: tracekit.model.peaks.warning_groups
-    hlo_source: pd.DataFrame  #: program_id, name, source_file, source_line (one row per instruction)
+    hlo_source: pd.DataFrame  #: SOURCE_COLUMNS (one row per instruction)
     hlo_present: bool
     modules: tuple  #: Module per HLO module
     trace_devices: pd.DataFrame  #: the trace's devices frame
@@ -127,8 +128,8 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     mem = memory.build(tr, opt.chip)
     chips_used = tuple(roofline.chips_used(tr, opt.chip))
     step_source = tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ()
-    hlo_src = tr.hlo[["program_id", "name", "source_file", "source_line"]].drop_duplicates(["program_id", "name"]) \
-        if len(tr.hlo) else pd.DataFrame(columns=["program_id", "name", "source_file", "source_line"])
+    hlo_src = tr.hlo[SOURCE_COLUMNS].drop_duplicates(["program_id", "name"]) \
+        if len(tr.hlo) else pd.DataFrame(columns=SOURCE_COLUMNS)
     mods = tuple(Module(m.name, m.program_id, m.proto.SerializeToString(),
                         m.buffers.SerializeToString() if m.buffers is not None else None) for m in tr.hlo_modules)
     return HostSummary(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracekit.report.envelope import Totals
+from tracekit.run.podmap import SOURCE_COLUMNS
 
 
 def _cat(frames: list) -> pd.DataFrame:
@@ -118,7 +119,7 @@ def skeleton(summaries: list, hosts: list):
                                            m.buffers)))
     src = [s.hlo_source for s in summaries if len(s.hlo_source)]
     h = pd.concat(src, ignore_index=True).drop_duplicates(["program_id", "name"], ignore_index=True) if src else \
-        pd.DataFrame(columns=["program_id", "name", "source_file", "source_line"])
+        pd.DataFrame(columns=SOURCE_COLUMNS)
     dstats: dict = {}
     for s in summaries:
         dstats.update(s.device_stats)
