@@ -89,9 +89,14 @@ def scan(path, run: str | None = None, *, max_bytes: int | None = paths.DEFAULT_
 
 
 def render_text(inv: dict) -> str:
-    out = [f"trace: {', '.join(inv['paths'])}", f"hosts: {', '.join(inv['hosts'])}",
-           f"time span of device events: {fmt_time(inv['span_ps'])}; {inv['device_events']:,} device events on "
-           f"{len(inv['devices'])} device(s)"]
+    out = [f"trace: {', '.join(inv['paths'])}", f"hosts: {', '.join(inv['hosts'])}"]
+    if inv["devices"]:
+        out.append(f"time span of device events: {fmt_time(inv['span_ps'])}; {inv['device_events']:,} device events "
+                   f"on {len(inv['devices'])} device(s)")
+    else:  # a CPU trace: its ops run on host threads, and which CPU device ran each is known only once ops are read
+        host_events = sum(ln["events"] for ln in inv["lines"] if ln["plane"].startswith("/host:") and ln["line"] != "python")
+        out.append(f"no device planes: a CPU trace, its ops among {host_events:,} events on host threads "
+                   "(`tracekit ops` and `tracekit analyze` read its CPU devices)")
     if inv["hlo_present"]:
         out.append(f"HLO: present — {len(inv['modules'])} modules")
     else:
@@ -99,8 +104,6 @@ def render_text(inv: dict) -> str:
                    "and roofline costs are unknown")
     if inv["devices"]:
         out.append("devices:")
-    else:
-        out.append("devices: no device planes (a CPU trace: `tracekit ops` lists the ops of each CPU device)")
     for d in inv["devices"]:
         rep = ", ".join(f"{k}={v}" for k, v in d["reported"].items())
         out.append(f"  {d['host']} {d['device']:<7} {d['device_kind']:<14} events={d['events']:<8,}"
