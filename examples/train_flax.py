@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--fail-on", default=None, choices=["info", "warning", "error"])
     args = ap.parse_args(argv)
-    logging.basicConfig(format="%(levelname)s %(message)s")
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tracekit").setLevel(logging.INFO)  # the hook's summary of the findings
 
     model = MLP()

@@ -291,3 +291,34 @@ def test_analysis_child_runs_on_one_thread(tmp_path, monkeypatch):
         assert h.result and h.result["written"], h.result
     env = hook_mod.child_env()
     assert all(env[k] == "1" for k in hook_mod.THREAD_VARIABLES)
+
+
+def test_summary_logged_at_info_once_prefixed_and_whole(tmp_path, monkeypatch, caplog):
+    """Issue 38: the hook's summary is INFO (a warning finding is news, not a fault of the job), its one prefix is
+    the logger's name (no 'tracekit tracekit:' under a '%(name)s: %(message)s' format), and a long finding message
+    is logged whole."""
+    caplog.set_level(logging.INFO, logger="tracekit")
+    long_msg = "x" * 400 + " end-of-message"
+    payload = {"fails": False, "findings": [{"rule_id": "TK003", "name": "device-idle-gaps", "severity": "warning"}],
+               "summary_lines": ["1 finding(s) in 2 step(s)", "1. [warning] TK003 device-idle-gaps: " + long_msg],
+               "worst": "warning"}
+    fake_analysis(monkeypatch, payload)
+    with tracekit.profile(logdir=tmp_path):
+        work()
+    recs = [r for r in caplog.records if "finding(s) in" in r.getMessage()]
+    assert len(recs) == 1 and recs[0].levelno == logging.INFO and recs[0].name == "tracekit"
+    assert "end-of-message" in recs[0].getMessage()
+    assert not any(r.getMessage().startswith("tracekit") for r in caplog.records if r.name == "tracekit")
+
+
+def test_summary_lines_keep_the_whole_message(tmp_path):
+    """The child's summary lines carry each finding's message whole (a log line is never cut)."""
+    from types import SimpleNamespace
+
+    from tracekit.run.hookchild import summary_lines
+    msg = "word " * 100 + "last"
+    rep = SimpleNamespace(data={"summary": {"steps": 2, "profiled_ps": 10**9, "claimed_savings_ps": 10**6}},
+                          findings=[{"severity": "info", "rule_id": "TK001", "name": "n", "message": msg,
+                                     "savings_ps": 10**6, "claims_time": False}])
+    lines = summary_lines(rep, [])
+    assert lines[1].endswith(" ".join(msg.split()))

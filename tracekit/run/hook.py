@@ -164,7 +164,7 @@ class Profile:
         if getattr(self, "_exiting", False):
             return
         try:
-            self.log.warning("tracekit: %s; training goes on", msg)
+            self.log.warning("%s; training goes on", msg)
         except Exception:  # noqa: BLE001 — a broken logger must not break training either
             pass
 
@@ -237,7 +237,7 @@ class Profile:
             import jax
             idx = jax.process_index()
             if idx != 0:
-                self.log.info("tracekit: trace in %s; process %d leaves the analysis to process 0", run, idx)
+                self.log.info("trace in %s; process %d leaves the analysis to process 0", run, idx)
                 return
         self._launch(run)
 
@@ -260,7 +260,7 @@ class Profile:
         self._child = (child, out, err)
         hookchild.lower_priority(child.pid)  # at once: its interpreter's start-up must not slow the job's next steps
         where = ", ".join(hookchild.report_paths(run, self.outputs)) or f"{run} (no report files: outputs=())"
-        self._info("tracekit: analyzing %s in the background (process %d); the report will be at %s", run,
+        self._info("analyzing %s in the background (process %d); the report will be at %s", run,
                    child.pid, where)
         if not self._at_exit:
             self._thread = threading.Thread(target=self._watch, args=(run,), name="tracekit-analysis", daemon=True)
@@ -290,15 +290,14 @@ class Profile:
             lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
             if code != 0 or not lines:
                 tail = (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
-                self._warn(f"the analysis of {run} failed: {tail[:300]}")
+                self._warn(f"the analysis of {run} failed: {tail}")
                 return
             res = json.loads(lines[-1])
             self._result = res
             for fmt, why in (res.get("skipped") or {}).items():
-                self._info("tracekit: no %s report: %s", fmt, why)
-            worst = res.get("worst")
-            level = logging.WARNING if worst in ("warning", "error") else logging.INFO
-            self._info("tracekit: %s", "\n  ".join(res.get("summary_lines") or []), level=level)
+                self._info("no %s report: %s", fmt, why)
+            # the summary is news, not a fault: INFO, under the logger's name ("tracekit") as its one prefix
+            self._info("%s", "\n  ".join(res.get("summary_lines") or []))
         except Exception as e:  # noqa: BLE001
             self._warn(f"the analysis of {run} failed: {type(e).__name__}: {e}")
 

@@ -42,7 +42,7 @@ def summary_lines(rep, written: list[str]) -> list[str]:
         msg = " ".join(str(f.get("message", "")).split())
         time, share = claim(f)
         lines.append(f"{n}. [{f['severity']}] {f.get('rule_id')} {f.get('name')}: {time}"
-                     + (f" ({share})" if f.get("claims_time") is not False else "") + f" — {msg[:160]}")
+                     + (f" ({share})" if f.get("claims_time") is not False else "") + f" — {msg}")  # whole: a log line is never cut
     from tracekit.report.termsafe import safe
     return [safe(line) for line in lines]  # the job's log is often a terminal: nothing from the trace drives it
 
