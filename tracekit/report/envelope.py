@@ -18,6 +18,7 @@ from tracekit.version import __version__
 from tracekit.analysis.stepstats import closed_steps
 from tracekit.columns import self_time
 from tracekit.model.peaks import peak_notes
+from tracekit.report import sourcepath
 
 SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
@@ -250,7 +251,8 @@ def build(a: Analysis) -> Report:
         src = hlo[["program_id", "name", "source_file", "source_line", "op_name"]].drop_duplicates(["program_id", "name"])
         top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
         top["op_name"] = top["op_name"].fillna("").astype(str)  # the JAX name stack, e.g. jit(f)/transpose(jvp())/dot
-        top["source"] = [f"{f}:{int(n)}" if isinstance(f, str) and f else ""
+        short = sourcepath.shortener(top["source_file"])  # relative to the project or site-packages
+        top["source"] = [f"{short[f]}:{int(n)}" if isinstance(f, str) and f else ""
                          for f, n in zip(top["source_file"], top["source_line"].fillna(0))]
     pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
         if "flops" in op_stats else op_stats.iloc[:0]

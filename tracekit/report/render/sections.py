@@ -325,8 +325,8 @@ def _html_table(headers, rows, right=frozenset()) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def html_sections(d: dict) -> str:
-    """``<section id="overview">`` and ``<section id="memory">`` (empty string when neither has anything)."""
+def overview_html(d: dict) -> str:
+    """``<section id="overview">`` (empty string when it has nothing)."""
     e = html.escape
     out = ""
     facts = overview_facts(d)
@@ -338,6 +338,13 @@ def html_sections(d: dict) -> str:
             out += _html_table(["step time goes to", "time (all steps, devices)", "share"],
                                [[lab, fmt_time(ps), fmt_pct(sh)] for lab, ps, sh in rows], right={1, 2})
         out += "</section>\n"
+    return out
+
+
+def memory_html(d: dict) -> str:
+    """``<section id="memory">`` (empty string when it has nothing)."""
+    e = html.escape
+    out = ""
     facts = memory_facts(d)
     if facts:
         out += '<section id="memory"><h2>Memory (XLA\'s buffer assignment)</h2><ul class="facts">' + "".join(
