@@ -251,7 +251,9 @@ def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warning
             warnings.append(f"{host}: {share:.1%} of op time ({int(missed.sum()):,} op executions) did not match an "
                             "instruction of the trace's HLO (ops not in their module's HLO, or HLO of another "
                             "program): those ops have no HLO category or cost")
-    elif not np.isfinite(ops["trace_flops"].to_numpy(float)[real]).all():
+    elif not np.isfinite(ops["trace_flops"].to_numpy(float)[real]).all() and not any(
+            w.startswith(f"{host}: read from trace-viewer JSON, which has no HLO proto") for w in warnings):
+        # (a trace-viewer JSON's reader said it already, with what else the format lacks: said once)
         warnings.append(f"{host}: the trace holds no HLO (no 'Hlo Proto' in a /host:metadata plane): ops without "
                         "cost stats of their own have no FLOPs/bytes, so no roofline")
 
