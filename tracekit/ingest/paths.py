@@ -41,6 +41,9 @@ def host_name(path: Path) -> str:
     return (stripped or "host") if stripped != name else (path.stem or "host")
 
 
+SEARCH_DEPTH = 3  #: how far below a folder without a trace the logdirs are looked for
+
+
 def _is_trace_file(p: Path) -> bool:
     return p.is_file() and formats.is_trace_name(p.name)
 
@@ -192,8 +195,38 @@ def _resolve_folder(p: Path, run: str | None) -> list[HostFile]:
             else:
                 d = runs[-1]
             return [HostFile(host_name(f), f) for f in _trace_files(d)]
+    below = logdirs_below(p)
+    if len(below) == 1:  # the folder above a logdir: the one logdir under it
+        return _resolve_folder(below[0], run)
+    if below:
+        names = ", ".join(str(d) for d in below[:5]) + (" …" if len(below) > 5 else "")
+        raise TraceError(f"{len(below)} logdirs under this folder", str(p), f"give one of them: {names}")
     raise TraceError("no *.xplane.pb or *.trace.json.gz trace found", str(p),
                      "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
+
+
+def logdirs_below(p: Path, depth: int = SEARCH_DEPTH) -> list[Path]:
+    """The folders at most ``depth`` levels below ``p`` that hold ``plugins/profile/<run>/`` with a trace, sorted;
+    hidden folders and unreadable ones are not searched."""
+    found, level = [], [p]
+    for _ in range(depth):
+        nxt = []
+        for d in level:
+            try:
+                subs = sorted(x for x in d.iterdir() if x.is_dir() and not x.name.startswith("."))
+            except OSError:
+                continue
+            for x in subs:
+                prof = x / "plugins" / "profile"
+                try:
+                    if prof.is_dir() and _runs(prof):
+                        found.append(x)
+                        continue
+                except TraceError:
+                    continue
+                nxt.append(x)
+        level = nxt
+    return sorted(found)
 
 
 def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
