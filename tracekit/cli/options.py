@@ -84,7 +84,23 @@ class Duration(click.ParamType):
 
 DURATION = Duration()
 
-path_arg = click.argument("path", type=click.Path(path_type=str))
+#: what every PATH argument may be, appended to the --help of each command that takes one
+PATH_HELP = ("PATH: a trace file (.xplane.pb, .xplane.pb.gz, .trace.json, .trace.json.gz), a run folder (every host "
+             "in it), a logdir (its newest run under plugins/profile/, or --run NAME), or a folder above one logdir "
+             "(searched 3 levels down); each may be a URL (gs://, s3://, …).")
+
+
+def with_path_help(f, what: str = PATH_HELP):
+    """Append ``what`` to the help text of command function ``f`` (its docstring, cleaned)."""
+    import inspect
+    doc = inspect.cleandoc(f.__doc__ or "")
+    f.__doc__ = (doc + "\n\n" if doc else "") + what
+    return f
+
+
+def path_arg(f):
+    """The PATH argument of a command, with what PATH may be in its --help."""
+    return with_path_help(click.argument("path", type=click.Path(path_type=str))(f))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 topology_opt = click.option("--topology", default=None, metavar="SPEC",
                             help="Machine the collectives run on, when the trace does not say or to price another: "
