@@ -93,9 +93,14 @@ class _Out:
             text, style = p if isinstance(p, tuple) else (p, "")
             t.append(_UNIT.sub(r"\1" + _GLUE, text), style=style or None)
         if hang:  # a hanging indent: the lines after the first start ``hang`` columns further right
-            lines = t.wrap(self.c, max(self.c.width - indent - hang, MIN_WIDTH // 2))
+            # a word longer than the width (a path) stands whole on its own line: never cut, even past the width
+            lines = wrap_words(t, max(self.c.width - indent - hang, MIN_WIDTH // 2), self.c.width - indent)
             for i, line in enumerate(lines):
-                self.c.print(Padding(line, (0, 0, 0, indent + (hang if i else 0))), overflow="fold")
+                pad = " " * (indent + (hang if i else 0))
+                if len(pad) + line.cell_len > self.c.width:
+                    self.c.print(Text(pad) + line, overflow="ignore", crop=False, soft_wrap=True)
+                else:
+                    self.c.print(Padding(line, (0, 0, 0, len(pad))), overflow="fold")
             return
         self.c.print(Padding(t, (0, 0, 0, indent)), overflow="fold")
 
@@ -146,6 +151,22 @@ def fit_table(headers: list[str], rows: list[list[str]], *, width: int, right=fr
     o.table(title, [_safe(h) for h in headers], [[_safe(c) for c in r] for r in rows], right=set(right),
             shrink=tuple(shrink), drop=tuple(drop))
     return o.text().rstrip("\n")
+
+
+def wrap_words(t, width: int, first: int | None = None) -> list:
+    """Rich text ``t`` cut at spaces into lines of at most ``width`` cells (``first`` for the first line); a word
+    longer than that is never cut: it stands whole on its line."""
+    from rich.cells import cell_len
+    plain, first = t.plain, width if first is None else first
+    cuts, start, end_ok = [], 0, None
+    for m in re.finditer(r"\S+", plain):
+        w0, w1 = m.span()
+        limit = first if not cuts else width
+        if w0 > start and cell_len(plain[start:w1]) > limit and end_ok is not None:
+            cuts.append(w0)
+            start = w0
+        end_ok = w1
+    return [line.rstrip() or line for line in t.divide(cuts)] if plain else [t]
 
 
 def fit_para(text: str, *, width: int, indent: int = 0, hang: int = 2) -> str:
