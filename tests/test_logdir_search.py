@@ -29,21 +29,3 @@ def test_too_deep_or_none(tmp_path):
     r = CliRunner().invoke(main, ["info", str(tmp_path)])
     assert r.exit_code == 2 and "no *.xplane.pb or *.trace.json.gz trace found" in r.output
     assert CliRunner().invoke(main, ["info", str(tmp_path / "a")]).exit_code == 0  # 3 levels: found
-
-
-def test_the_run_taken_is_named(tmp_path):
-    """A logdir of several runs: the newest is taken, and one warning says so and names the others, on the
-    in-process and the --jobs path alike; --run NAME says nothing."""
-    import json
-    prof = tmp_path / "logs" / "plugins" / "profile"
-    for name in ("2026_01", "2026_02", "2026_03"):
-        shutil.copytree(FIX / "train_step" / "plugins" / "profile" / "run1", prof / name)
-    want = f"{prof}: took run 2026_03, the newest of 3 runs (others: 2026_02, 2026_01); --run NAME picks another"
-    for extra in ([], ["--jobs", "2"]):
-        r = CliRunner().invoke(main, ["analyze", str(tmp_path / "logs"), "--format", "json", *extra])
-        assert r.exit_code == 0, r.output
-        rep = json.loads(r.output[r.output.index("{"):])
-        assert want in rep["warnings"], rep["warnings"]
-        assert [i["path"] for i in rep["inputs"]] == [str(prof / "2026_03" / "cpu.xplane.pb")]
-    r = CliRunner().invoke(main, ["analyze", str(tmp_path / "logs"), "--run", "2026_01", "--format", "json"])
-    assert "took run" not in r.output

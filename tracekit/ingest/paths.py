@@ -205,30 +205,6 @@ def _resolve_folder(p: Path, run: str | None) -> list[HostFile]:
                      "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
 
 
-def run_choice(path, run: str | None = None) -> str | None:
-    """When ``path`` is a logdir of several runs and no ``run`` was named: one line saying which run was taken
-    (the newest) and which others exist; else None. Never raises."""
-    if run or "://" in str(path):
-        return None
-    try:
-        p = Path(path)
-        if not p.is_dir() or _trace_files(p):
-            return None
-        for profile_dir in (p / "plugins" / "profile", p / "profile", p):
-            if profile_dir.is_dir():
-                runs = _runs(profile_dir)
-                if len(runs) > 1:
-                    others = ", ".join(d.name for d in reversed(runs[:-1][-5:])) + (" …" if len(runs) > 6 else "")
-                    return (f"{profile_dir}: took run {runs[-1].name}, the newest of {len(runs)} runs "
-                            f"(others: {others}); --run NAME picks another")
-                if runs:
-                    return None
-        below = logdirs_below(p)
-        return run_choice(below[0]) if len(below) == 1 else None
-    except (TraceError, OSError):
-        return None
-
-
 def logdirs_below(p: Path, depth: int = SEARCH_DEPTH) -> list[Path]:
     """The folders at most ``depth`` levels below ``p`` that hold ``plugins/profile/<run>/`` with a trace, sorted;
     hidden folders and unreadable ones are not searched."""

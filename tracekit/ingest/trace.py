@@ -70,8 +70,7 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     :data:`tracekit.ingest.badhosts.ATTEMPTS` times, instead of raising (:mod:`tracekit.ingest.badhosts`; when no
     host is left, its one error)."""
     files = _load.resolve(path, run)
-    note = _load.run_choice(path, run)
-    warnings: list[str] = [note] if note else []
+    warnings: list[str] = []
     kw = {"max_bytes": max_bytes, "max_events": max_events, "use_hostname": len(files) == 1}
     if left_out is None or len(files) == 1:
         parts, kept = [load_host(hf, warnings, **kw) for hf in files], files

@@ -208,5 +208,4 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
     if progress is not None:
         progress.stage("reducing")
     return podreport.report(summaries, failures, files, resolved, opt, fail_on=fail_on,
-                            model_flops_per_step=model_flops_per_step,
-                            notes=tuple(n for n in [paths.run_choice(source, run)] if n))
+                            model_flops_per_step=model_flops_per_step)
