@@ -94,7 +94,7 @@ class _Out:
             t.append(_UNIT.sub(r"\1" + _GLUE, text), style=style or None)
         if hang:  # a hanging indent: the lines after the first start ``hang`` columns further right
             # a word longer than the width (a path) stands whole on its own line: never cut, even past the width
-            lines = wrap_words(t, max(self.c.width - indent - hang, MIN_WIDTH // 2), self.c.width - indent)
+            lines = wrap_words(t, max(self.c.width - indent - hang, MIN_WIDTH // 2))  # (the first line too, as before)
             for i, line in enumerate(lines):
                 pad = " " * (indent + (hang if i else 0))
                 if len(pad) + line.cell_len > self.c.width:
