@@ -9,7 +9,7 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (DURATION, PATH_HELP, with_path_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
+from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
                                   term_width, terminal, topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
@@ -310,12 +310,8 @@ def _diff_context(base_tr, new_tr) -> tuple:
         return None, None
 
 
-def with_path_help_for_diff(f):
-    return with_path_help(f, "BASE and NEW: each " + PATH_HELP.split(": ", 1)[1])
-
-
 @click.command("diff")
-@with_path_help_for_diff
+@paths_help(DIFF_PATH_HELP)
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
 @run_opt

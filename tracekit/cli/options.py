@@ -90,17 +90,22 @@ PATH_HELP = ("PATH: a trace file (.xplane.pb, .xplane.pb.gz, .trace.json, .trace
              "(searched 3 levels down); each may be a URL (gs://, s3://, …).")
 
 
-def with_path_help(f, what: str = PATH_HELP):
-    """Append ``what`` to the help text of command function ``f`` (its docstring, cleaned)."""
-    import inspect
-    doc = inspect.cleandoc(f.__doc__ or "")
-    f.__doc__ = (doc + "\n\n" if doc else "") + what
-    return f
+DIFF_PATH_HELP = "BASE and NEW: each " + PATH_HELP.split(": ", 1)[1]
+
+
+def paths_help(what: str):
+    """A decorator appending ``what`` to the help text of a command function (its docstring, cleaned)."""
+    def add(f):
+        import inspect
+        doc = inspect.cleandoc(f.__doc__ or "")
+        f.__doc__ = (doc + "\n\n" if doc else "") + what
+        return f
+    return add
 
 
 def path_arg(f):
     """The PATH argument of a command, with what PATH may be in its --help."""
-    return with_path_help(click.argument("path", type=click.Path(path_type=str))(f))
+    return paths_help(PATH_HELP)(click.argument("path", type=click.Path(path_type=str))(f))
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 topology_opt = click.option("--topology", default=None, metavar="SPEC",
                             help="Machine the collectives run on, when the trace does not say or to price another: "

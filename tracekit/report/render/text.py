@@ -153,19 +153,16 @@ def fit_table(headers: list[str], rows: list[list[str]], *, width: int, right=fr
     return o.text().rstrip("\n")
 
 
-def wrap_words(t, width: int, first: int | None = None) -> list:
-    """Rich text ``t`` cut at spaces into lines of at most ``width`` cells (``first`` for the first line); a word
-    longer than that is never cut: it stands whole on its line."""
+def wrap_words(t, width: int) -> list:
+    """Rich text ``t`` cut at spaces into lines of at most ``width`` cells; a word longer than that is never cut:
+    it stands whole on its line."""
     from rich.cells import cell_len
-    plain, first = t.plain, width if first is None else first
-    cuts, start, end_ok = [], 0, None
+    plain, cuts = t.plain, []
+    start = len(plain) - len(plain.lstrip())  # (leading spaces belong to the first line)
     for m in re.finditer(r"\S+", plain):
-        w0, w1 = m.span()
-        limit = first if not cuts else width
-        if w0 > start and cell_len(plain[start:w1]) > limit and end_ok is not None:
-            cuts.append(w0)
-            start = w0
-        end_ok = w1
+        if m.start() > start and cell_len(plain[start:m.end()]) > width:  # the line so far holds a word: cut here
+            cuts.append(m.start())
+            start = m.start()
     return [line.rstrip() or line for line in t.divide(cuts)] if plain else [t]
 
 
