@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pandas as pd
 
+from tracekit import options as options_mod
 from tracekit.ingest.trace import Trace, load
+from tracekit.options import Options
 from tracekit.report import envelope as report_mod
 
 
@@ -45,41 +47,42 @@ def _memory_guard(fn):
     import functools
 
     @functools.wraps(fn)
-    def wrapper(source, *args, **kw):
+    def wrapper(source, options=None, **kw):
+        opt = options_mod.make(options, **{k: v for k, v in kw.items() if k in options_mod.NAMES})
         try:
-            return fn(source, *args, **kw)
+            return fn(source, opt, **{k: v for k, v in kw.items() if k not in options_mod.NAMES})
         except MemoryError:
             from tracekit.ingest import paths
-            raise paths.out_of_memory_for(source, kw.get("run")) from None
+            raise paths.out_of_memory_for(source, opt.run) from None
     return wrapper
 
 
 @_memory_guard
-def analyze(source, *, chip: str | None = None, topology: str | None = None, run: str | None = None, rules_dirs=(),
-            select=(), ignore=(),
-            params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
-            fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
-            model_flops_per_step: float | None = None, left_out=()) -> report_mod.Report:
+def analyze(source, options: Options | None = None, *, ops=None, progress=None, left_out=()) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
-    ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count.
-    A host of a run folder that cannot be read is left out and named (:mod:`tracekit.ingest.badhosts`);
-    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out."""
-    from tracekit.ingest import paths as load_mod
+    ``options``: :class:`tracekit.options.Options` (its fields may also be given as keywords:
+    ``analyze(path, chip="v6e", fail_on="warning")``). A host of a run folder that cannot be read is left out and
+    named (:mod:`tracekit.ingest.badhosts`); ``left_out``: those the caller's own ``load(..., left_out=)`` of
+    ``source`` left out."""
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import stepstats
     from tracekit.model import identity, roofline
     from tracekit.progress import NULL
     progress = progress or NULL
+    chip, topology, params, hidden, exposed, min_gap_ps, fail_on = (
+        options.chip, options.topology, options.params_dict, options.hidden, options.exposed, options.min_gap_ps,
+        options.fail_on)
     # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
-    rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
+    rule_list = rule_cases.check_user_rules(rule_model.load_rules(
+        extra_dirs=options.rules_dirs, select=options.select, ignore=options.ignore))
     resolved = {r.id: r.resolve(rule_model.params_for(r, params)) for r in rule_list}  # bad --param values too
     progress.stage("loading the trace")
     left_out = list(left_out)  # hosts of a run folder that cannot be read: left out, named (tracekit.ingest.badhosts)
     if isinstance(source, Trace):
         tr = source
     else:
-        kw = {"max_bytes": max_bytes if max_bytes is not None else load_mod.DEFAULT_MAX_BYTES}
-        tr = load(source, run=run, max_events=max_events, left_out=left_out, **kw)
+        tr = load(source, run=options.run, max_events=options.max_events, left_out=left_out,
+                  max_bytes=options.max_bytes)
     from tracekit.ingest import badhosts
     notices = tuple(badhosts.notices(left_out, len(tr.hosts)))
     progress.stage("roofline")
@@ -90,10 +93,11 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
-    mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step)
+    mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source),
+                                  options.model_flops_per_step)
     frames = replace(frames, **rule_frames(mem, ov, frames.devices))
     progress.stage("rules")
-    findings = rules.run_rules(frames, rule_list, params)
+    findings = rules.run_rules(frames, rule_list, params, max_evidence=options.max_evidence)
     if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
         findings = [no_device_ops()] + findings
     progress.stage("report")

@@ -22,6 +22,7 @@ import pandas as pd
 from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding
 from tracekit.grouping import unique_rows
 from tracekit.errors import TraceError
+from tracekit.options import DEFAULTS
 from tracekit.units import fmt_time
 
 AGGS = ("sum", "mean", "min", "max", "median")
@@ -153,7 +154,7 @@ class Values(dict):
         raise KeyError(key)
 
 
-def findings(items: list, span: dict, profiled: float, max_evidence: int = 10) -> list:
+def findings(items: list, span: dict, profiled: float, max_evidence: int = DEFAULTS.max_evidence) -> list:
     """Findings from ``items`` [(rule, resolved params, :class:`Evidence` or None)]: each summary's savings
     capped per device at its span (``span``: (host, device) -> ps) and in total at ``profiled``, report_if and
     the templates evaluated, then sorted by savings and claimed greedily (see :mod:`tracekit.analysis.rules`)."""
