@@ -233,9 +233,11 @@ def test_rule_frames_match_their_declared_schemas():
     tr = tracekit.load(cpu_fixture("allreduce_exposed"))
     events = pd.DataFrame({"host": pd.Categorical(["h"]), "line": pd.Categorical(["main"]), "name": ["XlaCompile"],
                            "start_ps": [0], "duration_ps": [10]})
-    ops = pipeline.with_roofline(tr, None)
+    from tracekit.model import roofline
+    j = roofline.joined(tr)
+    ops = j.ops
     frames = frames_for_rules(ops, tr.steps, events, modules=tr.modules)
-    mem, ov = pipeline.memory_and_overview(tr, ops, frames["steps"])
+    mem, ov = pipeline.memory_and_overview(tr, ops, frames["steps"], j.chips)
     frames = replace(frames, **pipeline.rule_frames(mem, ov, frames["devices"]))
     assert set(frames) == set(schema.RULE_FRAMES)
     checked = 0

@@ -27,12 +27,11 @@ def with_roofline(tr: Trace, chip: str | None = None, topology: str | None = Non
                          release_trace_costs=release_trace_costs)
 
 
-def interconnect(tr: Trace, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None,
-                 limit: int = 50) -> dict:
+def interconnect(ops: pd.DataFrame, model, limit: int = 50) -> dict:
     """The report's interconnect section: the topology and, per collective op, measured vs predicted
-    (:mod:`tracekit.analysis.collectives`)."""
+    (:mod:`tracekit.analysis.collectives`), on the collective model the roofline join priced them on."""
     from tracekit.analysis import collectives
-    model, summary, _ = collectives.view(tr, ops, chip, topology)
+    summary, _ = collectives.view(ops, model)
     topo = model.topology.to_dict()
     topo.pop("devices")
     topo["devices_traced"] = len(model.ids)
@@ -88,12 +87,17 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
     progress.stage("roofline")
     cost_table = identity.costs(tr) if tr.has_hlo else None  # the roofline and the custom-call summary read it
     if ops is None:  # a trace loaded here (ours): its cost stats go once they have served (16 B per row)
-        ops = with_roofline(tr, chip, topology, cost_table, release_trace_costs=not isinstance(source, Trace))
+        j = roofline.joined(tr, chip, topology, cost_table, release_trace_costs=not isinstance(source, Trace))
+    else:  # the caller's own ops: the chips and the collective model they are priced on
+        from tracekit.model import collective_model
+        dch = roofline.device_chips(tr, chip)
+        j = roofline.Joined(ops, dch, collective_model.build(tr, dch, topology))
+    ops, dchips = j.ops, j.chips
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
-    mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source),
+    mem, ov = memory_and_overview(tr, ops, frames.steps, dchips, ", ".join(step_source),
                                   options.model_flops_per_step)
     frames = replace(frames, **rule_frames(mem, ov, frames.devices))
     progress.stage("rules")
@@ -103,9 +107,8 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
     progress.stage("report")
     from tracekit.model import peaks
     from tracekit.analysis import claims
-    dchips = roofline.device_chips(tr, chip)
     model_warnings = peaks.model_warnings(ops, dchips, limit=None)  # every op above its roofline is named
-    model_warnings = roofline.cost_disagreements(tr) + model_warnings  # author estimates the shapes contradict
+    model_warnings = list(j.disagreements) + model_warnings  # author estimates the shapes contradict
     missing = sorted({h for (h, _), c in dchips.items() if c.family == "cpu" and c.notes.startswith("no record")})
     if missing:  # a CPU trace analyzed away from the machine that recorded it: its peaks are not that machine's
         from tracekit.model.calibrate import processor_name
@@ -122,25 +125,25 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
     step_stats = stepstats.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
     rep = report_mod.build(report_mod.Analysis(
         inputs=tuple(report_mod.Input(report_mod.display_path(p), h) for p, h in zip(tr.paths, tr.hosts)),
-        chips=tuple(roofline.chips_used(tr, chip)), ops=ops, frames=frames, step_stats=step_stats,
+        chips=tuple(roofline.chips_used(tr, dchips)), ops=ops, frames=frames, step_stats=step_stats,
         findings=tuple(findings), hlo=tr.hlo,
         params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps, "rules": resolved},
         warnings=tuple(tr.warnings) + notices + tuple(w["message"] for w in model_warnings),
         step_source=tuple(step_source), fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom, overview=ov,
-        memory=mem, interconnect=interconnect(tr, ops, chip, topology), model_warnings=tuple(model_warnings),
+        memory=mem, interconnect=interconnect(ops, j.model), model_warnings=tuple(model_warnings),
         headline=head))
     rep.left_out = notices
     return rep
 
 
-def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
+def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, dchips: dict,
                         step_source: str = "", model_flops_per_step: float | None = None):
     """The memory view (:mod:`tracekit.analysis.memory`) and the utilization headline
-    (:mod:`tracekit.analysis.overview`), with each offloading program's measured wait and host-link roofline."""
+    (:mod:`tracekit.analysis.overview`), with each offloading program's measured wait and host-link roofline;
+    ``dchips``: the roofline join's chips."""
     from tracekit.analysis import memory, overview
-    from tracekit.model import roofline
-    mem = memory.build(tr, chip)
-    ov = overview.build(ops, steps, roofline.device_chips(tr, chip), step_source=step_source,
+    mem = memory.build(tr, dchips)
+    ov = overview.build(ops, steps, dchips, step_source=step_source,
                         model_flops_per_step=model_flops_per_step)
     return memory.with_offload_time(mem, ov.devices), ov
 

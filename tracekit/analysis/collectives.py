@@ -178,9 +178,8 @@ def _groups_text(op) -> str:
     return f"{len(op.groups)} x {'/'.join(map(str, sorted(sizes)))}: {head}{more}"
 
 
-def view(tr, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None):
-    """(topology dict, summary frame, executions frame) of a trace and its roofline-joined ops."""
-    from tracekit.model import collective_model, roofline
-    model = collective_model.build(tr, roofline.device_chips(tr, chip), topology)
+def view(ops: pd.DataFrame, model):
+    """(summary frame, executions frame) of roofline-joined ops and the collective model the join priced them on
+    (:attr:`tracekit.model.roofline.Joined.model`)."""
     ex = executions(ops, model)
-    return model, summary(ex, model), ex
+    return summary(ex, model), ex

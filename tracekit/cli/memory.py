@@ -31,7 +31,8 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     from tracekit.report import envelope
     from tracekit.report.render import markdown, sections
     tr = load(path, run=run, **limits(max_size, max_events))
-    mv = memory.build(tr, chip)
+    from tracekit.model import roofline
+    mv = memory.build(tr, roofline.device_chips(tr, chip))
     data = {"memory": envelope.memory_section(mv)}
     data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))
     if fmt == "json":

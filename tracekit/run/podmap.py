@@ -98,7 +98,6 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     (:class:`tracekit.errors.TraceError` for a bad file)."""
     import time
 
-    from tracekit import pipeline
     from tracekit.analysis import customcalls, memory, overview, rule_checks
     from tracekit.ingest import paths, trace
     from tracekit.model import identity, peaks, roofline
@@ -113,8 +112,8 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     if opt.host_order:
         tr.hosts = list(opt.host_order)  # GPU device ids count the hosts before this one
     cost_table = identity.costs(tr) if tr.has_hlo else None
-    dchips = roofline.device_chips(tr, opt.chip)
-    ops = pipeline.with_roofline(tr, opt.chip, opt.topology, cost_table)
+    j = roofline.joined(tr, opt.chip, opt.topology, cost_table)
+    ops, dchips = j.ops, j.chips
     tr.hosts = [host]
     fr = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=opt.hidden, exposed=opt.exposed,
                                       min_gap_ps=opt.min_gap_ps, modules=tr.modules)
@@ -125,8 +124,8 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     evidence, claims = _rules(opt, local)
     sums, _busy = _op_sums(ops)
     coll = fr.collectives
-    mem = memory.build(tr, opt.chip)
-    chips_used = tuple(roofline.chips_used(tr, opt.chip))
+    mem = memory.build(tr, dchips)
+    chips_used = tuple(roofline.chips_used(tr, dchips))
     step_source = tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ()
     hlo_src = tr.hlo[SOURCE_COLUMNS].drop_duplicates(["program_id", "name"]) \
         if len(tr.hlo) else pd.DataFrame(columns=SOURCE_COLUMNS)

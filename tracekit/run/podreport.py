@@ -16,7 +16,6 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     from tracekit.analysis import evidence, memory, overview
     from tracekit.analysis import stepstats
     from tracekit.analysis.rule_checks import RuleFrames, overlap_advice
-    from tracekit.model import roofline
     from tracekit.report import envelope
     from tracekit.run import podviews
     from tracekit.ingest import badhosts
@@ -47,10 +46,10 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     warnings += left_out
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
     skel = rd.skeleton(summaries, hosts)
-    roofline.remember_device_chips(skel, opt.chip, dchips)
+    from tracekit.model import collective_model
     crow = rd.collective_rows(summaries)
     crow_ops = crow if len(crow) else _no_ops()
-    inter = pipeline.interconnect(skel, crow_ops, opt.chip, opt.topology)
+    inter = pipeline.interconnect(crow_ops, collective_model.build(skel, dchips, opt.topology))
     step_stats = stepstats.step_stats(steps, column="step_ps") if len(steps) else pd.DataFrame()
     rep = envelope.build(envelope.Analysis(
         inputs=tuple(envelope.Input(envelope.display_path(s.path), s.host) for s in summaries),
