@@ -14,7 +14,7 @@ import pytest
 
 import tracekit
 from tracekit import pipeline
-from tracekit.analysis import collectives
+from tracekit.analysis import interconnect
 from tracekit.model import roofline
 from conftest import FIXTURES
 
@@ -108,7 +108,7 @@ def test_capture_priced_as_the_book_says(case, chip, topo):
     info = _index()[case]
     tr = _trace(case)
     j = roofline.joined(tr, chip=chip, topology=topo)
-    model, (summary, ex) = j.model, collectives.view(j.ops, j.model)
+    model, (summary, ex) = j.model, interconnect.view(j.ops, j.model)
     assert len(summary) == len(info["collectives"])  # one op per collective the program ran, nothing else
     for c in info["collectives"]:
         if c["label"] not in EXPECT[(case, chip, topo)]:
@@ -202,7 +202,7 @@ def test_view_complete_for_every_collective_in_the_traces():
     for path in _every_trace_with_collectives():
         tr = _trace(path.name) if path.parent == CASES else tracekit.load(path)
         j = roofline.joined(tr)
-        summary, _ = collectives.view(j.ops, j.model)
+        summary, _ = interconnect.view(j.ops, j.model)
         for r in summary.itertuples(index=False):
             seen += 1
             assert r.algbw_bytes_per_s > 0 and r.busbw_bytes_per_s > 0, (path, r.op)
@@ -224,7 +224,7 @@ def test_8_device_captures_priced_as_a_v5e_ring_of_8(case, want):
     from conftest import cpu_fixture
     tr = tracekit.load(cpu_fixture(case))
     j = roofline.joined(tr, chip="TPU v5e", topology="8")
-    summary, ex = collectives.view(j.ops, j.model)
+    summary, ex = interconnect.view(j.ops, j.model)
     got: dict = {}
     for r in summary.itertuples():
         got.setdefault(r.kind, []).append(r.predicted_ps / 1e12)

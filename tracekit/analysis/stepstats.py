@@ -3,6 +3,9 @@
 (:mod:`tracekit.ingest.steps`); a device's last run has no next start (``open_end``) and no step time."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import KEYS
@@ -27,3 +30,48 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
     return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
                  min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """What the reduce reads of a steps breakdown (:func:`tracekit.analysis.timeline.step_breakdown`) beyond its
+    per-device rows: the distinct step numbers, the slowest device's step times (the device with the largest
+    median step time over its :func:`closed_steps`, then the largest mean, then the first in (host, device) text
+    order) and every time column summed. Summaries of disjoint devices merge (:func:`merge`) into their union's."""
+
+    steps: np.ndarray  #: distinct step numbers, sorted
+    rows: int  #: step rows (devices x steps)
+    slowest: tuple | None  #: (median, mean, host, device, closed step times as float64) or None without steps
+    sums: dict  #: time column (``*_ps``) -> its sum over every row
+
+
+def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
+    """The :class:`StepSummary` of a steps breakdown (one host's, or any set of devices')."""
+    if steps is None or not len(steps):
+        return StepSummary(np.zeros(0, np.int64), 0, None, {})
+    closed = closed_steps(steps)
+    host, dev = closed["host"].astype(str).to_numpy(), closed["device"].astype(str).to_numpy()
+    g = closed[column].groupby([host, dev], sort=True)
+    rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
+    key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
+    mine = (host == key[0]) & (dev == key[1])
+    times = closed[column][mine].astype("float64").to_numpy()
+    slow = (float(rank.loc[key, "median"]), float(rank.loc[key, "mean"]), str(key[0]), str(key[1]), times)
+    sums = {c: int(steps[c].sum()) for c in steps.columns
+            if c.endswith("_ps") and steps[c].dtype.kind in "iu" and c != "start_ps"}
+    return StepSummary(np.unique(steps["step"].to_numpy(np.int64)), int(len(steps)), slow, sums)
+
+
+def merge(parts: list) -> StepSummary:
+    """The :class:`StepSummary` of the union of disjoint summaries (in host order)."""
+    parts = [p for p in parts if p is not None]
+    if len(parts) == 1:
+        return parts[0]
+    slow = [p.slowest for p in parts if p.slowest is not None]
+    best = min(slow, key=lambda s: (-s[0], -s[1], s[2], s[3])) if slow else None
+    sums: dict = {}
+    for p in parts:
+        for k, v in p.sums.items():
+            sums[k] = sums.get(k, 0) + v
+    steps = np.unique(np.concatenate([p.steps for p in parts])) if parts else np.zeros(0, np.int64)
+    return StepSummary(steps, sum(p.rows for p in parts), best, sums)

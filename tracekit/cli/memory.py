@@ -33,7 +33,8 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     tr = load(path, run=run, **limits(max_size, max_events))
     from tracekit.model import roofline
     mv = memory.build(tr, roofline.device_chips(tr, chip))
-    data = {"memory": envelope.memory_section(mv)}
+    from tracekit.report.engine import memory as memory_section
+    data = {"memory": memory_section.section(mv)}
     data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))
     if fmt == "json":
         text = json.dumps(data["memory"], indent=1, sort_keys=True, ensure_ascii=False) + "\n"

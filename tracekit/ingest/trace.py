@@ -40,6 +40,8 @@ class Trace:
     hosts: list = field(default_factory=list)
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    #: (module name, program id) -> the hosts whose trace holds that HLO module (:func:`per_host` reads it)
+    module_hosts: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         ops = self.ops
@@ -398,9 +400,10 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
             return schema.empty(sch)
         return schema.conform(concat_frames(frames_), sch)
 
-    seen, mods = set(), []
+    seen, mods, owners = set(), [], {}
     for p in parts:
         for m in p.hlo_modules:
+            owners.setdefault((m.name, m.program_id), []).append(p.host)
             if (m.name, m.program_id) not in seen:
                 seen.add((m.name, m.program_id))
                 mods.append(m)
@@ -420,4 +423,37 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
-                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings)
+                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings,
+                 module_hosts={k: tuple(v) for k, v in owners.items()})
+
+
+def per_host(tr: Trace) -> list[Trace]:
+    """The one-host traces of a loaded trace, in host order (itself when it has one host): each host's rows of
+    every frame, its own HLO modules (:attr:`Trace.module_hosts`) and device stats; the loader's warnings go with
+    the first. Categories no row of a host uses are dropped, so each is what loading that host alone gives up to
+    the order of its categories."""
+    hosts = list(tr.hosts) or sorted({str(h) for h in tr.devices["host"]}) or ["host"]
+    if len(hosts) == 1:
+        if not tr.hosts:
+            tr.hosts = hosts
+        return [tr]
+    paths = list(tr.paths) + [""] * (len(hosts) - len(tr.paths))
+
+    def rows(df):
+        if df is None or not len(df) or "host" not in df.columns:
+            return df
+        out = df[(df["host"].astype(str) == h).to_numpy()].reset_index(drop=True)
+        for c in out.columns:
+            if isinstance(out[c].dtype, pd.CategoricalDtype):
+                out[c] = out[c].cat.remove_unused_categories()
+        return out
+    out = []
+    for i, h in enumerate(hosts):
+        mods = [m for m in tr.hlo_modules if h in tr.module_hosts.get((m.name, m.program_id), (h,))]
+        hl = schema.conform(hlo.hlo_frame(mods), schema.HLO) if len(mods) != len(tr.hlo_modules) else tr.hlo
+        out.append(Trace(ops=rows(tr.ops), hlo=hl, modules=rows(tr.modules), steps=rows(tr.steps),
+                         lines=rows(tr.lines), devices=rows(tr.devices), host_events=rows(tr.host_events),
+                         memory_events=rows(tr.memory_events), hlo_modules=mods,
+                         device_stats={k: v for k, v in tr.device_stats.items() if str(k[0]) == h}, hosts=[h],
+                         paths=[paths[i]], warnings=list(tr.warnings) if i == 0 else []))
+    return out

@@ -74,7 +74,8 @@ def main() -> None:
     from tracekit import pipeline
     from tracekit.report import render
     from tracekit import fileio
-    fail_on = spec.get("fail_on") or "never"
+    from tracekit.options import DEFAULTS, Options
+    fail_on = spec.get("fail_on") or DEFAULTS.fail_on
     from tracekit.ingest.trace import load
     from tracekit.model import machine
     from tracekit.threads import mark_one_shot
@@ -83,7 +84,7 @@ def main() -> None:
     tr = load(run, left_out=left_out)
     if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
         machine.record_run(run)
-    rep = pipeline.analyze(tr, fail_on=fail_on, left_out=left_out)
+    rep = pipeline.analyze(tr, Options(fail_on=fail_on), left_out=left_out)
     items, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])
