@@ -61,6 +61,16 @@ class Options:
         """What a worker is sent: these options without the engine's own (a Dask client does not travel)."""
         return replace(self, dask=None, jobs=DEFAULTS.jobs)
 
+    def to_json(self) -> dict:
+        """The options as plain JSON values (what the hook hands its analysis child; no Dask client)."""
+        return {f.name: (self.params_dict if f.name == "params" else list(v) if isinstance(v, tuple) else v)
+                for f in fields(self) if f.name != "dask" for v in [getattr(self, f.name)]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Options":
+        """The options :meth:`to_json` wrote."""
+        return cls(**{k: v for k, v in (d or {}).items() if k in NAMES})
+
     def timeline(self) -> dict:
         """The timeline's thresholds, as :func:`tracekit.analysis.rule_checks.frames_for_rules` takes them."""
         return {"hidden": self.hidden, "exposed": self.exposed, "min_gap_ps": self.min_gap_ps}

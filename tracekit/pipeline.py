@@ -101,7 +101,7 @@ def map_here(files: list, options: Options, run_hosts: tuple, progress=None) -> 
 
 
 def export(source, out, *, chip: str | None = None, run: str | None = None, steps: tuple[int, int] | None = None,
-           devices=(), rules_dirs=(), max_bytes=None, max_events=None):
+           devices=(), rules_dirs=None, max_bytes=None, max_events=None):
     """``tracekit export``: the trace with its roofline, steps, gaps and findings as Chrome/Perfetto JSON
     (:mod:`tracekit.report.export`); ``steps`` (A, B) and ``devices`` restrict it to a window."""
     from tracekit.analysis import rule_cases, rule_checks, rule_model, rules

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding
+from tracekit.columns import stack
 from tracekit.grouping import unique_rows
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
@@ -107,7 +108,7 @@ def merge(parts: list, k: int) -> Evidence | None:
         return None
     if len(parts) == 1:
         return parts[0]
-    rows = pd.concat([p.top for p in parts], ignore_index=True)
+    rows = stack([p.top for p in parts])
     top = rows.take(top_rows(rows["savings_ps"].to_numpy(), max(k, 1))).reset_index(drop=True)
     per: dict = {}
     for p in parts:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.collectives import busbw_factor, executions
+from tracekit.columns import stack
 
 #: one row per collective op (module, op), executions aggregated
 SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
@@ -118,7 +119,7 @@ def reduce(parts: list) -> pd.DataFrame:
     parts = [p for p in parts if p is not None and len(p.ops)]
     if not parts:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    allo = pd.concat([p.ops for p in parts], ignore_index=True)
+    allo = stack([p.ops for p in parts]) if len(parts) > 1 else parts[0].ops
     offs = np.cumsum([0] + [len(p.ops) for p in parts])
     gid = allo.groupby(KEY, sort=False).ngroup().to_numpy()  # every host's op rows -> the pod's op
     n_op = int(gid.max()) + 1

@@ -20,6 +20,7 @@ from tracekit.ingest import paths as _load
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
+from tracekit.options import DEFAULT_MAX_BYTES
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
@@ -65,7 +66,7 @@ class Trace:
         return self.ops[~self.ops["is_async"]]
 
 
-def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
          max_events: int | None = None, left_out: list | None = None) -> Trace:
     """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``). ``left_out``: a list to
     collect the hosts of a run folder that cannot be read, as ``(host, path, reason)``, each tried
@@ -103,7 +104,7 @@ class HostFrames:
     device_stats: dict
 
 
-def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+def load_host(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES,
               max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""

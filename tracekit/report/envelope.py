@@ -88,6 +88,19 @@ def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
     return [dict(zip(cols, row)) for row in zip(*values)]
 
 
+def rows_of(frames: list, which=None, at=None) -> list[dict]:
+    """:func:`records` of rows of several frames, in the order given: row ``at[i]`` of frame ``which[i]`` (default:
+    every row of every frame, in order). Only the rows taken become dicts."""
+    if which is None:
+        return [r for f in frames for r in records(f)]
+    out: list = [None] * len(which)
+    for j in sorted(set(int(w) for w in which)):
+        mine = np.flatnonzero(which == j)
+        for k, r in zip(mine, records(frames[j].iloc[at[mine]])):
+            out[k] = r
+    return out
+
+
 @dataclass
 class Report:
     """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it. In a notebook it

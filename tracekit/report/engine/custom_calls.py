@@ -2,8 +2,6 @@
 each was priced (:mod:`tracekit.analysis.customcalls`)."""
 from __future__ import annotations
 
-import pandas as pd
-
 NAME = "custom_calls"
 
 
@@ -15,8 +13,9 @@ def summarize(hv) -> tuple:
 
 def reduce(parts: list, ctx) -> dict:
     from tracekit.analysis import customcalls
+    from tracekit.columns import stack
     from tracekit.report.envelope import clean
     rows = [p[0] for p in parts if len(p[0])]
-    merged = (rows[0] if len(rows) == 1 else pd.concat(rows, ignore_index=True)) if rows else parts[0][0]
+    merged = (rows[0] if len(rows) == 1 else stack(rows)) if rows else parts[0][0]
     return {"custom_calls": clean(customcalls.finish(merged, sum(int(p[1]) for p in parts),
                                                      any(p[2] for p in parts)))}

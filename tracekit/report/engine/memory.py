@@ -25,9 +25,8 @@ def merge(views: list):
     """The pod's memory view from the hosts' (in host order): programs, buffers, curves and offload of every
     distinct program as the first host that has it holds them (a program's executions summed over the hosts),
     device peaks and allocators of every host, the smallest capacity. One view is returned as it is."""
-    import pandas as pd
-
     from tracekit.analysis.memory import MemoryView
+    from tracekit.columns import stack
     if len(views) == 1:
         return views[0]
     key = ["module", "program_id", "memory_space"]
@@ -36,24 +35,27 @@ def merge(views: list):
     runs: dict = {}
     for v in views:
         p = v.programs
-        mine = [tuple(k) for k in p[key].itertuples(index=False)] if len(p) else []
-        new = [k not in seen for k in mine]
+        mine = list(zip(*(p[k].tolist() for k in key))) if len(p) else []
         if "executions" in p.columns:
-            for k, n in zip(mine, p["executions"]):
+            for k, n in zip(mine, p["executions"].tolist()):
                 runs[k] = runs.get(k, 0) + int(n)
-        progs.append(p[new] if len(p) else p)
+        new = [k not in seen for k in mine]
+        if not any(new):  # (the common case: the programs of a host before it)
+            continue
         fresh = {(m, int(i)) for (m, i, _), n in zip(mine, new) if n}
+        progs.append(p[new])
         b = v.buffers
-        bufs.append(b[[(m, int(i)) in fresh for m, i in zip(b["module"], b["program_id"])]] if len(b) else b)
+        if len(b):
+            bufs.append(b[[(m, int(i)) in fresh for m, i in zip(b["module"].tolist(), b["program_id"].tolist())]])
         o = v.offload
         if o is not None and len(o):
-            off.append(o[[(m, int(i)) in fresh for m, i in zip(o["module"], o["program_id"])]])
+            off.append(o[[(m, int(i)) in fresh for m, i in zip(o["module"].tolist(), o["program_id"].tolist())]])
         seen.update(mine)
-    progs = pd.concat(progs, ignore_index=True)
+    progs = stack(progs) if progs else views[0].programs.iloc[:0]
     if "executions" in progs.columns and len(progs):
-        progs["executions"] = [runs.get(tuple(k), 0) for k in progs[key].itertuples(index=False)]
-    bufs = pd.concat(bufs, ignore_index=True).sort_values("size_bytes", ascending=False, kind="stable",
-                                                          ignore_index=True)
+        progs["executions"] = [runs.get(k, 0) for k in zip(*(progs[k].tolist() for k in key))]
+    bufs = stack(bufs).sort_values("size_bytes", ascending=False, kind="stable", ignore_index=True) if bufs else \
+        views[0].buffers.iloc[:0]
     curves, timeline = {}, {}
     for v in views:
         for k, c in v.curves.items():
@@ -64,13 +66,13 @@ def merge(views: list):
         fs = [getattr(v, name) for v in views if getattr(v, name) is not None and len(getattr(v, name))]
         if not fs:
             return next((getattr(v, name) for v in views if getattr(v, name) is not None), None)
-        return pd.concat(fs, ignore_index=True)
+        return stack(fs)
     caps = [v.capacity_bytes for v in views if v.capacity_bytes == v.capacity_bytes]
     srcs = sorted({x for v in views for x in v.capacity_source.split("; ") if x})
     return MemoryView(programs=progs, buffers=bufs, curves=curves, devices=cat("devices"),
-                      offload=pd.concat(off, ignore_index=True) if off else views[0].offload,
-                      allocators=cat("allocators"), timeline=timeline,
-                      capacity_bytes=min(caps) if caps else float("nan"), capacity_source="; ".join(srcs))
+                      offload=stack(off) if off else views[0].offload, allocators=cat("allocators"),
+                      timeline=timeline, capacity_bytes=min(caps) if caps else float("nan"),
+                      capacity_source="; ".join(srcs))
 
 
 def section(mv) -> dict:

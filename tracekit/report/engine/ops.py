@@ -79,6 +79,7 @@ def summarize(hv) -> Part:
 
 def reduce(parts: list, ctx) -> dict:
     from tracekit.analysis import opstats
+    from tracekit.columns import stack
     from tracekit.report import sourcepath
     from tracekit.report.envelope import OP_COLUMNS, clean, records, unplotted
     ctx.totals = _add([p.totals for p in parts])
@@ -89,7 +90,7 @@ def reduce(parts: list, ctx) -> dict:
     ctx.op_stats = ctx.frames["op_stats"] = stats
     ctx.shared["hlo_present"] = any(p.hlo_present for p in parts)
     srcs = [p.source for p in parts if len(p.source)]
-    hlo = pd.concat(srcs, ignore_index=True).drop_duplicates(["program_id", "name"]) if len(srcs) > 1 else \
+    hlo = stack(srcs).drop_duplicates(["program_id", "name"]) if len(srcs) > 1 else \
         (srcs[0] if srcs else pd.DataFrame(columns=SOURCE_COLUMNS))
     top = stats.head(TOP_OPS).copy()
     if len(hlo) and len(top):

@@ -15,9 +15,10 @@ def summarize(hv) -> pd.DataFrame:
 def reduce(parts: list, ctx) -> dict:
     from tracekit.analysis import overview
     from tracekit.report.envelope import clean
+    from tracekit.columns import stack
     rows = [p for p in parts if len(p)]
     dev = parts[0] if not rows else rows[0] if len(rows) == 1 else \
-        pd.concat(rows, ignore_index=True).sort_values(["host", "device"], kind="stable", ignore_index=True)
+        stack(rows).sort_values(["host", "device"], kind="stable", ignore_index=True)
     ov = overview.finish(ctx.step_summary, dev, step_source=", ".join(ctx.step_source),
                          model_flops_per_step=ctx.options.model_flops_per_step)
     ctx.overview = ov

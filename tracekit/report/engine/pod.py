@@ -171,16 +171,22 @@ def op_mix(hosts: list, sums: list) -> pd.DataFrame:
     share differs most (``top_op``, ``top_op_share``, ``pod_share``)."""
     from tracekit.analysis.timeline import modified_z
     cols = ["host", "mix_distance", "mix_distance_z", "differs", "top_op", "top_op_share", "pod_share"]
-    shares = {}
-    for h, o in zip(hosts, sums):
-        if not len(o):
-            continue
-        t = o.groupby([o["module"].astype(str), o["op"].astype(str)])["total_ps"].sum()
-        if t.sum() > 0:
-            shares[h] = t / t.sum()
-    if len(shares) < 2:
+    hs, mods, ops, tot = [], [], [], []
+    for h, o in zip(hosts, sums):  # (one frame of every host's op times: one groupby, not one per host)
+        if len(o):
+            hs += [h] * len(o)
+            mods += [str(x) for x in o["module"].tolist()]
+            ops += [str(x) for x in o["op"].tolist()]
+            tot.append(o["total_ps"].to_numpy(np.float64))
+    if not hs:
         return pd.DataFrame(columns=cols)
-    m = pd.DataFrame(shares).fillna(0.0)
+    t = pd.Series(np.concatenate(tot)).groupby([hs, mods, ops], sort=True).sum()
+    host_tot = t.groupby(level=0, sort=False).sum()
+    t = t[t.index.get_level_values(0).isin(host_tot.index[host_tot > 0])]
+    if t.index.get_level_values(0).nunique() < 2:
+        return pd.DataFrame(columns=cols)
+    m = (t / host_tot.reindex(t.index.get_level_values(0)).to_numpy()).unstack(level=0).fillna(0.0)
+    m = m[[h for h in hosts if h in m.columns]]
     med = m.median(axis=1)
     med = med / med.sum() if med.sum() > 0 else med
     dist = (m.sub(med, axis=0)).abs().sum() / 2

@@ -16,49 +16,48 @@ STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggrega
 @dataclass(frozen=True)
 class Part:
     first: pd.DataFrame  #: the first :data:`STEP_ROWS` rows in (step, host, device) order
-    device_steps: pd.DataFrame  #: :func:`device_steps`
-    step_stats: pd.DataFrame  #: :func:`tracekit.analysis.stepstats.step_stats` of ``step_ps``
+    first_step: np.ndarray  #: their step numbers
+    device_steps: list  #: :func:`device_steps` rows, as the report holds them
+    step_stats: list  #: :func:`tracekit.analysis.stepstats.step_stats` rows of ``step_ps``
     summary: object  #: :class:`tracekit.analysis.stepstats.StepSummary`
     source: tuple  #: where the steps came from
 
 
 def summarize(hv) -> Part:
     from tracekit.analysis import stepstats
+    from tracekit.report.envelope import records
     st = hv.frames.steps
-    stats = stepstats.step_stats(st, column="step_ps") if len(st) else pd.DataFrame()
-    return Part(first_steps(st, STEP_ROWS) if len(st) else st, device_steps(st), stats, hv.step_summary,
-                hv.step_source)
+    stats = records(stepstats.step_stats(st, column="step_ps")) if len(st) else []
+    first = first_steps(st, STEP_ROWS) if len(st) else st
+    return Part(first, first["step"].to_numpy(np.int64) if len(first) else np.zeros(0, np.int64),
+                records(device_steps(st)), stats, hv.step_summary, hv.step_source)
 
 
 def reduce(parts: list, ctx) -> dict:
+    """The rows of every host: per-device rows in (host, device) order, the first step rows in (step, host,
+    device) order; a level of exposed collective time one host has none of is 0 there."""
     from tracekit.analysis import stepstats
-    from tracekit.columns import concat_frames
-    from tracekit.report.envelope import records
+    from tracekit.report.envelope import rows_of
     ctx.step_summary = stepstats.merge([p.summary for p in parts])
     ctx.step_source = tuple(sorted({x for p in parts for x in p.source}))
-    heads = [p.first for p in parts if len(p.first)]
-    first = (heads[0] if len(heads) == 1 else first_steps(_levels(concat_frames(heads)), STEP_ROWS)) if heads else None
-    stats = _cat([p.step_stats for p in parts], ["host", "device"])
-    dsteps = _cat([p.device_steps for p in parts], ["host", "device"], fill_levels=True)
-    return {"step_stats": records(stats), "device_steps": records(dsteps),
-            "steps": records(first) if first is not None else []}
+    if len(parts) == 1:
+        (p,) = parts
+        return {"step_stats": p.step_stats, "device_steps": p.device_steps, "steps": rows_of([p.first])}
+    key = lambda r: (r["host"], r["device"])  # noqa: E731
+    step = np.concatenate([p.first_step for p in parts])
+    host = np.concatenate([np.full(len(p.first), i) for i, p in enumerate(parts)])
+    pos = np.concatenate([np.arange(len(p.first)) for p in parts])
+    take = np.lexsort((pos, host, step))[:STEP_ROWS]
+    first = rows_of([p.first for p in parts], host[take], pos[take])
+    return {"step_stats": sorted((r for p in parts for r in p.step_stats), key=key),
+            "device_steps": _levels(sorted((r for p in parts for r in p.device_steps), key=key)),
+            "steps": _levels(first)}
 
 
-def _cat(frames: list, keys: list, fill_levels: bool = False) -> pd.DataFrame:
-    """The hosts' per-device rows in (host, device) text order (one host's: as they are)."""
-    rows = [f for f in frames if len(f)]
-    if len(rows) <= 1:
-        return rows[0] if rows else (frames[0] if frames else pd.DataFrame())
-    out = pd.concat(rows, ignore_index=True)
-    return (_levels(out) if fill_levels else out).sort_values(keys, kind="stable", ignore_index=True)
-
-
-def _levels(df: pd.DataFrame) -> pd.DataFrame:
+def _levels(rows: list) -> list:
     """Exposed collective time per level (``collective_exposed_<level>_ps``) 0 where a host has no such level."""
-    lv = [c for c in df.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
-    if lv:
-        df[lv] = df[lv].fillna(0).astype("int64")
-    return df
+    lv = {k for r in rows for k in r if k.startswith("collective_exposed_") and k != "collective_exposed_ps"}
+    return [{**{k: 0 for k in lv}, **r} for r in rows] if lv else rows
 
 
 def first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:
