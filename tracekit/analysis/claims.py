@@ -196,6 +196,8 @@ def atoms(claims: dict) -> Atoms:
         code = np.zeros(len(lo), np.int64) if len(rules) <= 62 else None
         cover = None if code is not None else np.zeros((len(lo), len(rules)), bool)
         for i, ms, me in parts:
+            if not len(ms):  # (this rule's claims on the device have no length)
+                continue
             j = np.searchsorted(ms, lo, "right") - 1
             on = (j >= 0) & (me[np.maximum(j, 0)] > lo)
             if code is not None:
