@@ -54,7 +54,7 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
     ops, when the caller has them."""
     from tracekit.analysis import hostrules, rule_cases, rules
     from tracekit.ingest import badhosts, paths
-    from tracekit.ingest.trace import per_host
+    from tracekit.ingest.split import per_host
     from tracekit.progress import NULL
     from tracekit.report.engine import host, reduce
     progress = progress or NULL
