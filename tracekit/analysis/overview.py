@@ -287,11 +287,11 @@ def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str =
     :func:`device_parts` (of one host, or of every host merged)."""
     if not ss.rows:
         return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
-    per_step, slow = pd.Series(ss.slowest[4]), f"{ss.slowest[2]}/{ss.slowest[3]}"
-    t_mean = float(per_step.mean())
-    step = {"steps": int(len(ss.steps)), "timed_steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
-            "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
-            "source": step_source, "device": slow,
+    times = ss.slowest[4]  # (the slowest device's step-time statistics, worked out where its steps are)
+    t_mean = times["mean_ps"]
+    step = {"steps": ss.steps, "timed_steps": times["timed_steps"], "mean_ps": t_mean, "p50_ps": times["p50_ps"],
+            "p90_ps": times["p90_ps"], "min_ps": times["min_ps"], "max_ps": times["max_ps"],
+            "source": step_source, "device": f"{ss.slowest[2]}/{ss.slowest[3]}",
             "definition": "the step times of the slowest device (the largest median step time)"}
     tot = {}
     for k in TOTALS:

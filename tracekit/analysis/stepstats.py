@@ -39,27 +39,44 @@ class StepSummary:
     median step time over its :func:`closed_steps`, then the largest mean, then the first in (host, device) text
     order) and every time column summed. Summaries of disjoint devices merge (:func:`merge`) into their union's."""
 
-    steps: np.ndarray  #: distinct step numbers, sorted
+    runs: np.ndarray  #: the distinct step numbers as runs of consecutive numbers: [first, last + 1) per row
     rows: int  #: step rows (devices x steps)
-    slowest: tuple | None  #: (median, mean, host, device, closed step times as float64) or None without steps
+    slowest: tuple | None  #: (median, mean, host, device, its step times' statistics) or None without steps
     sums: dict  #: time column (``*_ps``) -> its sum over every row
+
+    @property
+    def steps(self) -> int:
+        """How many distinct step numbers."""
+        return int((self.runs[:, 1] - self.runs[:, 0]).sum()) if len(self.runs) else 0
 
 
 def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
     """The :class:`StepSummary` of a steps breakdown (one host's, or any set of devices')."""
     if steps is None or not len(steps):
-        return StepSummary(np.zeros(0, np.int64), 0, None, {})
+        return StepSummary(np.zeros((0, 2), np.int64), 0, None, {})
     closed = closed_steps(steps)
     host, dev = closed["host"].astype(str).to_numpy(), closed["device"].astype(str).to_numpy()
     g = closed[column].groupby([host, dev], sort=True)
     rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
     key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
     mine = (host == key[0]) & (dev == key[1])
-    times = closed[column][mine].astype("float64").to_numpy()
-    slow = (float(rank.loc[key, "median"]), float(rank.loc[key, "mean"]), str(key[0]), str(key[1]), times)
+    t = pd.Series(closed[column][mine].astype("float64").to_numpy())
+    stats = {"timed_steps": int(len(t)), "mean_ps": float(t.mean()), "p50_ps": float(t.quantile(0.5)),
+             "p90_ps": float(t.quantile(0.9)), "min_ps": float(t.min()), "max_ps": float(t.max())}
+    slow = (float(rank.loc[key, "median"]), float(rank.loc[key, "mean"]), str(key[0]), str(key[1]), stats)
     sums = {c: int(steps[c].sum()) for c in steps.columns
             if c.endswith("_ps") and steps[c].dtype.kind in "iu" and c != "start_ps"}
-    return StepSummary(np.unique(steps["step"].to_numpy(np.int64)), int(len(steps)), slow, sums)
+    return StepSummary(_runs(np.unique(steps["step"].to_numpy(np.int64))), int(len(steps)), slow, sums)
+
+
+def _runs(sorted_unique: np.ndarray) -> np.ndarray:
+    """Runs of consecutive numbers of a sorted distinct array, as [first, last + 1) rows."""
+    if not len(sorted_unique):
+        return np.zeros((0, 2), np.int64)
+    cut = np.flatnonzero(np.diff(sorted_unique) != 1) + 1
+    starts = sorted_unique[np.r_[0, cut]]
+    ends = sorted_unique[np.r_[cut - 1, len(sorted_unique) - 1]] + 1
+    return np.stack([starts, ends], axis=1)
 
 
 def merge(parts: list) -> StepSummary:
@@ -73,5 +90,8 @@ def merge(parts: list) -> StepSummary:
     for p in parts:
         for k, v in p.sums.items():
             sums[k] = sums.get(k, 0) + v
-    steps = np.unique(np.concatenate([p.steps for p in parts])) if parts else np.zeros(0, np.int64)
-    return StepSummary(steps, sum(p.rows for p in parts), best, sums)
+    from tracekit.analysis.intervals import merge as merge_runs
+    runs = np.concatenate([p.runs for p in parts]) if parts else np.zeros((0, 2), np.int64)
+    order = np.argsort(runs[:, 0], kind="stable")
+    s, e = merge_runs(runs[order, 0], runs[order, 1])
+    return StepSummary(np.stack([s, e], axis=1), sum(p.rows for p in parts), best, sums)

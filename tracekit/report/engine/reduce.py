@@ -38,7 +38,7 @@ def report(summaries: list, failures: list, rules: list, options: Options, *, fi
         "tool": {"name": "tracekit", "version": version()},
         "inputs": [{"path": display_path(s.path), "host": s.host} for s in ctx.summaries],
         "summary": clean({
-            "hosts": tot.hosts, "devices": int(len(dev)), "steps": int(len(ss.steps)), "step_rows": ss.rows,
+            "hosts": tot.hosts, "devices": int(len(dev)), "steps": ss.steps, "step_rows": ss.rows,
             "step_rows_in_report": int(min(ss.rows, STEP_ROWS)), "step_source": list(ctx.step_source),
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": tot.op_time_ps,
             "op_executions": tot.op_executions,
