@@ -84,7 +84,7 @@ def test_rules_test_command_builtin_passes():
 
 
 def test_rules_test_command_on_the_builtin_folder(tmp_path):
-    """`tracekit rules test rules` (the README's example, run from a checkout) tests the built-in rules once, not
+    """`tracekit rules test rules` (docs/writing-rules.md's example, run from a checkout) tests the built-in rules once, not
     "duplicate rule 'tk001'"; named beside a user folder (and through a symlink) both are tested."""
     from tracekit.analysis.rule_model import builtin_rules_dir
     n = sum(len(x.cases.get("pass", [])) + len(x.cases.get("fail", [])) for x in RULES)
@@ -288,11 +288,11 @@ def test_docs_list_grammar_frames_and_template_variables():
     assert "| `exposed_ps` | int64 | ps |" in doc and "| `overlap_ratio` | float64 | fraction |" in doc
 
 
-def test_readme_rule_example(tmp_path):
-    """The user rule in the README loads, its cases pass, and it runs in an analysis with a unit-valued --param."""
+def test_docs_rule_example(tmp_path):
+    """The user rule in docs/writing-rules.md loads, its cases pass, and it runs in an analysis with a unit-valued --param."""
     import re
     from pathlib import Path
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "writing-rules.md").read_text()
     section = readme[readme.index("### Writing a rule"):]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     d = tmp_path / "my_rules"

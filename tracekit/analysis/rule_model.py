@@ -230,7 +230,7 @@ def _refuse(doc: dict, path: str, what: str, hint: str | None = None):
         hint = (hint + "; " if hint else "") + (
             f"this file is rule format {version} ({'no `version:` field' if 'version' not in doc else 'old'}, "
             f"written for pandas query/eval): rewrite it with the grammar above, then add `version: {RULE_FORMAT}` "
-            "(README: Writing a rule)")
+            "(docs/writing-rules.md)")
     raise TraceError(f"rule {doc.get('id')} ({doc.get('name')}): {what}", path, hint)
 
 
