@@ -3,6 +3,7 @@
 Markers: an HTML comment right before a fenced block, ``<!-- readme-test[: WORDS] -->``. WORDS (shell-quoted):
 
 * ``exit=N``: the exit status the block must end with (default 0);
+* ``columns=N``: the terminal width the block runs at (default 100);
 * ``expect="TEXT"`` (repeatable): TEXT must be in the block's output (stdout and stderr together);
 * ``install``: the README's first command (make a venv, ``pip install -e .``, then a tracekit command): see below;
 * ``ci``: not run here (it is the whole test suite): each of its ``&&``-joined commands must be one that ``.ci/run``
@@ -21,6 +22,8 @@ packages through a ``.pth`` file (with a ``pip`` that runs the test environment'
 ``setuptools>=77`` comes from the ``test`` extra). The test then checks that the venv's ``tracekit`` command runs the
 copy's code; the other blocks run in that venv. Without setuptools>=77 the install check is skipped (saying so)
 and the other blocks run with the copy on ``PYTHONPATH``.
+
+The same markers work in ``docs/*.md`` (their sample outputs run here too, so they cannot drift either).
 
 Besides the commands: the README stays within 350 lines and 25 KB, every link to a file or an anchor resolves
 inside the repository, and no path in it points outside the repository.
@@ -55,35 +58,41 @@ class Block:
     line: int
     lang: str
     body: str
+    doc: str = "README.md"
     exit: int = 0
+    columns: int = 100
     expect: list = field(default_factory=list)
     flags: set = field(default_factory=set)
 
     @property
     def id(self) -> str:
         first = self.body.strip().splitlines()[0].lstrip("$ ")
-        return f"L{self.line}:{first[:40]}"
+        return f"{self.doc}:{self.line}:{first[:40]}"
 
 
-def blocks(text: str = TEXT) -> list[Block]:
+def blocks(text: str = TEXT, doc: str = "README.md") -> list[Block]:
     out = []
     for m in _MARK.finditer(text):
-        b = Block(text.count("\n", 0, m.start()) + 1, m["lang"], m["body"])
+        b = Block(text.count("\n", 0, m.start()) + 1, m["lang"], m["body"], doc)
         for w in shlex.split(m["words"] or ""):
             key, _, value = w.partition("=")
             if key == "exit":
                 b.exit = int(value)
+            elif key == "columns":
+                b.columns = int(value)
             elif key == "expect":
                 b.expect.append(value)
             elif key in ("install", "ci") and not value:
                 b.flags.add(key)
             else:
-                raise ValueError(f"README line {b.line}: unknown readme-test word {w!r}")
+                raise ValueError(f"{doc} line {b.line}: unknown readme-test word {w!r}")
         out.append(b)
     return out
 
 
 BLOCKS = blocks()
+DOC_BLOCKS = [b for path in sorted((ROOT / "docs").glob("*.md"))
+              for b in blocks(path.read_text(encoding="utf-8"), f"docs/{path.name}")]
 
 
 # ---- the copy and the environment the commands run in ---------------------------------------------------------
@@ -119,9 +128,9 @@ class Fresh:
     install: subprocess.CompletedProcess | None = None
 
 
-def _run(cmd, fresh: Fresh, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=fresh.repo, env=fresh.env, input=stdin, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+def _run(cmd, fresh: Fresh, stdin: str | None = None, columns: int = 100) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=fresh.repo, env=dict(fresh.env, COLUMNS=str(columns)), input=stdin,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def _install(fresh: Fresh, block: Block) -> subprocess.CompletedProcess:
@@ -170,9 +179,9 @@ def _output(p: subprocess.CompletedProcess) -> str:
 
 def _check(block: Block, p: subprocess.CompletedProcess, what: str) -> None:
     out = _output(p)
-    assert p.returncode == block.exit, f"README line {block.line}: {what} exited {p.returncode}:\n{out[-4000:]}"
+    assert p.returncode == block.exit, f"{block.doc} line {block.line}: {what} exited {p.returncode}:\n{out[-4000:]}"
     for text in block.expect:
-        assert text in out, f"README line {block.line}: {what}: {text!r} not in its output:\n{out[-4000:]}"
+        assert text in out, f"{block.doc} line {block.line}: {what}: {text!r} not in its output:\n{out[-4000:]}"
 
 
 def _transcript(body: str) -> list[tuple[str, list[list[str]]]]:
@@ -202,22 +211,22 @@ def _in_order(groups: list[list[str]], actual: list[str]) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if not b.flags], ids=lambda b: b.id)
+@pytest.mark.parametrize("block", [b for b in BLOCKS + DOC_BLOCKS if not b.flags], ids=lambda b: b.id)
 def test_readme_command(block: Block, fresh: Fresh):
     if block.lang == "python":
-        _check(block, _run(["python", "-"], fresh, stdin=block.body + "\n"), "the Python block")
+        _check(block, _run(["python", "-"], fresh, stdin=block.body + "\n", columns=block.columns), "the Python block")
     elif block.lang == "bash":
-        _check(block, _run(["bash", "-ec", block.body], fresh), "the command")
+        _check(block, _run(["bash", "-ec", block.body], fresh, columns=block.columns), "the command")
     elif block.lang == "text":
         for cmd, groups in _transcript(block.body):
-            p = _run(["bash", "-c", cmd], fresh)
+            p = _run(["bash", "-c", cmd], fresh, columns=block.columns)
             _check(block, p, f"`{cmd}`")
             missing = _in_order(groups, [ln.rstrip() for ln in _output(p).splitlines()])
-            assert missing is None, (f"README line {block.line}: `{cmd}` no longer prints\n{missing}\n"
-                                     f"(re-run it with COLUMNS=100 and paste its real output); it printed:\n"
-                                     f"{_output(p)[-6000:]}")
+            assert missing is None, (f"{block.doc} line {block.line}: `{cmd}` no longer prints\n{missing}\n"
+                                     f"(re-run it with COLUMNS={block.columns} and paste its real output); "
+                                     f"it printed:\n{_output(p)[-6000:]}")
     else:
-        pytest.fail(f"README line {block.line}: a readme-test block must be bash, python or text, not {block.lang!r}")
+        pytest.fail(f"{block.doc} line {block.line}: a readme-test block is bash, python or text, not {block.lang!r}")
 
 
 def test_readme_install_line(fresh: Fresh):
@@ -243,7 +252,7 @@ def test_readme_test_command_is_what_ci_runs():
 
     ci_cmds = {norm(line) for line in ci.splitlines() if line.strip() and not line.startswith("#")}
     for cmd in block.body.strip().split("&&"):
-        assert norm(cmd) in ci_cmds, f"README line {block.line}: `{cmd.strip()}` is not what .ci/run runs"
+        assert norm(cmd) in ci_cmds, f"{block.doc} line {block.line}: `{cmd.strip()}` is not what .ci/run runs"
 
 
 def test_readme_marks_the_first_commands():
