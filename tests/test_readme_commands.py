@@ -281,18 +281,24 @@ def _anchors(md: str) -> set[str]:
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def test_every_link_resolves_inside_the_repository():
+def _bad_links(md: Path) -> list[str]:
     bad = []
-    for target in _LINK.findall(TEXT):
+    for target in _LINK.findall(md.read_text(encoding="utf-8")):
         if re.match(r"[a-z]+:", target):
             continue  # https:, mailto:
         path, _, anchor = target.partition("#")
-        doc = (ROOT / path).resolve() if path else README
+        doc = (md.parent / path).resolve() if path else md.resolve()
         if not doc.is_relative_to(ROOT) or not doc.exists():
             bad.append(target)
         elif anchor and doc.suffix == ".md" and anchor not in _anchors(doc.read_text(encoding="utf-8")):
             bad.append(target)
-    assert bad == []
+    return bad
+
+
+def test_every_link_resolves_inside_the_repository():
+    """The README's links and anchors, and those of the docs it sends readers to."""
+    assert _bad_links(README) == []
+    assert {p.name: _bad_links(p) for p in (ROOT / "docs").glob("*.md") if _bad_links(p)} == {}
 
 
 def test_no_path_outside_the_repository():
