@@ -82,7 +82,8 @@ class HostGraph:
     steps_start: np.ndarray
     steps_next: np.ndarray  #: the next run's start (the step's end, start to start)
     steps_tail: np.ndarray  #: next start minus the last end of the step's nodes (may be negative)
-    notes: list = field(default_factory=list)
+    #: windows whose -done did not wait, by how their end was estimated (:func:`links.window_ends`)
+    estimated: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -272,7 +273,9 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
         isp = last > np.iinfo(np.int64).min
         tail[isp] = end[isp] - last[isp]
     # -done ops wait for their windows; host-offload copies queue on the link
-    window, nowait, after = links.done_windows(ops, rows, kind, start, end, d2s or {})
+    window, waited = links.done_windows(ops, rows, kind, start, end, d2s or {})
+    end, estimated = links.window_ends(ops, rows, start, end, window, waited)
+    nowait, after = links.done_times(window, waited, start, end)
     kind[window >= 0] = DONE
     work[window >= 0] = 0
     qprev, own = links.link_queue(ops, rows, kind, start, end, nslot)
@@ -287,7 +290,7 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     steps_tail = np.where(last_end > np.iinfo(np.int64).min, s_next - last_end, s_next - s_start)
     return HostGraph(host, devices, rows, ocode[rows], s_step[nslot], nslot, kind, start, end, work, slack, ptr,
                      srcs, kinds, parent, tail, window, nowait, after, qprev, group, label, sdev_codes.astype(np.int64),
-                     s_step, s_start, s_next, steps_tail)
+                     s_step, s_start, s_next, steps_tail, estimated)
 
 
 def _groups(opname, opcode, module, pid, is_async, nslot, s_step, seq, dev_names, member_of) -> np.ndarray:
