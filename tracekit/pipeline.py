@@ -114,6 +114,8 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         model_warnings = [{"message": f"model: {over:.0%} of op time ran faster than its roofline on --chip {chip}: "
                                       "the chip is probably wrong (see `tracekit chips`)"}] + model_warnings
     head = claims.headline(findings, frames.devices, frames.ops)
+    from tracekit.analysis.replay.savings import replay_savings  # savings along the critical path (issue 36)
+    head["replay"] = replay_savings(tr, ops, findings, frames, rule_list, resolved)
     custom = customcalls.summary(ops, tr.hlo, cost_table)
     step_stats = stepstats.step_stats(frames.steps, column="step_ps") if len(frames.steps) else pd.DataFrame()
     rep = report_mod.build(report_mod.Analysis(

@@ -261,11 +261,14 @@ def build(a: Analysis) -> Report:
                "achieved_flops_per_s": r["flops"] / (r["total_ps"] / 1e12) if r["total_ps"] else None}
               for r in records(pts)]
     finding_dicts = []
+    replay = (headline or {}).get("replay") or {}
     # the rules that claim device time (the memory and utilization rules, and TK000, claim none: savings "0")
     claim = {r.id for r in a.rules if r.claims_time}
     for f in findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
         d.setdefault("claims_time", d.get("rule_id") in claim)
+        if d.get("rule_id") in replay.get("per_finding", {}):  # its saving per step, replayed (issue 36)
+            d["replay_savings_ps"] = replay["per_finding"][d["rule_id"]]
         finding_dicts.append(clean(d))
     # what the findings claim together is the union of their claims on device time, not their sum (two findings
     # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
@@ -295,6 +298,7 @@ def build(a: Analysis) -> Report:
             "findings": len(finding_dicts),
             "claimed_savings_ps": total_claimed,
             "above_roofline_floor_ps": (headline or {}).get("above_roofline_floor_ps"),
+            "savings_basis": replay.get("basis", "claims"), "replay_savings": replay or None,
         }),
         "devices": records(devices),
         "step_stats": records(step_stats),

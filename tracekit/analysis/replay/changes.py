@@ -47,7 +47,7 @@ class RowTimes:
                    b.copy())
 
 
-def _bound(c, m, net, host_x) -> np.ndarray:
+def bounds(c, m, net, host_x) -> np.ndarray:
     """argmax of the three terms (ties: compute, then memory), 'unknown' where none is known."""
     stack = np.vstack([np.nan_to_num(c, nan=-1.0), np.nan_to_num(m, nan=-1.0), np.nan_to_num(net, nan=-1.0)])
     arg = np.argmax(stack, axis=0)
@@ -56,7 +56,7 @@ def _bound(c, m, net, host_x) -> np.ndarray:
     return np.where(stack.max(axis=0) <= 0, "unknown", names)
 
 
-def _own_link(ops: pd.DataFrame, dchips: dict) -> np.ndarray:
+def own_link(ops: pd.DataFrame, dchips: dict) -> np.ndarray:
     """Each host-offload copy's time alone on its link: its bytes over the device's host-link bandwidth."""
     out = np.full(len(ops), np.nan)
     if "is_host_transfer" not in ops:
@@ -82,7 +82,7 @@ def price(ops_a: pd.DataFrame, ops_b: pd.DataFrame | None, chips_a: dict, chips_
     for tag, o, ch in (("a", ops_a, chips_a), ("x", ops_b if ops_b is not None else ops_a, chips_b or chips_a)):
         c, m = o["compute_ps"].to_numpy(float), o["memory_ps"].to_numpy(float)
         net = o["network_ps"].to_numpy(float).copy()
-        own = _own_link(o, ch)
+        own = own_link(o, ch)
         net = np.where(host_x & win & np.isfinite(own), own, net)
         terms[tag] = (c, m, net)
     ff = np.ones(n) if flops_f is None else flops_f
@@ -94,8 +94,8 @@ def price(ops_a: pd.DataFrame, ops_b: pd.DataFrame | None, chips_a: dict, chips_
         ra = np.fmax(np.fmax(ca, ma), na)
         rx = np.fmax(np.fmax(cx, mx), nx)
     known = np.isfinite(ra) & (ra > 0) & np.isfinite(rx)
-    rt = RowTimes.unchanged(n, _bound(ca, ma, na, host_x))
-    rt.bound_after = _bound(cx, mx, nx, host_x)
+    rt = RowTimes.unchanged(n, bounds(ca, ma, na, host_x))
+    rt.bound_after = bounds(cx, mx, nx, host_x)
     batch_only = ops_b is None
     if keep_efficiency or batch_only:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracekit.analysis.replay.graph import DONE, END, OP, WIN, HostGraph
+from tracekit.analysis.replay.graph import DONE, END, WIN, HostGraph
 
 _NEG = -(1 << 62)
 

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import gather
 from tracekit.grouping import codes_of
 
 OP, WIN, DONE = 0, 1, 2

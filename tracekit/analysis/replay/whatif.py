@@ -63,9 +63,9 @@ class Setup:
 
 def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES, topology: str | None = None):
     """The measured replay of ``tr`` (``ops``: its ops with the roofline columns, when the caller has them)."""
-    from tracekit import pipeline
+    from tracekit.model import roofline
     if ops is None:
-        ops = pipeline.with_roofline(tr, topology=topology)
+        ops = roofline.join(tr, topology=topology)
     nums, how = inputs.choose_steps(tr.steps, len(ops), max_nodes)
     if not nums:
         raise TraceError(f"nothing to replay: {how}", hint="a replay needs at least one step with a next start "
@@ -123,7 +123,6 @@ def _rule(selector: str, rules: list):
 
 def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
     """(row times, assumptions, the ops priced on the target chip) for ``req``."""
-    from tracekit import pipeline
     from tracekit.analysis.replay import batch
     from tracekit.model import roofline
     tr, notes = s.tr, []
@@ -132,11 +131,11 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
     if req.chip:
         name, a_name, note = _chips(tr, req.chip)
         if a_name:
-            ops_a = pipeline.with_roofline(tr, a_name, req.topology)
+            ops_a = roofline.join(tr, a_name, req.topology)
             chips_a = roofline.device_chips(tr, a_name)
             notes.append(f"--chip {note}; the measured side priced with the record beside the trace (calibration "
                          "against calibration, neither raised to the trace's demonstrated rates)")
-        ops_x = pipeline.with_roofline(tr, name, req.topology)
+        ops_x = roofline.join(tr, name, req.topology)
         chips_x = roofline.device_chips(tr, name)
         notes.append("ops re-priced on " + ", ".join(sorted({c.name for c in chips_x.values()})) +
                      (f" over topology {req.topology}" if req.topology else "") + " through the roofline; " +
@@ -162,7 +161,7 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
             notes.append(f"{unknown} op execution(s) without a known roofline keep their measured time"
                          + (" (x the batch factor)" if ff is not None else ""))
     else:
-        rt = ch.RowTimes.unchanged(len(s.ops), ch._bound(*(s.ops[c].to_numpy(float) for c in (
+        rt = ch.RowTimes.unchanged(len(s.ops), ch.bounds(*(s.ops[c].to_numpy(float) for c in (
             "compute_ps", "memory_ps", "network_ps")), s.ops["is_host_transfer"].to_numpy(bool)))
     for name, k in req.speedup:
         mask = fixes.op_rows(s.ops, [name])
@@ -180,7 +179,7 @@ def apply_fixes(s: Setup, rt: ch.RowTimes, selectors, priced: pd.DataFrame, chip
     """Lay every ``--fix`` selector on ``rt``; the assumptions they add."""
     from tracekit.analysis import rule_checks, rule_model, rules as rules_mod
     all_rules = rule_model.load_rules()
-    own = ch._own_link(priced, chips)
+    own = ch.own_link(priced, chips)
     notes, frames = [], None
     for sel in selectors:
         rule = _rule(sel, all_rules)
