@@ -198,3 +198,41 @@ def test_whatif_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
     r = CliRunner().invoke(main, ["whatif", str(_cpu_two_streams(tmp_path)), *args])
     assert r.exit_code == 2 and says in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_hosts_join_at_shared_collectives_with_their_clock_offset(tmp_path):
+    """Two hosts running the same 8-device program (``sharded8`` twice), host b's clock 5 ms ahead: the hosts'
+    collective instances join (16 participants each), the offset is found from their ends, and the replay still
+    reproduces every step."""
+    import shutil
+
+    import numpy as np
+
+    from tracekit.analysis.replay import engine, inputs
+    from tracekit.analysis.replay.graph import producers
+    from tracekit.ingest import hlo as hlo_mod
+    from tracekit.model import roofline
+    run = tmp_path / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    src = FIXTURES / "cpu" / "sharded8" / "plugins" / "profile" / "run1" / "cpu.xplane.pb"
+    for h in ("hosta", "hostb"):
+        shutil.copyfile(src, run / f"{h}.xplane.pb")
+    tr = tracekit.load(run)
+    ops = roofline.join(tr)
+    shift = 5_000 * US
+    b_ops = ops["host"].astype(str).to_numpy() == "hostb"
+    ops = ops.assign(start_ps=np.where(b_ops, ops["start_ps"] + shift, ops["start_ps"]))
+    steps = tr.steps.assign(start_ps=np.where(tr.steps["host"].astype(str) == "hostb",
+                                              tr.steps["start_ps"] + shift, tr.steps["start_ps"]))
+    nums, _ = inputs.choose_steps(steps, len(ops))
+    d2s, prod = hlo_mod.done_to_start(tr.hlo), producers(tr.hlo)
+    # no replica groups given: every device of both hosts that runs the op takes part
+    gs = [inputs.host_graph(h, ops, steps, nums, d2s, prod, None) for h in ("hosta", "hostb")]
+    j = engine.join(gs)
+    assert j.offset.tolist() == [0, shift] and j.alignment_ps == 0
+    assert j.g_members and all(len(m) == 16 for m in j.g_members)
+    r = engine.evaluate(j)
+    assert r.clipped == 0
+    for h, g in enumerate(gs):
+        assert (r.step_ps[h] == g.steps_next - g.steps_start).all()
+
