@@ -39,6 +39,8 @@ class RowTimes:
     bound_before: np.ndarray  #: object: compute | memory | network | host_link | unknown
     bound_after: np.ndarray
     notes: list = field(default_factory=list)
+    #: (host, device, ps) where a removed gap ended: a step whose next run starts there loses its tail too
+    gap_ends: set = field(default_factory=set)
 
     @classmethod
     def unchanged(cls, n: int, bound=None) -> "RowTimes":
@@ -115,7 +117,7 @@ def _is_marker(ops: pd.DataFrame) -> np.ndarray:
 
 
 def node_times(j: Joined, rt: RowTimes) -> dict:
-    """The engine's keyword arguments (``work``, ``core``, ``slack``, ``free``) for the row times ``rt``."""
+    """The engine's keyword arguments (``work``, ``core``, ``slack``, ``free``, ``tail``) for the row times ``rt``."""
     rows = np.concatenate([g.rows for g in j.graphs]) if j.graphs else np.zeros(0, np.int64)
     kind = np.concatenate([g.kind for g in j.graphs]).astype(np.int64) if j.graphs else np.zeros(0, np.int64)
     work = np.concatenate([g.work for g in j.graphs]).astype(float) if j.graphs else np.zeros(0)
@@ -135,5 +137,9 @@ def node_times(j: Joined, rt: RowTimes) -> dict:
         core[g] = c
     free = rt.free[rows]
     slack_new = np.where(rt.no_gap[rows], 0, slack)
+    tails = None
+    if rt.gap_ends:  # a removed gap between steps: the next run starts as soon as the step's last op ends
+        tails = [np.where([(g.host, g.devices[d], int(t)) in rt.gap_ends for d, t in zip(g.steps_dev, g.steps_next)],
+                          0, g.steps_tail).astype(np.int64) for g in j.graphs]
     return {"work": np.round(work_new).astype(np.int64), "core": np.round(core).astype(np.int64),
-            "slack": slack_new.astype(np.int64), "free": free}
+            "slack": slack_new.astype(np.int64), "free": free, "tail": tails}

@@ -137,9 +137,10 @@ class Result:
 
 
 def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None = None,
-             slack: np.ndarray | None = None, free: np.ndarray | None = None) -> Result:
+             slack: np.ndarray | None = None, free: np.ndarray | None = None, tail: list | None = None) -> Result:
     """Replay with the nodes' ``work`` (global; None: measured), the instances' ``core`` (None: measured),
-    ``slack`` (None: measured) and ``free`` nodes (an overlapped collective: it holds nothing up, E = S)."""
+    ``slack`` (None: measured), ``free`` nodes (an overlapped collective: it holds nothing up, E = S) and each
+    host's steps' ``tail`` to the next run (None: measured)."""
     gs = j.graphs
     n = len(j.start)
     kind = _cat(gs, "kind", np.int64).tolist()
@@ -153,7 +154,7 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
         parts = [np.where(getattr(g, name) >= 0, getattr(g, name) + b, -1) for g, b in zip(gs, base)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
     window, qprev, parent = shift("window").tolist(), shift("qprev").tolist(), shift("parent").tolist()
-    nowait, after, tail = (_cat(gs, k, np.int64).tolist() for k in ("nowait", "after", "tail"))
+    nowait, after, ptail = (_cat(gs, k, np.int64).tolist() for k in ("nowait", "after", "tail"))
     psrc = np.concatenate([g.pred_src + b for g, b in zip(gs, base)]).tolist() if gs else []
     pkind = np.concatenate([g.pred_kind for g in gs]).tolist() if gs else []
     counts = np.concatenate([np.diff(g.pred_ptr) for g in gs]) if gs else np.zeros(0, np.int64)
@@ -232,7 +233,7 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
                     g = gid[i]
                     e_i, arg = A[g] + gcore[g] + gexit[i], 2 * who_a[g]
                 elif has_child[i]:
-                    e_i, arg = max(last_child[i] + tail[i], s_i), last_child_q[i]
+                    e_i, arg = max(last_child[i] + ptail[i], s_i), last_child_q[i]
                 elif k == DONE and window[i] >= 0:
                     a, b = s_i + nowait[i], E[window[i]] + after[i]
                     e_i, arg = (a, 2 * i) if a >= b else (b, 2 * window[i] + 1)
@@ -266,9 +267,10 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
         last = np.full(len(g.steps_start), _NEG, np.int64)
         if len(g):
             np.maximum.at(last, g.slot, e)
-        pred = np.where(last > _NEG, last + g.steps_tail, g.steps_next) - g.steps_start
+        t = g.steps_tail if tail is None else tail[h]
+        pred = np.where(last > _NEG, last + t, g.steps_next) - g.steps_start
         steps.append(pred)
-    if work is None and slack is None and core is None and free is None:
+    if work is None and slack is None and core is None and free is None and tail is None:
         clipped = int(((S_a != j.start) | (E_a != j.end)).sum())
     return Result(S_a, E_a, np.asarray(why_s, np.int64), np.asarray(why_e, np.int64), steps, clipped)
 

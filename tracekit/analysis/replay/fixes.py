@@ -90,6 +90,10 @@ def apply(rt, ops: pd.DataFrame, mask: np.ndarray, act: str, own_link: np.ndarra
         return int(m.sum())
     if act == "gaps":
         rt.no_gap |= mask
+        idx = np.flatnonzero(mask)
+        rt.gap_ends |= set(zip(ops["host"].astype(str).to_numpy()[idx].tolist(),
+                               ops["device"].astype(str).to_numpy()[idx].tolist(),
+                               ops["start_ps"].to_numpy(np.int64)[idx].tolist()))
         return int(mask.sum())
     cap = roofline_cap(ops, own_link)
     m = mask & np.isfinite(cap)

@@ -289,7 +289,7 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     steps_tail = np.where(last_end > np.iinfo(np.int64).min, s_next - last_end, s_next - s_start)
     return HostGraph(host, devices, rows, ocode[rows], s_step[nslot], nslot, kind, start, end, work, slack, ptr,
                      srcs, kinds, parent, tail, window, nowait, after, qprev, group, label, sdev_codes.astype(np.int64),
-                     s_step, s_start, s_next, steps_tail, estimated)
+                     s_step, s_start, s_next, steps_tail, estimated=estimated)
 
 
 def _groups(opname, opcode, module, pid, is_async, nslot, s_step, seq, dev_names, member_of) -> np.ndarray:
