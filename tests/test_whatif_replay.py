@@ -88,6 +88,10 @@ def test_replay_reproduces_the_v6e_step_with_its_host_offload_copies():
     kinds = {e["kind"] for e in out["critical_path"]}
     assert "window" in kinds
     assert any(g.qprev.max() >= 0 for g in s.joined.graphs)
+    # on a v5e, keeping each op's efficiency: the step is the host-offload copies (5.4 GB each) on the host link,
+    # whose one-way bandwidth is 3.2e10 B/s on a v6e and 1.6e10 on a v5e (DOMAIN.md, book part 2): twice as long
+    v5e = wi.whatif(s.tr, wi.Request(chip="v5e", keep_efficiency=True), s)
+    assert abs(v5e["predicted_step_ps"] / out["measured_step_ps"] - 3.2e10 / 1.6e10) <= 0.05 * 2
     # the fusions run under the copies: at their roofline they win nothing
     fixed = wi.whatif(s.tr, wi.Request(fix=("broadcast_add_fusion.1",)), s)
     assert fixed["predicted_step_ps"] == out["measured_step_ps"]

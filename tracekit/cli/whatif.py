@@ -45,8 +45,8 @@ def whatif_cmd(path, run, chip, topology, keep_efficiency, batch_scale, batch_si
     critical path, the ops whose roofline bound changes and every assumption. With no change it replays the trace
     as measured."""
     fmt = output_format(fmt, output, ("json",), "text")
-    if keep_efficiency and not chip:
-        raise click.UsageError("--keep-efficiency needs --chip")
+    if keep_efficiency and not (chip or topology):
+        raise click.UsageError("--keep-efficiency needs --chip or --topology")
     from tracekit.analysis.replay import whatif as wi
     from tracekit.ingest.trace import load
     tr = load(path, run=run, **limits(max_size, max_events))

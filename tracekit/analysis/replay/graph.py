@@ -26,8 +26,10 @@ Collectives (sync ops and windows) carry a ``group`` key: the k-th execution of 
 devices of one replica group; the replay (:mod:`tracekit.analysis.replay.engine`) makes them wait for their last
 participant, across devices and hosts.
 
-Building the graph is vectorized over the host's op rows (sorting, searchsorted on ranks); nothing here loops over
-ops in Python except the one pass per distinct (program, instruction) that follows HLO operands.
+Building the graph is vectorized over the host's op rows (which step holds each: searchsorted; predecessors: one
+sort of ranks and a searchsorted, :func:`latest_before`). What loops in Python is bounded by the chosen steps'
+nodes (the caller caps them, :data:`tracekit.analysis.replay.inputs.MAX_NODES`): listing each node's operands, the
+collectives' keys, the labels; and :func:`producers`, once per HLO instruction.
 """
 from __future__ import annotations
 

@@ -39,8 +39,9 @@ def median_slot(ds: pd.DataFrame, key: tuple, column: str) -> tuple[int, int]:
 def critical_path(j: engine.Joined, r: engine.Result, h: int, slot: int, ops: pd.DataFrame,
                   limit: int = 400) -> tuple[list, dict]:
     """(entries in time order, a summary) of the chain that sets step ``slot``'s end on host ``h``. An entry:
-    op, device, kind, start_ps (from the step's start), time_ps (its own time on the path: 0 where the path only
-    passes through its start), gap_ps (waited before it starts). The summary: path ops, their time, the gaps,
+    op, device, kind, start_ps (from the step's start: where the path enters it; a collective's own time starts at
+    its last participant's arrival), time_ps (its own time on the path: 0 where the path only passes through its
+    start), gap_ps (the path's idle time before it). The summary: path ops, their time, the gaps,
     the devices it crosses. Over ``limit`` entries the longest are kept, in time order."""
     path = engine.critical_path(j, r, h, slot)
     g = j.graphs[h]
@@ -57,9 +58,10 @@ def critical_path(j: engine.Joined, r: engine.Result, h: int, slot: int, ops: pd
         s, e = int(r.S[node]), int(r.E[node])
         q = int(r.why_e[node])  # its own time on the path: from what set its end (its start, a window, a queue)
         own = e - (int(r.E[q >> 1]) if q & 1 else int(r.S[q >> 1])) if how == "run" and q >= 0 else 0
+        at = e - own if how == "run" else s  # where the path enters it (a collective: at the last arrival)
         out.append({"op": str(labels[node]), "device": dev if len(j.graphs) == 1 else f"{gg.host}/{dev}",
                     "kind": ("collective" if j.gid[node] >= 0 else KIND.get(int(kinds[node]), "op")),
-                    "start_ps": s - t0, "time_ps": own, "gap_ps": max(s - prev_end, 0)})
+                    "start_ps": at - t0, "time_ps": own, "gap_ps": max(at - prev_end, 0)})
         prev_end = max(prev_end, e if how == "run" else s)
     step_end = t0 + int(r.step_ps[h][slot])
     summary = {"ops": len(out), "time_ps": int(sum(x["time_ps"] for x in out)),

@@ -40,6 +40,7 @@ class Request:
             out["efficiency"] = "measured, carried over" if self.keep_efficiency else "every op at its roofline"
         if self.topology:
             out["topology"] = self.topology
+            out.setdefault("efficiency", "measured, carried over")
         if self.batch_scale:
             out["batch_scale"] = self.batch_scale
         if self.fix:
@@ -88,7 +89,15 @@ def _base_assumptions(tr, j: engine.Joined, how: str) -> list:
                    "which the replay does not model")
     if any(len(m) for m in j.g_members):
         out.append(f"{len(j.g_members)} collective instance(s) wait for their last participant, then take the "
-                   "measured time from the last arrival to the first end (or the new price)")
+                   "measured time from the last arrival to the first end (or the new price); each participant's "
+                   "measured lag behind that first end is kept")
+    est: dict = {}
+    for g in j.graphs:
+        for k, v in g.estimated.items():
+            est[k] = est.get(k, 0) + v
+    if est:
+        out.append(f"{sum(est.values())} async window(s) whose -done did not wait end at an estimate (the trace "
+                   "only bounds them by the -done's start): " + ", ".join(f"{v} by {k}" for k, v in sorted(est.items())))
     if len(j.graphs) > 1:
         al = j.alignment_ps
         out.append("host clocks aligned on shared collectives' ends" + (f" (residual {al / 1e6:.1f} us)" if al
@@ -128,10 +137,10 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
     tr, notes = s.tr, []
     ops_a, ops_x, chips_a = s.ops, None, roofline.device_chips(tr)
     chips_x = None
-    if req.chip:
-        name, a_name, note = _chips(tr, req.chip)
+    if req.chip or req.topology:
+        name, a_name, note = _chips(tr, req.chip) if req.chip else (None, None, None)
         if a_name:
-            ops_a = roofline.join(tr, a_name, req.topology)
+            ops_a = roofline.join(tr, a_name)
             chips_a = roofline.device_chips(tr, a_name)
             notes.append(f"--chip {note}; the measured side priced with the record beside the trace (calibration "
                          "against calibration, neither raised to the trace's demonstrated rates)")
@@ -140,7 +149,7 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
         notes.append("ops re-priced on " + ", ".join(sorted({c.name for c in chips_x.values()})) +
                      (f" over topology {req.topology}" if req.topology else "") + " through the roofline; " +
                      ("each op keeps its measured efficiency (time x roofline on B / roofline measured)"
-                      if req.keep_efficiency else "each op at its roofline on it (a lower bound; --keep-efficiency "
+                      if req.keep_efficiency or not req.chip else "each op at its roofline on it (a lower bound; --keep-efficiency "
                                                   "carries the measured efficiency over)"))
     ff = bf = None
     if req.batch_scale:
@@ -155,7 +164,7 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
                      f"the bytes of those arrays ({share:.0%} of op time); the others (weight-shaped) are kept; a "
                      "batch-proportional op keeps its measured efficiency")
     if ops_x is not None or ff is not None:
-        rt = ch.price(ops_a, ops_x, chips_a, chips_x, req.keep_efficiency, ff, bf)
+        rt = ch.price(ops_a, ops_x, chips_a, chips_x, req.keep_efficiency or not req.chip, ff, bf)
         unknown = rt.notes.pop() if rt.notes else 0
         if unknown:
             notes.append(f"{unknown} op execution(s) without a known roofline keep their measured time"
@@ -214,7 +223,7 @@ def apply_fixes(s: Setup, rt: ch.RowTimes, selectors, priced: pd.DataFrame, chip
 def whatif(tr, req: Request, s: Setup | None = None) -> dict:
     """The ``whatif`` object for ``req`` (module docstring); ``s``: a :func:`setup` of ``tr`` to reuse."""
     from tracekit.analysis.replay import result
-    s = s or setup(tr, max_nodes=req.max_nodes, topology=req.topology if not req.chip else None)
+    s = s or setup(tr, max_nodes=req.max_nodes)
     j = s.joined
     notes = list(s.assumptions)
     asked = req.asked()
