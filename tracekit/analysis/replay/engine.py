@@ -26,7 +26,7 @@ instances, offsets, the steps' results) is vectorized.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class Joined:
     g_exit: np.ndarray  #: per node: its measured lag behind the instance's first end
     g_members: list
     alignment_ps: float | None
+    cache: dict = field(default_factory=dict, repr=False)  #: what :func:`evaluate` works out once
 
     def host_of(self, i: int) -> int:
         return int(np.searchsorted(self.base, i, "right") - 1)
@@ -136,48 +137,43 @@ class Result:
     clipped: int  #: nodes the measurement itself puts earlier than its constraints allow (reproduction error)
 
 
-def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None = None,
-             slack: np.ndarray | None = None, free: np.ndarray | None = None, tail: list | None = None) -> Result:
-    """Replay with the nodes' ``work`` (global; None: measured), the instances' ``core`` (None: measured),
-    ``slack`` (None: measured), ``free`` nodes (an overlapped collective: it holds nothing up, E = S) and each
-    host's steps' ``tail`` to the next run (None: measured)."""
+def _structure(j: Joined) -> dict:
+    """The joined graph as Python lists, and one topological order of its quantities (q = 2i: node i's S, 2i + 1:
+    its E, 2n + g: instance g's last arrival), worked out once per :class:`Joined` (Kahn's algorithm over every
+    dependency: an evaluation that drops some, an overlapped collective, can still follow it)."""
+    if "structure" in j.cache:
+        return j.cache["structure"]
     gs = j.graphs
     n = len(j.start)
-    kind = _cat(gs, "kind", np.int64).tolist()
-    w = (_cat(gs, "work", np.int64) if work is None else work).tolist()
-    sl = (_cat(gs, "slack", np.int64) if slack is None else slack).tolist()
-    fr = np.zeros(n, bool).tolist() if free is None else np.asarray(free, bool).tolist()
-    gcore = (j.g_core if core is None else core).tolist()
     base = j.base
 
     def shift(name):  # a host's node links as global indices (-1 stays -1)
         parts = [np.where(getattr(g, name) >= 0, getattr(g, name) + b, -1) for g, b in zip(gs, base)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    window, qprev, parent = shift("window").tolist(), shift("qprev").tolist(), shift("parent").tolist()
-    nowait, after, ptail = (_cat(gs, k, np.int64).tolist() for k in ("nowait", "after", "tail"))
-    psrc = np.concatenate([g.pred_src + b for g, b in zip(gs, base)]).tolist() if gs else []
-    pkind = np.concatenate([g.pred_kind for g in gs]).tolist() if gs else []
+    st = {"kind": _cat(gs, "kind", np.int64).tolist(), "window": shift("window").tolist(),
+          "qprev": shift("qprev").tolist(), "parent": shift("parent").tolist()}
+    for k in ("nowait", "after", "tail"):
+        st[k] = _cat(gs, k, np.int64).tolist()
+    st["psrc"] = np.concatenate([g.pred_src + b for g, b in zip(gs, base)]).tolist() if gs else []
+    st["pkind"] = np.concatenate([g.pred_kind for g in gs]).tolist() if gs else []
     counts = np.concatenate([np.diff(g.pred_ptr) for g in gs]) if gs else np.zeros(0, np.int64)
-    pptr = np.r_[0, np.cumsum(counts)].tolist()
-    # the step's start of every node (aligned)
-    origin = np.concatenate([g.steps_start[g.slot] - j.offset[h] for h, g in enumerate(gs)]).tolist() if gs else []
-    gid = j.gid.tolist()
-    gexit = j.g_exit.tolist()
+    st["pptr"] = np.r_[0, np.cumsum(counts)].tolist()
+    st["origin"] = np.concatenate([g.steps_start[g.slot] - j.offset[h] for h, g in enumerate(gs)]).tolist() \
+        if gs else []
+    st["gid"], st["gexit"] = j.gid.tolist(), j.g_exit.tolist()
+    kind, window, qprev, parent = st["kind"], st["window"], st["qprev"], st["parent"]
+    psrc, pkind, pptr, gid = st["psrc"], st["pkind"], st["pptr"], st["gid"]
     G = len(j.g_members)
-    # dependencies: quantity q = 2i (S), 2i+1 (E), 2n+g (instance g's arrival)
     nq = 2 * n + G
     deps_of = [[] for _ in range(nq)]  # dependents of each quantity
     need = [0] * nq
     for i in range(n):
         for e in range(pptr[i], pptr[i + 1]):
-            s = psrc[e]
-            deps_of[2 * s + (1 if pkind[e] == END else 0)].append(2 * i)
+            deps_of[2 * psrc[e] + (1 if pkind[e] == END else 0)].append(2 * i)
             need[2 * i] += 1
         qe = 2 * i + 1
         deps_of[2 * i].append(qe)
         need[qe] += 1
-        if fr[i]:
-            continue
         if gid[i] >= 0:
             deps_of[2 * n + gid[i]].append(qe)
             need[qe] += 1
@@ -194,6 +190,45 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
         for i in m.tolist():
             deps_of[2 * i].append(2 * n + g)
             need[2 * n + g] += 1
+    ready = deque(q for q in range(nq) if need[q] == 0)
+    order = []
+    while ready:
+        q = ready.popleft()
+        order.append(q)
+        for d in deps_of[q]:
+            need[d] -= 1
+            if need[d] == 0:
+                ready.append(d)
+    if len(order) != nq:  # a cycle: only corrupt input makes one (every edge points forward in measured time)
+        raise ValueError(f"replay: {nq - len(order)} of {nq} quantities in a dependency cycle")
+    st["order"] = order
+    has_child = [False] * n
+    for i in range(n):
+        if parent[i] >= 0:
+            has_child[parent[i]] = True
+    st["has_child"] = has_child
+    j.cache["structure"] = st
+    return st
+
+
+def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None = None,
+             slack: np.ndarray | None = None, free: np.ndarray | None = None, tail: list | None = None) -> Result:
+    """Replay with the nodes' ``work`` (global; None: measured), the instances' ``core`` (None: measured),
+    ``slack`` (None: measured), ``free`` nodes (an overlapped collective: it holds nothing up, E = S) and each
+    host's steps' ``tail`` to the next run (None: measured). One pass over :func:`_structure`'s order."""
+    gs = j.graphs
+    n = len(j.start)
+    st = _structure(j)
+    kind, window, qprev, parent = st["kind"], st["window"], st["qprev"], st["parent"]
+    nowait, after, ptail = st["nowait"], st["after"], st["tail"]
+    psrc, pkind, pptr, origin = st["psrc"], st["pkind"], st["pptr"], st["origin"]
+    gid, gexit, has_child = st["gid"], st["gexit"], st["has_child"]
+    w = (_cat(gs, "work", np.int64) if work is None else work).tolist()
+    sl = (_cat(gs, "slack", np.int64) if slack is None else slack).tolist()
+    fr = np.zeros(n, bool).tolist() if free is None else np.asarray(free, bool).tolist()
+    gcore = (j.g_core if core is None else core).tolist()
+    base = j.base
+    G = len(j.g_members)
     S = [0] * n
     E = [0] * n
     A = [_NEG] * G
@@ -202,15 +237,7 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
     why_e = [-1] * n
     last_child = [_NEG] * n
     last_child_q = [-1] * n
-    has_child = [False] * n
-    for i in range(n):
-        if parent[i] >= 0:
-            has_child[parent[i]] = True
-    ready = deque(q for q in range(nq) if need[q] == 0)
-    done_q = 0
-    while ready:
-        q = ready.popleft()
-        done_q += 1
+    for q in st["order"]:
         if q < 2 * n:
             i = q >> 1
             if q & 1 == 0:  # S
@@ -253,12 +280,6 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
                 if S[i] > best:
                     best, arg = S[i], i
             A[g], who_a[g] = best, arg
-        for d in deps_of[q]:
-            need[d] -= 1
-            if need[d] == 0:
-                ready.append(d)
-    if done_q != nq:  # a cycle: only corrupt input makes one (every edge points forward in measured time)
-        raise ValueError(f"replay: {nq - done_q} of {nq} quantities in a dependency cycle")
     S_a, E_a = np.asarray(S, np.int64), np.asarray(E, np.int64)
     steps, clipped = [], 0
     for h, g in enumerate(gs):

@@ -81,8 +81,17 @@ def roofline_cap(ops: pd.DataFrame, own_link: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(own_link), own_link, r)
 
 
-def apply(rt, ops: pd.DataFrame, mask: np.ndarray, act: str, own_link: np.ndarray) -> int:
-    """Lay fix ``act`` on the rows of ``mask`` in ``rt`` (in place); returns how many rows it touched."""
+def gap_ends(frame: str, ev: pd.DataFrame) -> set:
+    """(host, device, ps) where each of a gaps finding's gaps ends (a gap between steps ends at the next run)."""
+    if frame != "gaps" or not len(ev):
+        return set()
+    end = (ev["start_ps"].to_numpy(np.int64) + ev["duration_ps"].to_numpy(np.int64)).tolist()
+    return set(zip(ev["host"].astype(str), ev["device"].astype(str), end))
+
+
+def apply(rt, ops: pd.DataFrame, mask: np.ndarray, act: str, own_link: np.ndarray, ends: set | None = None) -> int:
+    """Lay fix ``act`` on the rows of ``mask`` in ``rt`` (in place); returns how many rows it touched. ``ends``:
+    where the removed gaps end (:func:`gap_ends`)."""
     if act == "overlap":
         from tracekit.analysis.timeline import is_collective
         m = mask & is_collective(ops)
@@ -90,10 +99,7 @@ def apply(rt, ops: pd.DataFrame, mask: np.ndarray, act: str, own_link: np.ndarra
         return int(m.sum())
     if act == "gaps":
         rt.no_gap |= mask
-        idx = np.flatnonzero(mask)
-        rt.gap_ends |= set(zip(ops["host"].astype(str).to_numpy()[idx].tolist(),
-                               ops["device"].astype(str).to_numpy()[idx].tolist(),
-                               ops["start_ps"].to_numpy(np.int64)[idx].tolist()))
+        rt.gap_ends |= ends or set()
         return int(mask.sum())
     cap = roofline_cap(ops, own_link)
     m = mask & np.isfinite(cap)

@@ -161,51 +161,78 @@ def _parents(line: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray
     return self_times(line, start, end - start)[1]
 
 
-def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: dict | None = None,
-          prod: dict | None = None, member_of=None) -> HostGraph:
-    """The graph of the steps ``step_numbers`` of one host. ``ops``: the host's op rows (roofline columns, when
-    present, mark host-offload copies: ``is_host_transfer``, ``to_host``); ``steps``: its steps frame; ``d2s``:
-    ``-done`` -> ``-start`` names (:func:`tracekit.ingest.hlo.done_to_start`); ``prod``: :func:`producers`;
-    ``member_of(device, program_id, op)``: the devices of the replica group the device's collective runs in
-    (None: every device that runs it)."""
-    from tracekit.analysis.replay import links
+#: the op columns the graph reads (the chosen steps' rows of them are copied once)
+COLUMNS = ("host", "device", "line", "source", "module", "program_id", "op", "opcode", "start_ps", "duration_ps",
+           "is_async", "is_host_transfer", "to_host", "net_bytes", "roofline_ps")
+
+
+def step_rows(ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, host: str | None = None):
+    """(the chosen steps of ``host`` (closed ones among ``step_numbers``: a frame), their devices, the positions of
+    the op rows whose start lies in one of those steps' windows on its device, each one's step (index into the
+    chosen steps)). Works on the columns' codes: no string per row."""
     st = steps[~steps["open_end"].to_numpy(bool)] if "open_end" in steps else steps
+    if host is not None:
+        st = st[st["host"].astype(str).to_numpy() == host]
     st = st[np.isin(st["step"].to_numpy(np.int64), np.asarray(list(step_numbers), np.int64))]
-    sdev_codes, devices = codes_of(st["device"].astype(str))
+    sdev, devices = codes_of(st["device"].astype(str))
     devices = [str(d) for d in devices]
     s_start = st["start_ps"].to_numpy(np.int64)
     s_next = s_start + st["duration_ps"].to_numpy(np.int64)
-    s_step = st["step"].to_numpy(np.int64)
-    # each op row in the window of a chosen step on its device
-    odev = ops["device"].astype(str).to_numpy()
-    dmap = {d: i for i, d in enumerate(devices)}
-    ocode = np.array([dmap.get(d, -1) for d in odev], np.int64) if len(ops) else np.zeros(0, np.int64)
+    dcodes, dnames = codes_of(ops["device"], compact=True)
+    hmask = None
+    if host is not None:
+        hcodes, hnames = codes_of(ops["host"], compact=True)
+        mine = [i for i, h in enumerate(hnames) if str(h) == host]
+        hmask = hcodes == (mine[0] if mine else -2)
+    dmap = {str(d): i for i, d in enumerate(dnames)}
     ostart = ops["start_ps"].to_numpy(np.int64)
-    slot = np.full(len(ops), -1, np.int64)
-    for d in range(len(devices)):
-        srows = np.flatnonzero(sdev_codes == d)
+    rows, slots = [], []
+    for d, name in enumerate(devices):
+        srows = np.flatnonzero(sdev == d)
         srows = srows[np.argsort(s_start[srows], kind="stable")]
-        orows = np.flatnonzero(ocode == d)
+        on = dcodes == dmap.get(name, -2)
+        orows = np.flatnonzero(on & hmask if hmask is not None else on)
         pos = np.searchsorted(s_start[srows], ostart[orows], "right") - 1
         ok = pos >= 0
         cand = srows[np.where(ok, pos, 0)]
         ok &= ostart[orows] < s_next[cand]
-        slot[orows[ok]] = cand[ok]
-    rows = np.flatnonzero(slot >= 0)
-    dur = ops["duration_ps"].to_numpy(np.int64)[rows]
-    start = ostart[rows]
-    order = np.lexsort((rows, start + dur, start))
-    rows = rows[order]
-    n = len(rows)
-    start, end = ostart[rows], ostart[rows] + ops["duration_ps"].to_numpy(np.int64)[rows]
-    nslot = slot[rows]
-    is_async = ops["is_async"].to_numpy(bool)[rows]
-    opname = ops["op"].astype(str).to_numpy()[rows]
-    opcode = ops["opcode"].astype(str).to_numpy()[rows]
-    module = ops["module"].astype(str).to_numpy()[rows]
-    pid = ops["program_id"].to_numpy(np.uint64)[rows]
-    src = ops["source"].astype(str).to_numpy()[rows]
-    line = codes_of(ops["line"])[0][rows] if n else np.zeros(0, np.int64)
+        rows.append(orows[ok])
+        slots.append(cand[ok])
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    slots = np.concatenate(slots) if slots else np.zeros(0, np.int64)
+    return st, devices, sdev.astype(np.int64), rows.astype(np.int64), slots.astype(np.int64)
+
+
+def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: dict | None = None,
+          prod: dict | None = None, member_of=None) -> HostGraph:
+    """The graph of the steps ``step_numbers`` of one host. ``ops``: op rows (every host's: this host's are taken
+    here; roofline columns, when present, mark host-offload copies: ``is_host_transfer``, ``to_host``); ``steps``:
+    the steps frame; ``d2s``: ``-done`` -> ``-start`` names (:func:`tracekit.ingest.hlo.done_to_start`); ``prod``:
+    :func:`producers`; ``member_of(device, program_id, op)``: the devices of the replica group the device's
+    collective runs in (None: every device that runs it). The graph's ``rows`` are positions in ``ops``."""
+    from tracekit.analysis.replay import links
+    st, devices, sdev_codes, frows, fslot = step_rows(ops, steps, step_numbers, host)
+    s_start = st["start_ps"].to_numpy(np.int64)
+    s_next = s_start + st["duration_ps"].to_numpy(np.int64)
+    s_step = st["step"].to_numpy(np.int64)
+    fstart = ops["start_ps"].to_numpy(np.int64)[frows]
+    fdur = ops["duration_ps"].to_numpy(np.int64)[frows]
+    order = np.lexsort((frows, fstart + fdur, fstart))
+    frows, nslot = frows[order], fslot[order]
+    # the chosen rows' columns, once (everything below is bounded by them)
+    ops = ops[[c for c in COLUMNS if c in ops.columns]].take(frows).reset_index(drop=True)
+    n = len(frows)
+    rows = np.arange(n, dtype=np.int64)
+    start = ops["start_ps"].to_numpy(np.int64)
+    end = start + ops["duration_ps"].to_numpy(np.int64)
+    is_async = ops["is_async"].to_numpy(bool)
+    opname = ops["op"].astype(str).to_numpy()
+    opcode = ops["opcode"].astype(str).to_numpy()
+    module = ops["module"].astype(str).to_numpy()
+    pid = ops["program_id"].to_numpy(np.uint64)
+    src = ops["source"].astype(str).to_numpy()
+    line = codes_of(ops["line"])[0] if n else np.zeros(0, np.int64)
+    ocode_rows = sdev_codes[nslot] if n else np.zeros(0, np.int64)
     seq = np.arange(n, dtype=np.int64)
     kind = np.where(is_async, WIN, OP).astype(np.int8)
     # nesting (sync rows on one line)
@@ -289,7 +316,7 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     if n:
         np.maximum.at(last_end, nslot, end)
     steps_tail = np.where(last_end > np.iinfo(np.int64).min, s_next - last_end, s_next - s_start)
-    return HostGraph(host, devices, rows, ocode[rows], s_step[nslot], nslot, kind, start, end, work, slack, ptr,
+    return HostGraph(host, devices, frows, ocode_rows, s_step[nslot], nslot, kind, start, end, work, slack, ptr,
                      srcs, kinds, parent, tail, window, nowait, after, qprev, group, label, sdev_codes.astype(np.int64),
                      s_step, s_start, s_next, steps_tail, estimated=estimated)
 

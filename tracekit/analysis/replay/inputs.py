@@ -71,13 +71,9 @@ def member_function(tr, ops_chip: str | None = None, topology: str | None = None
 
 def host_graph(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: dict, prod: dict,
                member_of=None) -> graph.HostGraph:
-    """One host's graph: ``ops``/``steps`` the whole trace's frames (this host's rows are taken here)."""
-    oh = ops["host"].astype(str).to_numpy() == host
-    sh = steps["host"].astype(str).to_numpy() == host
-    o = ops[oh].reset_index(drop=True)
-    g = graph.build(host, o, steps[sh], step_numbers, d2s, prod, member_of)
-    g.rows = np.flatnonzero(oh)[g.rows]  # rows of the whole frame
-    return g
+    """One host's graph: ``ops``/``steps`` the whole trace's frames (this host's rows are taken there by their
+    codes); its ``rows`` are positions in ``ops``."""
+    return graph.build(host, ops, steps, step_numbers, d2s, prod, member_of)
 
 
 def graphs(tr, ops: pd.DataFrame, step_numbers, chip: str | None = None, topology: str | None = None) -> list:

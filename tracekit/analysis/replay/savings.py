@@ -27,8 +27,6 @@ def replay_savings(tr, ops, findings: list, frames, rule_list: list, params: dic
     """The headline's ``replay`` part: ``basis`` ('replay' | 'claims'), ``step_ps`` (measured), ``all_fixed_step_ps``,
     ``savings_ps`` (all together, per step), ``per_finding`` ({rule id: per-step saving}), ``not_replayed`` (rule
     ids), ``steps_replayed``, ``note``. Never raises: a trace the replay cannot take gives basis 'claims'."""
-    from tracekit.analysis import rules as rules_mod
-    from tracekit.analysis.replay import whatif
     out = {"basis": "claims", "per_finding": {}, "not_replayed": []}
     by_id = {r.id: r for r in rule_list}
     playable = [(f, by_id[f.rule_id]) for f in findings if f.rule_id in by_id and fixes.action(by_id[f.rule_id])]
@@ -37,11 +35,17 @@ def replay_savings(tr, ops, findings: list, frames, rule_list: list, params: dic
         out["note"] = "no finding has a fix the replay can play"
         return out
     try:
-        s = whatif.setup(tr, ops, MAX_NODES)
+        return _replayed(tr, ops, playable, frames, params, out)
     except Exception as e:  # noqa: BLE001 — the analysis goes on with the claims
-        out["note"] = f"no replay: {e}"
-        return out
-    j = s.joined
+        return {"basis": "claims", "per_finding": {}, "not_replayed": [f.rule_id for f in findings],
+                "note": f"no replay: {type(e).__name__}: {e}"}
+
+
+def _replayed(tr, ops, playable: list, frames, params: dict, out: dict) -> dict:
+    from tracekit.analysis import rules as rules_mod
+    from tracekit.analysis.replay import whatif
+    s = whatif.setup(tr, ops, MAX_NODES)
+    j, ops = s.joined, s.ops  # (the replayed rows only, from here on)
     base = _step(j, s.measured)
     from tracekit.model import roofline
     own = ch.own_link(ops, roofline.device_chips(tr))
@@ -59,8 +63,9 @@ def replay_savings(tr, ops, findings: list, frames, rule_list: list, params: dic
         mask = fixes.evidence_rows(ops, rule.frame, ev)
         one = ch.RowTimes.unchanged(len(ops))
         act = fixes.action(rule)
-        fixes.apply(one, ops, mask, act, own)
-        fixes.apply(total, ops, mask, act, own)
+        ends = fixes.gap_ends(rule.frame, ev)
+        fixes.apply(one, ops, mask, act, own, ends)
+        fixes.apply(total, ops, mask, act, own, ends)
         per[f.rule_id] = max(int(round(base - _step(j, engine.evaluate(j, **ch.node_times(j, one))))), 0)
     after = _step(j, engine.evaluate(j, **ch.node_times(j, total)))
     out.update({"basis": "replay", "step_ps": int(round(base)), "all_fixed_step_ps": int(round(after)),

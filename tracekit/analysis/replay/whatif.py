@@ -55,11 +55,17 @@ class Setup:
     """What every replay of one trace shares (built once: :func:`setup`)."""
 
     tr: object
-    ops: pd.DataFrame
+    ops: pd.DataFrame  #: the replayed op rows (graph nodes' ``rows`` are positions in it), roofline joined
     joined: engine.Joined
     steps_how: str
     measured: engine.Result
     assumptions: list = field(default_factory=list)
+    full: pd.DataFrame | None = None  #: every op row (the rules' frames read the whole timeline)
+    rows: np.ndarray | None = None  #: the replayed rows' positions in ``full``
+
+    def take(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The replayed rows of a frame row-aligned with ``full`` (the ops priced on another chip)."""
+        return frame.take(self.rows).reset_index(drop=True)
 
 
 def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES, topology: str | None = None):
@@ -71,10 +77,17 @@ def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES
     if not nums:
         raise TraceError(f"nothing to replay: {how}", hint="a replay needs at least one step with a next start "
                          "(a run of the step program followed by another)")
-    j = engine.join(inputs.graphs(tr, ops, nums, topology=topology))
+    gs = inputs.graphs(tr, ops, nums, topology=topology)
+    rows = np.concatenate([g.rows for g in gs]) if gs else np.zeros(0, np.int64)
+    at = 0
+    for g in gs:  # from here on, rows of the replayed part only
+        g.rows = np.arange(at, at + len(g.rows), dtype=np.int64)
+        at += len(g.rows)
+    j = engine.join(gs)
     if not len(j.start):
         raise TraceError("nothing to replay: the chosen steps hold no op executions")
-    return Setup(tr, ops, j, how, engine.evaluate(j), _base_assumptions(tr, j, how))
+    return Setup(tr, ops.take(rows).reset_index(drop=True), j, how, engine.evaluate(j),
+                 _base_assumptions(tr, j, how), ops, rows)
 
 
 def _base_assumptions(tr, j: engine.Joined, how: str) -> list:
@@ -140,11 +153,11 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
     if req.chip or req.topology:
         name, a_name, note = _chips(tr, req.chip) if req.chip else (None, None, None)
         if a_name:
-            ops_a = roofline.join(tr, a_name)
+            ops_a = s.take(roofline.join(tr, a_name))
             chips_a = roofline.device_chips(tr, a_name)
             notes.append(f"--chip {note}; the measured side priced with the record beside the trace (calibration "
                          "against calibration, neither raised to the trace's demonstrated rates)")
-        ops_x = roofline.join(tr, name, req.topology)
+        ops_x = s.take(roofline.join(tr, name, req.topology))
         chips_x = roofline.device_chips(tr, name)
         notes.append("ops re-priced on " + ", ".join(sorted({c.name for c in chips_x.values()})) +
                      (f" over topology {req.topology}" if req.topology else "") + " through the roofline; " +
@@ -207,13 +220,13 @@ def apply_fixes(s: Setup, rt: ch.RowTimes, selectors, priced: pd.DataFrame, chip
                          "play: ignored")
             continue
         if frames is None:
-            frames = rule_checks.frames_for_rules(s.ops, s.tr.steps, s.tr.host_events, modules=s.tr.modules)
+            frames = rule_checks.frames_for_rules(s.full, s.tr.steps, s.tr.host_events, modules=s.tr.modules)
         if rule.frame not in frames or not len(frames[rule.frame]):
             notes.append(f"--fix {sel}: no {rule.frame!r} rows in this trace: nothing to fix")
             continue
         ev = rules_mod.evidence_rows(rule, frames, rule.resolve({}))
         mask = fixes.evidence_rows(s.ops, rule.frame, ev)
-        n = fixes.apply(rt, priced, mask, act, own)
+        n = fixes.apply(rt, priced, mask, act, own, fixes.gap_ends(rule.frame, ev))
         what = {"overlap": "overlapped (perfectly hidden: they hold nothing up, their data is not waited for)",
                 "gaps": "the gaps before them removed", "roofline": "at their roofline"}[act]
         notes.append(f"--fix {rule.id} ({rule.name}): {len(ev)} evidence row(s), {n} op execution(s) {what}")
