@@ -294,3 +294,21 @@ def test_findings_savings_come_from_the_replay():
     assert max(rep["per_finding"].values()) <= rep["savings_ps"] <= rep["step_ps"]
     r = CliRunner().invoke(main, ["analyze", str(case)], env={"COLUMNS": "100"})
     assert "replayed along the critical path" in r.output and "replayed: " in r.output
+
+
+def test_batch_scaling_turns_the_batch_1_matvecs_compute_bound():
+    """``matvec_b1`` (x f32[1,4096] @ W f32[4096,4096], 4 dots) at batch 512: by the book's arithmetic intensity,
+    2·B·D² FLOPs over 4·(D² + 2·B·D) bytes, a dot goes from under the recording machine's ridge (its calibrated
+    f32 FLOP/s over its copy bandwidth, read from cpu.machine.json here) to far above it."""
+    case = FIXTURES / "cpu" / "matvec_b1"
+    rec = json.loads(next(case.glob("plugins/profile/*/cpu.machine.json")).read_text())["calibration"]
+    ridge = rec["peak_flops_per_s"]["f32"] / rec["hbm_bw_bytes_per_s"]
+    d = 4096
+
+    def intensity(b):
+        return 2 * b * d * d / (4 * (d * d + 2 * b * d))
+    assert intensity(1) < ridge < intensity(512)
+    out = wi.whatif(tracekit.load(case), wi.Request(batch_scale=512.0, batch_size=1))
+    changed = {c["op"]: (c["from"], c["to"]) for c in out["bound_changes"]}
+    assert changed == {f"jit_matvec/dot.{k}": ("memory", "compute") for k in (4, 5, 6, 7)}
+    assert any("change bound" in a for a in out["assumptions"])

@@ -81,7 +81,7 @@ def render_text(w: dict, width: int = 100) -> str:
     from tracekit.units import fmt_time
     m, p = w["measured_step_ps"], w["predicted_step_ps"]
     asked = w["changes"]
-    parts = [f"{k.replace('_', '-')} {', '.join(map(str, v)) if isinstance(v, list) else v}"
+    parts = [f"{k.replace('_', '-')} {', '.join(map(str, v)) if isinstance(v, list) else _num(v)}"
              for k, v in asked.items() if k != "efficiency"]
     if "efficiency" in asked and parts:
         parts[0] += f" (efficiency: {asked['efficiency']})"
@@ -119,6 +119,10 @@ def render_text(w: dict, width: int = 100) -> str:
     lines.append("assumptions:")
     lines += [fit_para(f"- {a}", width=width, hang=2) for a in w["assumptions"]]
     return "\n".join(lines)
+
+
+def _num(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _change(m: float, p: float) -> str:

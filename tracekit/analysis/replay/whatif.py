@@ -256,6 +256,9 @@ def whatif(tr, req: Request, s: Setup | None = None) -> dict:
     path, summary = result.critical_path(j, r, h, slot, s.ops, PATH_ROWS)
     work0 = np.concatenate([g.work for g in j.graphs])
     bounds = result.bound_changes(j, rt, work0, kw["work"], s.ops) if rt is not None else []
+    if bounds and (req.keep_efficiency or not req.chip):
+        notes.append(f"{len(bounds)} op(s) change bound and carry their measured efficiency over to the new bound "
+                     "(a guess: an op's efficiency against one roofline term says little about another)")
     return {"measured_step_ps": int(round(measured)), "predicted_step_ps": int(round(predicted)),
             "replayed_step_ps": int(round(replayed)),
             "speedup": measured / predicted if predicted > 0 else None,
