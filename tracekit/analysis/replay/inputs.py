@@ -1,6 +1,6 @@
 """What the replay needs from a loaded trace, host by host: which steps to replay, and each host's graph
-(:func:`tracekit.analysis.replay.graph.build`). A pod's map step can call :func:`host_graph` on its own host and
-ship the (small) graph to the reduce."""
+(:func:`tracekit.analysis.replay.graph.build`). The analysis replays each host on its own worker
+(:mod:`tracekit.analysis.replay.savings`)."""
 from __future__ import annotations
 
 import re
@@ -44,14 +44,16 @@ def choose_steps(steps: pd.DataFrame, ops_rows: int, max_nodes: int = MAX_NODES)
                   f"device (the replay is capped at {max_nodes:,} op executions)")
 
 
-def member_function(tr, ops_chip: str | None = None, topology: str | None = None):
+def member_function(tr, ops_chip: str | None = None, topology: str | None = None, model=None):
     """``member_of(device, program_id, op)`` for :func:`graph.build` on trace ``tr``'s hosts: the devices of the
     replica group (or of the send/recv pairs) the collective runs in on that device, from the HLO; None where the
-    HLO does not say."""
+    HLO does not say. ``model``: the collective model the ops were priced on (:attr:`tracekit.model.roofline.Joined.model`),
+    when the caller has it (else built here)."""
     if not getattr(tr, "has_hlo", False):
         return None
-    from tracekit.model import collective_model, roofline
-    model = collective_model.build(tr, roofline.device_chips(tr, ops_chip), topology)
+    if model is None:
+        from tracekit.model import collective_model, roofline
+        model = collective_model.build(tr, roofline.device_chips(tr, ops_chip), topology)
 
     def of(host: str):
         def member_of(device: str, program_id: int, op: str):
@@ -76,11 +78,13 @@ def host_graph(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, 
     return graph.build(host, ops, steps, step_numbers, d2s, prod, member_of)
 
 
-def graphs(tr, ops: pd.DataFrame, step_numbers, chip: str | None = None, topology: str | None = None) -> list:
-    """Every host's graph of the steps ``step_numbers`` (``ops``: ``tr``'s ops with the roofline columns)."""
+def graphs(tr, ops: pd.DataFrame, step_numbers, chip: str | None = None, topology: str | None = None,
+           model=None) -> list:
+    """Every host's graph of the steps ``step_numbers`` (``ops``: ``tr``'s ops with the roofline columns;
+    ``model``: the collective model they were priced on, when the caller has it)."""
     from tracekit.ingest import hlo as hlo_mod
     d2s = hlo_mod.done_to_start(tr.hlo) if len(tr.hlo) else {}
     prod = graph.producers(tr.hlo)
-    members = member_function(tr, chip, topology)
+    members = member_function(tr, chip, topology, model)
     return [host_graph(str(h), ops, tr.steps, step_numbers, d2s, prod, members(str(h)) if members else None)
             for h in tr.hosts]

@@ -68,8 +68,10 @@ class Setup:
         return frame.take(self.rows).reset_index(drop=True)
 
 
-def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES, topology: str | None = None):
-    """The measured replay of ``tr`` (``ops``: its ops with the roofline columns, when the caller has them)."""
+def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES, topology: str | None = None,
+          model=None):
+    """The measured replay of ``tr`` (``ops``: its ops with the roofline columns, when the caller has them;
+    ``model``: the collective model they were priced on)."""
     from tracekit.model import roofline
     if ops is None:
         ops = roofline.join(tr, topology=topology)
@@ -77,7 +79,7 @@ def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES
     if not nums:
         raise TraceError(f"nothing to replay: {how}", hint="a replay needs at least one step with a next start "
                          "(a run of the step program followed by another)")
-    gs = inputs.graphs(tr, ops, nums, topology=topology)
+    gs = inputs.graphs(tr, ops, nums, topology=topology, model=model)
     rows = np.concatenate([g.rows for g in gs]) if gs else np.zeros(0, np.int64)
     at = 0
     for g in gs:  # from here on, rows of the replayed part only
@@ -118,24 +120,21 @@ def _base_assumptions(tr, j: engine.Joined, how: str) -> list:
     return out
 
 
-def _chips(tr, chip: str):
-    """(name the roofline stage knows it by, the device chips) for ``--chip``: a table part, or a CPU machine
-    record (``*.machine.json``) put in place of every device's chip."""
+def _record(tr, chip: str):
+    """For ``--chip`` a CPU machine record (``*.machine.json``): (the record's chip on every device, the measured
+    side's chips as detected, unraised: calibration against calibration, a note); None for a table part."""
     from tracekit.model import machine, roofline
     p = Path(chip)
-    if chip.endswith(machine.SUFFIX):
-        if not p.is_file():
-            raise TraceError("machine record not found", chip)
-        fake = p.with_name(p.name[: -len(machine.SUFFIX)] + ".xplane.pb")
-        c, note = machine.cpu_chip_for(str(fake))
-        if c is None:
-            raise TraceError("not a machine record", chip, "give a `*.machine.json` written by `tracekit capture`")
-        base = roofline.base_chips(tr)
-        name = f"whatif:{p}"
-        roofline.remember_device_chips(tr, name, {k: c for k in base})
-        roofline.remember_device_chips(tr, "whatif:measured", base)  # (both sides unraised: calibration vs calibration)
-        return name, "whatif:measured", f"CPU machine record {p} ({note})"
-    return chip, None, None
+    if not chip.endswith(machine.SUFFIX):
+        return None
+    if not p.is_file():
+        raise TraceError("machine record not found", chip)
+    fake = p.with_name(p.name[: -len(machine.SUFFIX)] + ".xplane.pb")
+    c, note = machine.cpu_chip_for(str(fake))
+    if c is None:
+        raise TraceError("not a machine record", chip, "give a `*.machine.json` written by `tracekit capture`")
+    base = roofline.base_chips(tr)
+    return {k: c for k in base}, base, f"CPU machine record {p} ({note})"
 
 
 def _rule(selector: str, rules: list):
@@ -151,14 +150,16 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
     ops_a, ops_x, chips_a = s.ops, None, roofline.device_chips(tr)
     chips_x = None
     if req.chip or req.topology:
-        name, a_name, note = _chips(tr, req.chip) if req.chip else (None, None, None)
-        if a_name:
-            ops_a = s.take(roofline.join(tr, a_name))
-            chips_a = roofline.device_chips(tr, a_name)
+        rec = _record(tr, req.chip) if req.chip else None
+        if rec:
+            x_chips, chips_a, note = rec
+            ops_a = s.take(roofline.joined(tr, dchips=chips_a).ops)
             notes.append(f"--chip {note}; the measured side priced with the record beside the trace (calibration "
                          "against calibration, neither raised to the trace's demonstrated rates)")
-        ops_x = s.take(roofline.join(tr, name, req.topology))
-        chips_x = roofline.device_chips(tr, name)
+            jx = roofline.joined(tr, topology=req.topology, dchips=x_chips)
+        else:
+            jx = roofline.joined(tr, req.chip, req.topology)
+        ops_x, chips_x = s.take(jx.ops), jx.chips
         notes.append("ops re-priced on " + ", ".join(sorted({c.name for c in chips_x.values()})) +
                      (f" over topology {req.topology}" if req.topology else "") + " through the roofline; " +
                      ("each op keeps its measured efficiency (time x roofline on B / roofline measured)"
