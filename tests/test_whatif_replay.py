@@ -312,3 +312,45 @@ def test_batch_scaling_turns_the_batch_1_matvecs_compute_bound():
     changed = {c["op"]: (c["from"], c["to"]) for c in out["bound_changes"]}
     assert changed == {f"jit_matvec/dot.{k}": ("memory", "compute") for k in (4, 5, 6, 7)}
     assert any("change bound" in a for a in out["assumptions"])
+
+
+def _stretched_copy(case, f: float) -> bytes:
+    """The case's XSpace with every XLA:CPU thread event's offset and duration scaled by ``f``."""
+    sp = xplane_pb2.XSpace.FromString(_xplane(case).read_bytes())
+    for p in sp.planes:
+        if p.name.startswith("/host:CPU"):
+            for ln in p.lines:
+                for e in ln.events:
+                    e.offset_ps, e.duration_ps = int(e.offset_ps * f), int(e.duration_ps * f)
+    return sp.SerializeToString()
+
+
+def test_a_pods_savings_come_from_the_replay_of_its_slowest_host(tmp_path):
+    """A run folder of two hosts, each replayed on its own worker: ``sleepy_steps`` as captured, and the same with
+    every event's time stretched 1.5x (the pod's slowest host). The pod's replayed step and device-idle-gaps'
+    saving are the stretched host's, by the raw-events oracle on its file; a pool of 2 gives the same report."""
+    from tracekit import pipeline
+    from tracekit.run import pod
+    case = FIXTURES / "cpu" / "sleepy_steps"
+    (tmp_path / "h0.xplane.pb").write_bytes(_xplane(case).read_bytes())
+    (tmp_path / "h1.xplane.pb").write_bytes(_stretched_copy(case, 1.5))
+    rep = pipeline.analyze(tmp_path)
+    s = rep.data["summary"]
+    assert s["hosts"] == 2 and s["savings_basis"] == "replay", s["replay_savings"]
+    step, fixed = _raw_fixed_gaps(tmp_path / "h1.xplane.pb")
+    step0, _ = _raw_fixed_gaps(tmp_path / "h0.xplane.pb")
+    assert step > 1.4 * step0
+    r = s["replay_savings"]
+    assert abs(r["step_ps"] - step) <= 0.05 * step, (r["step_ps"], step)
+    gaps = next(f for f in rep.data["findings"] if f["name"] == "device-idle-gaps")
+    assert abs(gaps["replay_savings_ps"] - (step - fixed)) <= 0.05 * step, (gaps["replay_savings_ps"], step - fixed)
+    assert json.loads(pod.analyze(tmp_path, jobs=2).to_json()) == json.loads(rep.to_json())
+
+
+def test_no_replay_keeps_the_claims():
+    """``--no-replay`` (``Options.replay`` off): the claims alone, said so, and no finding carries a replayed saving."""
+    from tracekit import pipeline
+    from tracekit.options import Options
+    d = pipeline.analyze(FIXTURES / "cpu" / "sleepy_steps", Options(replay=False)).data
+    assert d["summary"]["savings_basis"] == "claims" and "not replayed" in d["summary"]["replay_savings"]["note"]
+    assert not any("replay_savings_ps" in f for f in d["findings"]) and d["findings"]
