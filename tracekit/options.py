@@ -37,6 +37,7 @@ class Options:
     max_bytes: int | None = DEFAULT_MAX_BYTES  #: refuse traces larger than this (decompressed); None: the default
     max_events: int | None = None  #: refuse traces with more events; None: no limit
     model_flops_per_step: float | None = None  #: the model's FLOPs of one step (all devices), for MFU
+    replay: bool = True  #: findings' savings replayed along the critical path (False: their claims only)
     jobs: int = 1  #: worker processes for the hosts of a run folder (0: one per core; 1: this process)
     dask: object = None  #: a Dask scheduler address, ``"local"``, or a ``Client`` (None: no Dask)
 

@@ -336,8 +336,9 @@ def _findings(o: _Out, d: dict) -> None:
         time, share = sections.claim(x)
         share = f" ({share} of profiled time)" if x.get("share") is not None and x.get("claims_time") is not False \
             else ""
+        replayed = f"; replayed: {fmt_time(x['replay_savings_ps'])} per step" if "replay_savings_ps" in x else ""
         o.para(f"{i}. ", (f"[{x['severity']}]", SEVERITY_STYLE.get(x["severity"], "")),
-               f" {x['rule_id']} ", _safe(x["name"]), f": {time}{share}{tag(x.get('trust'))}", hang=3)
+               f" {x['rule_id']} ", _safe(x["name"]), f": {time}{share}{tag(x.get('trust'))}{replayed}", hang=3)
         o.para(_safe(x["message"]), indent=3, hang=0)
         o.para("fix: ", _safe(x["fix"]), indent=3, hang=5)
 
@@ -350,6 +351,13 @@ def claims_line(s: dict) -> str:
     line = (f"together the findings claim {fmt_time(claimed)}{tag((s.get('trust') or {}).get('claimed_savings_ps'))} "
             f"({fmt_pct(claimed / prof if prof and claimed is not None else None)} of profiled time; the union of "
             "their overlapping estimates, not their sum)")
+    rep = s.get("replay_savings") or {}
+    if s.get("savings_basis") == "replay":  # (issue 36) what the replay along the critical path says
+        line = (f"replayed along the critical path, fixing every finding it can play takes the step from "
+                f"{fmt_time(rep.get('step_ps'))} to {fmt_time(rep.get('all_fixed_step_ps'))} "
+                f"({fmt_pct(rep['savings_ps'] / rep['step_ps'] if rep.get('step_ps') else None)} per step)"
+                + (f"; not replayed: {', '.join(rep['not_replayed'])}" if rep.get("not_replayed") else "")
+                + "; " + line)
     if s.get("above_roofline_floor_ps") is not None:
         line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])}"
                  f"{tag((s.get('trust') or {}).get('above_roofline_floor_ps'))} (profiled time minus "
