@@ -258,12 +258,14 @@ SIGINT_CHILD = textwrap.dedent("""
         os.fsync = fsync
     else:  # while the trace is read: before anything is written
         import tracekit.ingest.trace as t
-        real = t.load
-        def load(*a, **kw):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(30)
-            return real(*a, **kw)
-        t.load = load
+        def interrupting(real):
+            def load(*a, **kw):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(30)
+                return real(*a, **kw)
+            return load
+        t.load = interrupting(t.load)  # the commands that read a whole trace
+        t.load_host = interrupting(t.load_host)  # analyze: the engine's map reads each host file
     from tracekit.cli.app import entry
     sys.argv = ["tracekit"] + sys.argv[2:]
     entry()
