@@ -236,7 +236,9 @@ def test_rule_frames_match_their_declared_schemas():
     ops = pipeline.with_roofline(tr, None)
     frames = frames_for_rules(ops, tr.steps, events, modules=tr.modules)
     mem, ov = pipeline.memory_and_overview(tr, ops, frames["steps"])
-    frames = replace(frames, **pipeline.rule_frames(mem, ov, frames["devices"]))
+    from tracekit.analysis import parallelism
+    frames = replace(frames, **pipeline.rule_frames(mem, ov, frames["devices"]),
+                     parallel_axes=parallelism.rule_frame(parallelism.build(tr, ops)))
     assert set(frames) == set(schema.RULE_FRAMES)
     checked = 0
     for name, df in frames.items():

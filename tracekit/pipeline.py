@@ -59,11 +59,13 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
             select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
-            model_flops_per_step: float | None = None, left_out=()) -> report_mod.Report:
+            model_flops_per_step: float | None = None, left_out=(), model: str | None = None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
     ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count.
     A host of a run folder that cannot be read is left out and named (:mod:`tracekit.ingest.badhosts`);
-    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out."""
+    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out. ``model``: what the user
+    declares the model to be (``transformer``: MFU from 6·N·tokens of the recovered shapes,
+    :mod:`tracekit.analysis.parallelism`)."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import stepstats
@@ -90,8 +92,11 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
-    mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step)
-    frames = replace(frames, **rule_frames(mem, ov, frames.devices))
+    from tracekit.analysis import parallelism
+    par = parallelism.build(tr, ops, chip, topology)  # the mesh axes, their roles and limits (issue 35)
+    mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step,
+                                  parallelism.model_flops_for(par, model))
+    frames = replace(frames, **rule_frames(mem, ov, frames.devices), parallel_axes=parallelism.rule_frame(par))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
@@ -124,20 +129,20 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         warnings=tuple(tr.warnings) + notices + tuple(w["message"] for w in model_warnings),
         step_source=tuple(step_source), fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom, overview=ov,
         memory=mem, interconnect=interconnect(tr, ops, chip, topology), model_warnings=tuple(model_warnings),
-        headline=head))
+        headline=head, parallelism=par.to_dict()))
     rep.left_out = notices
     return rep
 
 
 def memory_and_overview(tr: Trace, ops: pd.DataFrame, steps: pd.DataFrame, chip: str | None = None,
-                        step_source: str = "", model_flops_per_step: float | None = None):
+                        step_source: str = "", model_flops_per_step: float | None = None, model_flops=None):
     """The memory view (:mod:`tracekit.analysis.memory`) and the utilization headline
     (:mod:`tracekit.analysis.overview`), with each offloading program's measured wait and host-link roofline."""
     from tracekit.analysis import memory, overview
     from tracekit.model import roofline
     mem = memory.build(tr, chip)
     ov = overview.build(ops, steps, roofline.device_chips(tr, chip), step_source=step_source,
-                        model_flops_per_step=model_flops_per_step)
+                        model_flops_per_step=model_flops_per_step, model_flops=model_flops)
     return memory.with_offload_time(mem, ov.devices), ov
 
 

@@ -127,6 +127,7 @@ class _Index:
     def __init__(self, module: hlo_pb2.HloModuleProto):
         self.module = module
         self.inst = {}
+        self.by_name = {}
         self.comp_of = {}
         self.users: dict[int, list] = {}
         self.caller: dict[int, object] = {}
@@ -134,6 +135,7 @@ class _Index:
         for c in module.computations:
             for i in c.instructions:
                 self.inst[i.id] = i
+                self.by_name.setdefault(i.name, i)
                 self.comp_of[i.id] = c.id
                 for o in i.operand_ids:
                     self.users.setdefault(o, []).append(i)
@@ -298,7 +300,7 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
     by_name = {d.name: d for d in dots}
     colls = []
     for name, op in collective_hlo.module_collectives(int(program_id), module).items():
-        inst = next((i for i in ix.inst.values() if i.name == name), None)
+        inst = ix.by_name.get(name)
         if inst is None:
             continue
         colls.append(Collective(name, op.kind, op.groups, op.pairs, op.global_bytes,
@@ -416,7 +418,7 @@ def _gather_factor(ix: _Index, dot, number: int) -> int:
         if kind != "param" or num != number or not gathers:
             continue
         for name in gathers:
-            ag = next((i for i in ix.inst.values() if i.name == name), None)
+            ag = ix.by_name.get(name)
             src = ix.op(ag) if ag is not None else None
             if src is not None and elements(src.shape):
                 f *= max(elements(ag.shape) // elements(src.shape), 1)

@@ -202,6 +202,22 @@ def build(tr, ops: pd.DataFrame | None = None, chip: str | None = None, topology
     return reduce(parts, chip=model.chip, topology=model.topology)
 
 
+#: what ``--model`` may declare
+MODELS = ("transformer",)
+
+
+def model_flops_for(par: Parallelism, model: str | None) -> tuple | None:
+    """(model FLOPs per step, source, formula) for the overview's MFU when the user declared the model (``--model
+    transformer``: 6 x N x tokens from the recovered shapes); None otherwise."""
+    if not model:
+        return None
+    if model not in MODELS:
+        from tracekit.errors import TraceError
+        raise TraceError(f"unknown --model {model!r}", hint=f"one of: {', '.join(MODELS)}")
+    v, formula = par.model_flops()
+    return v, "--model transformer: 6 x N x tokens from the shapes the parallelism section recovers", formula
+
+
 def rule_frame(par: Parallelism) -> pd.DataFrame:
     """The ``parallel_axes`` rule frame: one row per axis with a limit (:data:`FRAME_COLUMNS`)."""
     rows = []
@@ -217,4 +233,8 @@ def rule_frame(par: Parallelism) -> pd.DataFrame:
                      "bandwidth_bytes_per_s": lim.bandwidth_bytes_per_s,
                      "per_device_batch_tokens": float(t) if t else math.nan, "d_ff": float(f) if f else math.nan,
                      "formula": lim.formula, "remedy": lim.remedy, "time_ps": 0})
-    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+    df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
+    ints = ("axis", "size", "axes_spanned", "time_ps")
+    return df.astype({c: ("int64" if c in ints else "float64") for c in FRAME_COLUMNS
+                      if c in ints or c in ("value", "threshold", "intensity", "peak_flops_per_s",
+                                            "bandwidth_bytes_per_s", "per_device_batch_tokens", "d_ff")})

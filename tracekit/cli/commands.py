@@ -165,6 +165,9 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
               help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
                    "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
+@click.option("--model", "model", type=click.Choice(["transformer"]), default=None,
+              help="What the model is, for MFU when neither --model-flops-per-step nor the trace gives model FLOPs: "
+                   "transformer = 6 x N x tokens from the shapes the parallelism section recovers.")
 @topology_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
@@ -174,7 +177,7 @@ def _params(values: tuple[str, ...]) -> dict:
 @quiet_opt
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
-            model_flops, topology, max_size, max_events, jobs, dask_address, quiet):
+            model_flops, model, topology, max_size, max_events, jobs, dask_address, quiet):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -188,7 +191,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
                             rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
-                            progress=progress, model_flops_per_step=model_flops)
+                            progress=progress, model_flops_per_step=model_flops, model=model)
     finally:
         progress.done()
     for line in rep.left_out:  # a host left out: one line each on every path (in-process, --jobs, --dask), also -q

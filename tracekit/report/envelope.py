@@ -189,6 +189,7 @@ class Analysis:
     model_warnings: tuple = ()  #: ops faster than their roofline (:func:`tracekit.model.peaks.model_warnings`)
     headline: dict | None = None  #: the findings' union of claims and the roofline floor (:mod:`tracekit.analysis.claims`)
     totals: Totals | None = None  #: the ops' and collectives' totals when ``ops`` does not hold every op (a pod)
+    parallelism: dict | None = None  #: the mesh axes, roles, sizes and limits (:mod:`tracekit.analysis.parallelism`)
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,7 @@ def build(a: Analysis) -> Report:
         "chips": chips,
         "overview": clean(overview.to_dict()) if overview is not None else {},
         "memory": memory_section(memory) if memory is not None else {},
+        "parallelism": clean(a.parallelism or {}),
         "summary": clean({
             "hosts": tot.hosts,
             "devices": int(len(devices)),

@@ -185,7 +185,7 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
             topology: str | None = None, rules_dirs=(), select=(), ignore=(), params: dict | None = None,
             hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0, fail_on: str = "never",
             max_bytes=None, max_events=None, progress=None, model_flops_per_step: float | None = None,
-            max_evidence: int = 10):
+            max_evidence: int = 10, model: str | None = None):
     """The Report of a run folder's hosts, mapped by ``jobs`` processes (0: one per core) or the Dask cluster
     ``dask`` and reduced here (see the module docstring); the keywords are :func:`tracekit.pipeline.analyze`'s."""
     from tracekit.analysis import rule_cases, rule_model, rules
@@ -208,4 +208,4 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
     if progress is not None:
         progress.stage("reducing")
     return podreport.report(summaries, failures, files, resolved, opt, fail_on=fail_on,
-                            model_flops_per_step=model_flops_per_step)
+                            model_flops_per_step=model_flops_per_step, model=model)

@@ -91,6 +91,7 @@ class HostSummary:
     device_stats: dict = field(default_factory=dict)
     step_source: tuple = ()
     seconds: float = 0.0  #: wall time the worker spent on this host
+    parallelism: object = None  #: tracekit.analysis.parallelism.HostParallelism of this host
 
 
 def summarize(path: str, host: str, opt: Options) -> HostSummary:
@@ -99,7 +100,7 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
     import time
 
     from tracekit import pipeline
-    from tracekit.analysis import customcalls, memory, overview, rule_checks
+    from tracekit.analysis import customcalls, memory, overview, parallelism, rule_checks
     from tracekit.ingest import paths, trace
     from tracekit.model import identity, peaks, roofline
     from tracekit.report import envelope
@@ -142,7 +143,7 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
         chips=chips_used, memory=mem, custom_calls=customcalls.parts(ops, tr.hlo, cost_table),
         warning_groups=tuple(peaks.warning_groups(ops, dchips)), hlo_source=hlo_src.reset_index(drop=True),
         hlo_present=bool(len(tr.hlo)), modules=mods, trace_devices=tr.devices, device_stats=dict(tr.device_stats),
-        step_source=step_source, seconds=time.perf_counter() - t0)
+        step_source=step_source, parallelism=parallelism.host_summary(tr, ops), seconds=time.perf_counter() - t0)
 
 
 def _op_sums(ops: pd.DataFrame):

@@ -9,11 +9,11 @@ from tracekit.run import podreduce as rd
 
 
 def report(summaries: list, failures: list, files: list, resolved: list, opt, *, fail_on: str = "never",
-           model_flops_per_step: float | None = None):
+           model_flops_per_step: float | None = None, model: str | None = None):
     """The Report of the analyzed hosts (``summaries``, in host order); ``failures`` [(host, path, reason)]
     become warnings; ``resolved``: [(rule, resolved params)] of every rule; ``opt``: the map's Options."""
     from tracekit import pipeline
-    from tracekit.analysis import evidence, memory, overview
+    from tracekit.analysis import evidence, memory, overview, parallelism
     from tracekit.analysis import stepstats
     from tracekit.analysis.rule_checks import RuleFrames, overlap_advice
     from tracekit.model import roofline
@@ -34,11 +34,15 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     for s in summaries:
         dchips.update(s.device_chips)
     source = rd.step_source(summaries)
+    skel = rd.skeleton(summaries, hosts)
+    roofline.remember_device_chips(skel, opt.chip, dchips)
+    par = _parallelism(summaries, opt, skel, dchips)
     ov = overview.finish(steps, rd_parts(summaries), step_source=", ".join(source),
-                         model_flops_per_step=model_flops_per_step)
+                         model_flops_per_step=model_flops_per_step, model_flops=parallelism.model_flops_for(par, model))
     mem = memory.with_offload_time(rd.memory_view(summaries), ov.devices)
     frames = RuleFrames(ops=pd.DataFrame(), op_stats=stats, collectives=coll, steps=steps, devices=devices,
-                        gaps=pd.DataFrame(), **memory.rule_frames(mem, ov.devices, devices))
+                        gaps=pd.DataFrame(), **memory.rule_frames(mem, ov.devices, devices),
+                        parallel_axes=parallelism.rule_frame(par))
     findings, driver_rules = rd.findings(summaries, resolved, dict(frames), span, profiled, opt.max_evidence)
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
@@ -46,8 +50,6 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     left_out = badhosts.notices(failures, len(summaries))
     warnings += left_out
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
-    skel = rd.skeleton(summaries, hosts)
-    roofline.remember_device_chips(skel, opt.chip, dchips)
     crow = rd.collective_rows(summaries)
     crow_ops = crow if len(crow) else _no_ops()
     inter = pipeline.interconnect(skel, crow_ops, opt.chip, opt.topology)
@@ -62,10 +64,20 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
         rules=tuple(r for r, _ in resolved), custom_calls=rd.custom_calls(summaries), overview=ov, memory=mem,
         interconnect=inter, model_warnings=tuple(mw), headline=rd.headline(findings, driver_rules, summaries,
                                                                             devices),
-        totals=tot))
+        totals=tot, parallelism=par.to_dict()))
     rep.data["pod"] = podviews.section(summaries, steps, crow, skel, dchips, opt, failures)
     rep.left_out = tuple(left_out)
     return rep
+
+
+def _parallelism(summaries: list, opt, skel, dchips: dict):
+    """The hosts' parallelism summaries reduced, priced on the pod's collective model (the interconnect
+    section's, on the skeleton trace ``skel``)."""
+    from tracekit.analysis import parallelism
+    from tracekit.model import collective_model
+    model = collective_model.build(skel, dchips, opt.topology)
+    return parallelism.reduce([s.parallelism for s in summaries if s.parallelism is not None], chip=model.chip,
+                              topology=model.topology)
 
 
 def rd_top() -> int:
