@@ -272,9 +272,15 @@ def assign_roles(facts) -> list:
         a.role = roles[0] if roles else "unknown"
         texts = []
         for r in roles:
-            mine = [e for e in pool if e.role == r]
             lead = "" if r == a.role else f"also {r}: "
-            texts.append(lead + mine[0].text + (f" (and {len(mine) - 1} more like it)" if len(mine) > 1 else ""))
+            for kind in dict.fromkeys(e.kind for e in pool if e.role == r):
+                mine = [e for e in pool if e.role == r and e.kind == kind]
+                more = len({e.collective for e in mine}) - 1
+                texts.append(lead + mine[0].text + (f" (and {more} more like it)" if more > 0 else ""))
+        if a.direct and a.spanning:
+            e = a.spanning[0]
+            others = ", ".join(f"axis {j}" for j in sorted(a.spans))
+            texts.append(f"with {others}: {e.text}")
         if not a.direct and a.spanning:
             others = ", ".join(f"axis {j}" for j in sorted(a.spans))
             texts.append(f"from collectives spanning this axis with {others} (none over this axis alone)")

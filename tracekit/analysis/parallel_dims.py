@@ -77,7 +77,7 @@ def dims(facts, axes, evidence_by_collective: dict, n_devices: int) -> dict:
     wdots = [d for d in facts.dots if d.kind == WEIGHT_DOT]
     tok = Counter(t for _, _, t, _, _ in facts.data_inputs if t > 0)
     dm = Counter(d for _, _, _, d, _ in facts.data_inputs if d > 0)
-    out = {"per_device_batch_tokens": _pick(tok, "data input elements / its last dimension", "tokens per device"),
+    out = {"per_device_batch_tokens": _pick(tok, "a data input's elements / its last dimension"),
            "d_model": _pick(dm, "what the first weight dot a data input reaches contracts")}
     grads = Counter(d.tokens for d in facts.dots if d.kind == GRAD_DOT and d.tokens > 0)
     if grads:

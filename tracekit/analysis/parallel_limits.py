@@ -122,13 +122,15 @@ def limit(role: str, size: int, groups: tuple, topology, chip, peak: tuple, toke
                    f"{', / M axes' if m > 1 else ''})")
         remedy = ""
         if bound == "communication" and _ok(tokens):
-            need = thr / tokens
-            remedy = (f"{need:.1f}x the per-device batch ({thr:,.0f} tokens), or {size / need:.3g}x fewer devices "
-                      f"on this axis ({max(1, math.floor(size * tokens / thr))} instead of {size}) for the same "
-                      "global batch"
-                      + (", or spread it over more torus axes (M)" if level == "ici" and m < 3 else "")
+            glob = tokens * size  # the tokens this axis's groups hold together
+            most = math.floor(glob / thr)
+            fewer = (f"{most} device(s) on this axis instead of {size} for the same {glob:,.0f} tokens"
+                     if most >= 1 else f"no device count on this axis gets there with its {glob:,.0f} tokens "
+                     f"(< {thr:,.0f})")
+            remedy = (f"{thr / tokens:.1f}x the per-device batch (above {thr:,.0f} tokens), or {fewer}"
+                      + (", or spread the axis over more torus axes (M)" if level == "ici" and m < 3 else "")
                       + ("; with FSDP, mixing in tensor parallelism lowers the batch needed to "
-                         "C^2 / (2 F) tokens per device (book: 2,550^2 / 2F)" if role == "fsdp" and _ok(d_ff) else "")
+                         "alpha^2 / (2 F) tokens per device (book: 2,550^2 / 2F)" if role == "fsdp" and _ok(d_ff) else "")
                       + "; or overlap the collectives with compute")
         return Limit("batch", level, c, csrc, w, wsrc, m, alpha, thr, tokens, bound, formula, remedy)
     ymax = m * d_ff / alpha if _ok(d_ff) else math.nan
@@ -137,9 +139,11 @@ def limit(role: str, size: int, groups: tuple, topology, chip, peak: tuple, toke
                "comms-bound when Y > M_Y x F / (C / W_ici))")
     remedy = ""
     if bound == "communication":
-        remedy = (f"at most {max(1, math.floor(ymax))}-way tensor parallelism on {m} axis(es) for d_ff = {_n(d_ff)} "
-                  f"(or a d_ff of at least {size * alpha / m:,.0f}); move the rest of this axis to data/FSDP, or "
-                  "spread it over more torus axes")
+        most = math.floor(ymax)
+        keep = (f"at most {most}-way tensor parallelism on {m} torus axis(es) for d_ff = {_n(d_ff)}" if most >= 2
+                else f"d_ff = {_n(d_ff)} carries no tensor parallelism on this link (Y <= {_n(ymax)})")
+        remedy = (f"{keep}; a d_ff of at least {size * alpha / m:,.0f} would carry Y = {size}; move the rest of this "
+                  "axis to data/FSDP, or spread it over more torus axes")
     return Limit("tensor", level, c, csrc, w, wsrc, m, alpha, ymax, float(size), bound, formula, remedy)
 
 
