@@ -1,0 +1,297 @@
+"""The parallelism a trace ran (issue 35), against what ``fixtures/capture_parallel.py`` set: for every fixture
+(data, FSDP, tensor, data x tensor, experts, pipeline; two sizes each) the mesh axes in mesh order with their
+sizes, device groups and roles, the per-device batch, d_model, d_ff, the parameter count and the model FLOPs per
+step equal the script's numbers (``oracle.json``). MFU and HFU are checked against the script's model FLOPs and
+XLA's ``cost_analysis()`` FLOPs over a step time computed here from the raw xplane events (the protobuf read
+directly, no tracekit loader), on a chip-table peak read from chips.yaml with yaml.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from functools import lru_cache
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import FIXTURES, ROOT
+
+CASES = tuple(f"{s}_{z}" for s in ("dp", "fsdp", "tp", "dp_tp", "moe", "pipeline") for z in ("a", "b"))
+PAR = FIXTURES / "parallel"
+XPLANE = "plugins/profile/run1/cpu.xplane.pb"
+
+
+def _oracle(case: str) -> dict:
+    p = PAR / case / "oracle.json"
+    if not p.exists():
+        pytest.skip(f"fixture {case} not captured (python fixtures/capture_parallel.py)")
+    return json.loads(p.read_text())
+
+
+@lru_cache(maxsize=None)
+def _par(case: str, chip: str | None = None, topology: str | None = None) -> dict:
+    from tracekit.analysis import parallelism
+    from tracekit.ingest.trace import load
+    from tracekit.pipeline import with_roofline
+    tr = load(PAR / case)
+    return parallelism.build(tr, with_roofline(tr, chip, topology), chip, topology).to_dict()
+
+
+@lru_cache(maxsize=None)
+def _report(case: str) -> dict:
+    from tracekit import pipeline
+    return json.loads(pipeline.analyze(PAR / case, chip="TPU v5p", topology="2x2x2", model="transformer").to_json())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_axes_roles_and_groups_are_what_the_script_set(case):
+    o, p = _oracle(case), _par(case)
+    got = [(a["size"], a["role"]) for a in p["axes"]]
+    want = [(o["mesh"][name], o["roles"][name]) for name in o["mesh_order"]]
+    assert got == want, f"{case}: axes {got}, the script set {want}"
+    for a, name in zip(p["axes"], o["mesh_order"]):
+        assert sorted(map(sorted, a["devices"])) == sorted(map(sorted, o["groups"][name])), (case, name)
+        assert a["evidence"] and not a["evidence"][0].startswith("unknown"), (case, name, a["evidence"])
+    assert p["devices"] == o["devices"] == 8
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_batch_d_model_d_ff_and_params_are_what_the_script_set(case):
+    o, p = _oracle(case), _par(case)
+    assert p["per_device_batch_tokens"]["value"] == o["per_device_batch_tokens"]
+    assert p["global_batch_tokens"]["value"] == o["global_batch_tokens"]
+    assert p["d_model"]["value"] == o["d_model"]
+    assert p["d_ff"]["value"] == o["d_ff"]
+    assert p["params"]["value"] == o["params"]  # active per token (one expert of 8 for the expert layer)
+    assert p["model_flops_per_step"]["value"] == o["model_flops_per_step"]
+    if o["experts"]:
+        assert p["params"]["experts"] == [o["experts"]] and p["params"]["top_k"] == [1]
+
+
+def test_sizes_cannot_lean_on_the_order_of_the_dimensions():
+    """The fixtures hold both orders: tokens per device below d_model (a), d_ff below d_model (b)."""
+    for case in CASES:
+        o = _oracle(case)
+        if case.endswith("_a"):
+            assert o["per_device_batch_tokens"] < o["d_model"] < o["d_ff"]
+        else:
+            assert o["d_ff"] < o["d_model"] < o["per_device_batch_tokens"]
+
+
+# ------------------------------------------------------------------------------- MFU and HFU against XLA and the script
+
+@lru_cache(maxsize=None)
+def _step_oracle_ps(case: str) -> float:
+    """The mean start-to-start step time of the slowest device (largest median), from the raw xplane: a run is the
+    op events (an ``hlo_op`` stat) of one (device_ordinal, run_id) of the step module."""
+    from tracekit.proto import xplane_pb2
+    module = _oracle(case)["module"]
+    space = xplane_pb2.XSpace.FromString((PAR / case / XPLANE).read_bytes())
+    starts: dict = defaultdict(dict)
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                st = {}
+                for s in ev.stats:
+                    n = names.get(s.metadata_id)
+                    if n in ("hlo_module", "run_id", "device_ordinal", "hlo_op"):
+                        st[n] = names.get(s.ref_value) if s.WhichOneof("value") == "ref_value" else \
+                            (s.int64_value or s.uint64_value)
+                if "hlo_op" not in st or st.get("hlo_module") != module:
+                    continue
+                t = line.timestamp_ns * 1000 + ev.offset_ps
+                d, r = st.get("device_ordinal", 0), st["run_id"]
+                starts[d][r] = min(starts[d].get(r, t), t)
+    steps = {}
+    for d, runs in starts.items():
+        s = sorted(runs.values())
+        steps[d] = [b - a for a, b in zip(s, s[1:])]
+    slow = max(steps, key=lambda d: (statistics.median(steps[d]), statistics.mean(steps[d])))
+    return statistics.mean(steps[slow])
+
+
+def _v5p_peak() -> float:
+    table = yaml.safe_load((ROOT / "tracekit" / "model" / "chips.yaml").read_text())
+    v5p = next(c for c in table["chips"] if c["name"] == "TPU v5p")
+    return float(v5p["peak_flops_per_s"]["f32"]["value"])  # the fixtures' dots are f32 (one bf16 pass on TPU)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_mfu_and_hfu_follow_from_the_scripts_flops_and_xla(case):
+    o, rep = _oracle(case), _report(case)
+    f = rep["overview"]["flops"]
+    peak = _v5p_peak()
+    # XLA:CPU's 8 virtual devices share one chip: priced as one TPU v5p, its peak counts once
+    assert f["peak_flops_per_s"] == pytest.approx(peak)
+    t = _step_oracle_ps(case) / 1e12
+    assert rep["overview"]["step_time"]["mean_ps"] / 1e12 == pytest.approx(t, rel=0.02)
+    assert f["mfu"] == pytest.approx(o["model_flops_per_step"] / (peak * t), rel=0.02)
+    assert f["hfu"] == pytest.approx(o["xla_flops_per_step"] / (peak * t), rel=0.02)
+    assert f["label"] == "MFU" and f["utilization"] == f["mfu"]
+    assert f["hfu_minus_mfu"] == pytest.approx(f["hfu"] - f["mfu"], rel=1e-3, abs=1e-12)
+    assert "6 x N x tokens" in f["formula"] and "HFU = executed FLOPs" in f["formula"]
+    assert rep["invariant_violations"] == []
+
+
+def test_hfu_minus_mfu_shows_the_pipeline_bubble():
+    """2 stages, 2 micro-batches, 3 ticks: every stage computes on every tick, so the executed FLOPs are about 3/2
+    of the model's (less the input gradient the first block never computes)."""
+    f = _report("pipeline_a")["overview"]["flops"]
+    assert 1.3 < f["hfu"] / f["mfu"] < 1.5 and f["recompute_per_step"] > 0
+    g = _report("dp_a")["overview"]["flops"]
+    assert g["recompute_per_step"] < 0  # 6·N·tokens counts an input gradient the first block does not compute
+
+
+def test_without_a_model_count_mfu_is_unknown_not_the_hfu():
+    from tracekit import pipeline
+    f = json.loads(pipeline.analyze(PAR / "dp_a").to_json())["overview"]["flops"]
+    assert f["mfu"] is None and f["hfu"] is not None and f["label"] == "hardware FLOPs utilization"
+    assert "MFU unknown" in f["formula"]
+
+
+# ------------------------------------------------------------------------------------------ the book's limits
+
+def _chip(name):
+    from tracekit.model import chips
+    return chips.get(name)
+
+
+def _limit(role, size, group, shape, chip="TPU v5p", tokens=math.nan, d_ff=math.nan):
+    from tracekit.analysis import parallel_limits
+    from tracekit.model.topology import Topology, wraparound
+    c = _chip(chip)
+    topo = Topology("torus", shape, 1, wraparound(c, shape), 1, "test")
+    return parallel_limits.limit(role, size, (tuple(group),), topo, c, (c.peak_flops_per_s["bf16"], "table"),
+                                 tokens, d_ff)
+
+
+def test_data_and_fsdp_limit_is_the_books_2550_on_v5p_and_850_over_three_axes():
+    one = _limit("data", 8, range(8), (8, 1, 1), tokens=2000)
+    assert one.threshold == pytest.approx(4.59e14 / (2 * 9e10)) and round(one.threshold) == 2550
+    assert one.bound == "communication" and one.axes_spanned == 1
+    three = _limit("fsdp", 64, range(64), (4, 4, 4), tokens=1000)
+    assert three.axes_spanned == 3 and three.threshold == pytest.approx(2550 / 3) and round(three.threshold) == 850
+    assert three.bound == "compute"  # 1,000 tokens per device > 850
+    assert "2,550" not in three.formula and "850" in three.formula and "1,000 tokens" in three.formula
+
+
+def test_tensor_limit_is_m_times_f_over_2550():
+    """The book's examples: LLaMA-3 70B (F ~ 28,672): 8-way fine, 16-way comms-bound; Gemma 7B (F ~ 49,152):
+    comms-bound from 20-way."""
+    llama8 = _limit("tensor", 8, range(8), (8, 1, 1), d_ff=28672)
+    assert llama8.threshold == pytest.approx(28672 / 2550) and llama8.bound == "compute"
+    llama16 = _limit("tensor", 16, range(16), (16, 1, 1), d_ff=28672)
+    assert llama16.bound == "communication" and "at most 11-way" in llama16.remedy
+    gemma = _limit("tensor", 20, range(20), (20, 1, 1), d_ff=49152)
+    assert 49152 / 2550 == pytest.approx(19.3, abs=0.05) and gemma.bound == "communication"
+    two_axes = _limit("tensor", 16, range(16), (4, 4, 1), d_ff=28672)
+    assert two_axes.axes_spanned == 2 and two_axes.threshold == pytest.approx(2 * 28672 / 2550)
+    assert two_axes.bound == "compute"
+
+
+def test_dcn_limit_and_the_hbm_ridge_are_different_quantities():
+    from tracekit.analysis import parallel_limits
+    from tracekit.model.topology import parse, from_trace
+    v5p = _chip("TPU v5p")
+    topo = from_trace([], {}, v5p, spec="2x2x1@2")
+    dcn = parallel_limits.limit("data", 2, ((0, 4),), topo, v5p, (4.59e14, "table"), 1000.0, math.nan)
+    assert dcn.kind == "dcn" and dcn.threshold == pytest.approx(4.59e14 / 6.25e9)  # 73,440 tokens per slice
+    assert dcn.value == 1000.0 and dcn.bound == "communication"
+    assert parse("2x2x1@2").slices == 2
+    v5e = _chip("TPU v5e")
+    ridge = v5e.ridge_flops_per_byte("bf16")  # HBM: 1.97e14 / 8.1e11
+    assert ridge == pytest.approx(240, rel=0.02)
+    ici = _limit("data", 4, range(4), (4, 1), chip="TPU v5e", tokens=100)
+    assert ici.threshold == pytest.approx(1.97e14 / (2 * 4.5e10)) and abs(ici.threshold - ridge) > 1000
+
+
+def test_the_reports_limits_follow_from_the_chip_table():
+    table = yaml.safe_load((ROOT / "tracekit" / "model" / "chips.yaml").read_text())
+    v5p = next(c for c in table["chips"] if c["name"] == "TPU v5p")
+    link = float(v5p["interconnect"]["link_bw_bytes_per_s"]["value"])
+    peak = float(v5p["peak_flops_per_s"]["f32"]["value"])
+    p = _par("dp_tp_a", "TPU v5p", "2x2x2")
+    data, tensor = p["axes"]
+    lim = data["limit"]
+    # the data axis {0,2,4,6} of a 2x2x2 slice spans two torus axes
+    assert lim["peak_flops_per_s"] == peak and lim["bandwidth_bytes_per_s"] == 2 * link
+    assert lim["axes_spanned"] == 2 and lim["threshold"] == pytest.approx(peak / (2 * link) / 2)
+    assert lim["value"] == 32 and lim["bound"] == "communication"
+    t = tensor["limit"]
+    assert t["threshold"] == pytest.approx(1 * 384 / (peak / (2 * link))) and t["value"] == 2
+    assert t["bound"] == "communication"
+    rep = _report("dp_tp_a")
+    tk = [f for f in rep["findings"] if f["rule_id"] == "TK025"]
+    assert tk and tk[0]["evidence_count"] == 2 and "1,275" in tk[0]["message"] + json.dumps(tk[0]["evidence"])
+
+
+# ------------------------------------------------------------------------------------- axes from replica groups
+
+def _coll(name, groups=(), pairs=(), kind="all-reduce"):
+    from tracekit.analysis.parallel_hlo import Collective
+    return Collective(name, kind, tuple(tuple(g) for g in groups), tuple(pairs), 0.0, ())
+
+
+def test_an_axis_seen_only_inside_a_product_is_derived():
+    from tracekit.analysis.parallel_axes import axes_of
+    tensor = [(0, 1), (2, 3), (4, 5), (6, 7)]
+    axes, _ = axes_of([_coll("t", tensor), _coll("all", [range(8)])])
+    assert [(a.size, a.derived) for a in axes] == [(4, True), (2, False)]
+    assert sorted(axes[0].groups) == [(0, 2, 4, 6), (1, 3, 5, 7)]
+
+
+def test_a_product_of_two_axes_spans_both_and_permute_pairs_make_chains():
+    from tracekit.analysis.parallel_axes import axes_of
+    data = [(0, 4), (1, 5), (2, 6), (3, 7)]
+    expert = [(0, 1, 2, 3), (4, 5, 6, 7)]
+    axes, by = axes_of([_coll("d", data), _coll("e", expert), _coll("all", [range(8)]),
+                        _coll("p", pairs=[(0, 1), (1, 2), (2, 3), (4, 5), (5, 6), (6, 7)],
+                              kind="collective-permute")])
+    assert [a.size for a in axes] == [2, 4]
+    assert sorted(by[tuple([tuple(range(8))])]) == [0, 1]
+    assert by[((0, 1, 2, 3), (4, 5, 6, 7))] == [1]  # the permute's chains are the expert groups
+
+
+def test_collectives_of_scalars_only_leave_the_axis_unknown():
+    from tracekit.analysis import parallel_axes
+    from tracekit.analysis.parallel_hlo import Collective, Operand, ProgramFacts
+    loss = Operand(0, (), (), "f32", 4, "computed", "loss")
+    facts = ProgramFacts("m", 1, (), (), (Collective("psum", "all-reduce", (tuple(range(4)),), (), 4.0, (loss,)),))
+    (a,) = parallel_axes.assign_roles(facts)
+    assert a.role == "unknown" and a.evidence[0].startswith("unknown")
+
+
+# ------------------------------------------------------------------------------------------ every format, the command
+
+def test_every_format_shows_the_section():
+    from tracekit import pipeline
+    from tracekit.report import render
+    rep = pipeline.analyze(PAR / "moe_a", chip="TPU v5p", topology="2x2x2", model="transformer")
+    text, md, html = (render.render(rep, f) for f in ("text", "markdown", "html"))
+    for out in (text, md, html):
+        assert "Parallelism" in out and "expert" in out and "MFU and HFU" in out
+    assert '<section id="parallelism">' in html and "| axis | role |" in md.replace("\\", "")
+    assert "comms-bound" in text and "rests on" in text
+
+
+def test_the_command_prints_text_and_json_and_refuses_bad_input(tmp_path):
+    from tracekit.cli import main
+    r = CliRunner().invoke(main, ["parallelism", str(PAR / "tp_b"), "--format", "json", "--chip", "TPU v5p",
+                                  "--model", "transformer"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert [a["role"] for a in d["parallelism"]["axes"]] == ["tensor"] and d["flops"]["mfu"] is not None
+    r = CliRunner().invoke(main, ["parallelism", str(PAR / "tp_b")])
+    assert r.exit_code == 0 and "tensor" in r.output and "d_ff 96" in r.output
+    r = CliRunner().invoke(main, ["parallelism", str(tmp_path / "missing.xplane.pb")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_report_format_documents_the_section():
+    doc = (ROOT / "docs" / "report-format.md").read_text()
+    for key in ("`parallelism`", "per_device_batch_tokens", "hfu_minus_mfu", "`mfu`"):
+        assert key in doc, key
