@@ -33,10 +33,11 @@ def _prod(xs) -> int:
     return n
 
 
-def _pick(values: Counter, what: str, unit: str = "") -> dict:
-    """{value, candidates, source}: the most common value; the others as candidates (None: nothing)."""
+def _pick(values: Counter, what: str, unit: str = "", missing: str = "") -> dict:
+    """{value, candidates, source}: the most common value; the others as candidates (None: nothing, and
+    ``missing`` says why)."""
     if not values:
-        return {"value": None, "candidates": [], "source": f"unknown: no {what} in the HLO"}
+        return {"value": None, "candidates": [], "source": f"unknown: {missing or 'nothing in the HLO shows it'}"}
     ranked = [v for v, _ in values.most_common()]
     return {"value": ranked[0], "candidates": ranked, "source": what + (f" ({unit})" if unit else "")}
 
@@ -63,7 +64,8 @@ def gradient_groups(facts, evidence_by_collective: dict) -> dict:
     for p in facts.params:
         if p.kind != WEIGHT:
             continue
-        keys = [_key(p.dims)] + [_key(d.weight_dims) for d in facts.dots if d.kind == WEIGHT_DOT and d.weight == p.number]
+        keys = [_key(p.dims)] + [_key(d.weight_dims) for d in facts.dots
+                                 if d.kind == WEIGHT_DOT and d.weight == p.number]
         hit = next((by_shape[k] for k in keys if k in by_shape), None)
         if hit is not None:
             out[p.number] = hit
@@ -77,8 +79,9 @@ def dims(facts, axes, evidence_by_collective: dict, n_devices: int) -> dict:
     wdots = [d for d in facts.dots if d.kind == WEIGHT_DOT]
     tok = Counter(t for _, _, t, _, _ in facts.data_inputs if t > 0)
     dm = Counter(d for _, _, _, d, _ in facts.data_inputs if d > 0)
-    out = {"per_device_batch_tokens": _pick(tok, "a data input's elements / its last dimension"),
-           "d_model": _pick(dm, "what the first weight dot a data input reaches contracts")}
+    no_input = "no data input (a parameter the step does not update) reaches a dot that reads a weight"
+    out = {"per_device_batch_tokens": _pick(tok, "a data input's elements / its last dimension", missing=no_input),
+           "d_model": _pick(dm, "what the first weight dot a data input reaches contracts", missing=no_input)}
     grads = Counter(d.tokens for d in facts.dots if d.kind == GRAD_DOT and d.tokens > 0)
     if grads:
         out["per_device_batch_tokens"]["gradient_dot_tokens"] = sorted(grads)
@@ -103,7 +106,8 @@ def dims(facts, axes, evidence_by_collective: dict, n_devices: int) -> dict:
         f = free[0] * _prod(size for _, size in tensor.get(free[0], ()))
         ff[f] += d.flops
     out["d_ff"] = _pick(ff, "the weights' dimension other than d_model (x the tensor axes that shard it), "
-                            "weighted by dot FLOPs")
+                            "weighted by dot FLOPs", missing="no weight (a parameter the step updates) has one "
+                            "dimension besides d_model" if d_model else "d_model is unknown")
     groups = gradient_groups(facts, evidence_by_collective)
     split = max((g for g, _ in groups.values()), default=1)
     out["batch_split"] = {"value": split, "source": "the largest group a weight gradient is reduced over"
@@ -140,7 +144,9 @@ def _params(facts, weights: dict, wdots: list, groups: dict, n_devices: int, tok
         active += whole * share
         rows.append({"parameter": p.name, "local_dims": list(p.dims), "elements": whole, "copies": copies,
                      "reduced_over": g, "experts": experts, "active_share": share})
+    src = ("the weights' gradient elements x devices / the group reducing them (local elements x devices when none "
+           "does); expert weights x tokens into their dots / tokens / experts" if rows else
+           "unknown: no weight (an entry parameter the step updates and a dot reads): not a training step, or its "
+           "weights are not parameters")
     return {"value": active if rows else None, "total": total if rows else None, "per_weight": rows,
-            "experts": sorted(experts_seen), "top_k": sorted(topk_seen),
-            "source": "the weights' gradient elements x devices / the group reducing them (local elements x "
-                      "devices when none does); expert weights x tokens into their dots / tokens / experts"}
+            "experts": sorted(experts_seen), "top_k": sorted(topk_seen), "source": src}

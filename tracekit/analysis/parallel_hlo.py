@@ -24,17 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tracekit.analysis.hlo_flow import Index, feeds, origin
 from tracekit.ingest.hloshape import FLOAT_DTYPES, dtype_name, elements, leaves, nbytes
 from tracekit.model import collective_hlo
 from tracekit.proto import hlo_pb2
 
-#: ops that pass their (first) operand's data on unchanged in substance
-PASS = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "slice", "dynamic-slice",
-                  "optimization-barrier", "copy-start", "copy-done", "bitcast-convert"})
-#: ops the forward walk (what a value feeds) goes through without counting a step
-FLOW_FREE = PASS | {"get-tuple-element", "tuple", "broadcast", "concatenate", "pad"}
-#: how many computing ops the forward walk crosses before it gives up
-FLOW_STEPS = 6
 #: a collective whose operand is this small (bytes) moves a scalar or a few numbers: a loss, a metric, a flag
 TINY_BYTES = 64
 WEIGHT, DATA = "weight", "data"
@@ -121,147 +115,9 @@ def _dims(shape) -> tuple:
     return tuple(int(d) for d in shape.dimensions)
 
 
-class _Index:
-    """Instructions by id, their computation, users, and the fusion calling each fused computation."""
-
-    def __init__(self, module: hlo_pb2.HloModuleProto):
-        self.module = module
-        self.inst = {}
-        self.by_name = {}
-        self.comp_of = {}
-        self.users: dict[int, list] = {}
-        self.caller: dict[int, object] = {}
-        self.comps = {c.id: c for c in module.computations}
-        for c in module.computations:
-            for i in c.instructions:
-                self.inst[i.id] = i
-                self.by_name.setdefault(i.name, i)
-                self.comp_of[i.id] = c.id
-                for o in i.operand_ids:
-                    self.users.setdefault(o, []).append(i)
-                if i.opcode == "fusion":
-                    for cid in i.called_computation_ids:
-                        self.caller[cid] = i
-        self.entry = module.entry_computation_id
-        self.root = {c.id: c.root_id for c in module.computations}
-
-    def op(self, inst, k: int = 0):
-        return self.inst.get(inst.operand_ids[k]) if len(inst.operand_ids) > k else None
-
-    def fused_param(self, fusion, k: int):
-        comp = self.comps.get(fusion.called_computation_ids[0]) if fusion.called_computation_ids else None
-        if comp is None:
-            return None
-        return next((i for i in comp.instructions if i.opcode == "parameter" and i.parameter_number == k), None)
-
-
-def _origin(ix: _Index, inst, gathered=()):
-    """(kind, instruction or parameter number, all-gathers passed) of the data ``inst`` holds, walking back through
-    pass-through ops; kind: 'param' (entry parameter number), 'dot', 'collective' (with the tuple index as
-    (name, index)), 'computed'."""
-    seen = 0
-    tuple_index = -1
-    while inst is not None and seen < 64:
-        seen += 1
-        op = inst.opcode
-        if op == "parameter":
-            cid = ix.comp_of.get(inst.id)
-            if cid == ix.entry:
-                return "param", int(inst.parameter_number), tuple(gathered)
-            fusion = ix.caller.get(cid)
-            if fusion is None:
-                return "computed", inst, tuple(gathered)
-            inst = ix.op(fusion, int(inst.parameter_number))
-        elif op == "get-tuple-element":
-            src = ix.op(inst)
-            if src is not None and src.opcode in collective_hlo.KIND_OF:
-                return "collective", (src, int(inst.tuple_index)), tuple(gathered)
-            tuple_index = int(inst.tuple_index)
-            if src is not None and src.opcode == "tuple" and tuple_index < len(src.operand_ids):
-                inst = ix.inst.get(src.operand_ids[tuple_index])
-            else:
-                return "computed", inst, tuple(gathered)
-        elif op in PASS or op.endswith("-done"):
-            inst = ix.op(inst)
-        elif op in ("all-gather", "all-gather-start"):
-            gathered = gathered + (inst.name,)
-            inst = ix.op(inst)
-        elif op == "dot":
-            return "dot", inst, tuple(gathered)
-        elif op == "fusion" and inst.called_computation_ids:
-            root = ix.inst.get(ix.root.get(inst.called_computation_ids[0]))
-            kind, what, g = _origin_in_fusion(ix, root)
-            if kind == "param":  # a fusion that only moves its parameter k
-                inst = ix.op(inst, what)
-            elif kind == "dot":
-                return "dot", what, tuple(gathered)
-            else:
-                return "computed", inst, tuple(gathered)
-        elif op in collective_hlo.KIND_OF:
-            return "collective", (inst, -1), tuple(gathered)
-        else:
-            return "computed", inst, tuple(gathered)
-    return "computed", inst, tuple(gathered)
-
-
-def _origin_in_fusion(ix: _Index, inst):
-    """Inside a fused computation: ('param', k) when the root only moves fused parameter k, ('dot', dot) when it is
-    a dot (after pass-through ops), else ('computed', inst)."""
-    for _ in range(32):
-        if inst is None:
-            break
-        if inst.opcode == "parameter":
-            return "param", int(inst.parameter_number), ()
-        if inst.opcode == "dot":
-            return "dot", inst, ()
-        if inst.opcode in PASS:
-            inst = ix.op(inst)
-            continue
-        break
-    return "computed", inst, ()
-
-
-def _feeds(ix: _Index, start, tuple_index: int = -1) -> list:
-    """The dots (instruction, operand position) the value of ``start`` reaches: forward through users, into and
-    out of fusions, crossing at most :data:`FLOW_STEPS` computing ops; stops at dots and collectives."""
-    out, seen = [], set()
-    frontier = [(start, tuple_index, 0)]
-    while frontier and len(seen) < 400:
-        inst, ti, cost = frontier.pop()
-        for u in ix.users.get(inst.id, []):
-            key = (u.id, inst.id)
-            if key in seen:
-                continue
-            seen.add(key)
-            if u.opcode == "get-tuple-element" and ti >= 0 and int(u.tuple_index) != ti:
-                continue
-            nti = -1 if u.opcode == "get-tuple-element" else ti
-            if u.opcode == "dot":
-                out.append((u, list(u.operand_ids).index(inst.id)))
-                continue
-            if u.opcode in collective_hlo.KIND_OF and not u.opcode.endswith("-done"):
-                continue
-            step = cost + (0 if u.opcode in FLOW_FREE or u.opcode.endswith("-done") else 1)
-            if step > FLOW_STEPS:
-                continue
-            if u.opcode == "fusion":
-                for k, o in enumerate(u.operand_ids):
-                    if o == inst.id:
-                        p = ix.fused_param(u, k)
-                        if p is not None:
-                            frontier.append((p, -1, step))
-                continue
-            frontier.append((u, nti, step))
-        # the fused root reached: go on with the fusion's users outside
-        cid = ix.comp_of.get(inst.id)
-        if cid in ix.caller and ix.root.get(cid) == inst.id:
-            frontier.append((ix.caller[cid], ti, cost))
-    return out
-
-
 def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFacts:
     """The :class:`ProgramFacts` of one module."""
-    ix = _Index(module)
+    ix = Index(module)
     entry = ix.comps.get(ix.entry)
     if entry is None:
         return ProgramFacts(module.name, int(program_id), (), (), ())
@@ -274,7 +130,7 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
     for c in module.computations:
         for i in c.instructions:
             if i.opcode == "dot" and len(i.operand_ids) >= 2:
-                dots_raw.append((i, _origin(ix, ix.op(i, 0)), _origin(ix, ix.op(i, 1))))
+                dots_raw.append((i, origin(ix, ix.op(i, 0)), origin(ix, ix.op(i, 1))))
     read_by_dot = {o[1] for _, a, b in dots_raw for o in (a, b) if o[0] == "param"}
     params = []
     for p in plist:
@@ -326,7 +182,7 @@ def _weight_of(table: dict, dims: tuple) -> int:
     return hit
 
 
-def _dot(ix: _Index, inst, lo, ro, weights: dict, wshapes: dict) -> Dot:
+def _dot(ix: Index, inst, lo, ro, weights: dict, wshapes: dict) -> Dot:
     dn = inst.dot_dimension_numbers
     lhs, rhs = ix.op(inst, 0), ix.op(inst, 1)
     ld, rd = _dims(lhs.shape), _dims(rhs.shape)
@@ -356,7 +212,7 @@ def _dot(ix: _Index, inst, lo, ro, weights: dict, wshapes: dict) -> Dot:
                (), dtype_name(lhs.shape.element_type))
 
 
-def _operand(ix: _Index, inst, k: int, dots: dict, weights: dict, wshapes: dict) -> Operand:
+def _operand(ix: Index, inst, k: int, dots: dict, weights: dict, wshapes: dict) -> Operand:
     o = ix.op(inst, k)
     res = inst.shape
     if res.element_type == hlo_pb2.PrimitiveType.TUPLE:
@@ -365,7 +221,7 @@ def _operand(ix: _Index, inst, k: int, dots: dict, weights: dict, wshapes: dict)
             shapes = shapes[len(inst.operand_ids):]  # (operands, results) of an async start
         res = shapes[k] if k < len(shapes) else o.shape
     dims, rdims = _dims(o.shape), _dims(res)
-    kind, what, _g = _origin(ix, o)
+    kind, what, _g = origin(ix, o)
     weight = -1
     if kind == "param":
         skind, src = (WEIGHT if what in weights else DATA), str(what)
@@ -382,17 +238,17 @@ def _operand(ix: _Index, inst, k: int, dots: dict, weights: dict, wshapes: dict)
         weight = max(_weight_of(wshapes, dims), _weight_of(wshapes, rdims)) \
             if inst.opcode in ("all-reduce", "all-reduce-start", "reduce-scatter") else -1
     tuple_out = inst.shape.element_type == hlo_pb2.PrimitiveType.TUPLE and not inst.opcode.endswith("-start")
-    fed = _feeds(ix, inst, k if tuple_out else -1)
-    feeds = tuple((d.name, dots[d.name].kind if d.name in dots else ACT_DOT) for d, _ in fed)
+    fed = feeds(ix, inst, k if tuple_out else -1)
+    reached = tuple((d.name, dots[d.name].kind if d.name in dots else ACT_DOT) for d, _ in fed)
     return Operand(k, dims, rdims, dtype_name(o.shape.element_type), int(nbytes(o.shape)), skind, src,
-                   tuple(dict.fromkeys(feeds)), int(weight))
+                   tuple(dict.fromkeys(reached)), int(weight))
 
 
-def _data_input(ix: _Index, inst, p: Param, dots: dict):
+def _data_input(ix: Index, inst, p: Param, dots: dict):
     """(parameter number, local dims, tokens, d_model, gather factor) of a data input that reaches a weight dot:
     d_model = what that dot contracts on the activation side; tokens = the input's elements over its last
     dimension, times what all-gathers on the way multiply them by; None when it reaches no weight dot."""
-    fed = _feeds(ix, inst)
+    fed = feeds(ix, inst)
     for d, pos in fed:
         f = dots.get(d.name)
         if f is None or f.kind != WEIGHT_DOT:
@@ -409,12 +265,12 @@ def _data_input(ix: _Index, inst, p: Param, dots: dict):
     return None
 
 
-def _gather_factor(ix: _Index, dot, number: int) -> int:
+def _gather_factor(ix: Index, dot, number: int) -> int:
     """How many times the all-gathers between data input ``number`` and ``dot`` (a pass-through path) multiply
     the data (1: none)."""
     f = 1
     for k in range(len(dot.operand_ids)):
-        kind, num, gathers = _origin(ix, ix.op(dot, k))
+        kind, num, gathers = origin(ix, ix.op(dot, k))
         if kind != "param" or num != number or not gathers:
             continue
         for name in gathers:

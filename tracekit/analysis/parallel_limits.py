@@ -95,8 +95,9 @@ def limit(role: str, size: int, groups: tuple, topology, chip, peak: tuple, toke
     if role not in ("data", "fsdp", "tensor"):
         why = {"pipeline": "a pipeline's permutes move one stage's activations; its cost is the bubble",
                "expert": "an expert axis's all-to-all moves activations, not weights"}.get(role, "")
-        return Limit("none", note=f"no limit in the book's training chapter for {'an' if role[0] in 'aeiou' else 'a'} {role} axis" + (f" ({why})"
-                                                                                                   if why else ""))
+        article = "an" if role[:1] in ("a", "e", "i", "o", "u") else "a"
+        return Limit("none", note=f"no limit in the book's training chapter for {article} {role} axis"
+                     + (f" ({why})" if why else ""))
     level, w, wsrc, m, per = link_of(groups, topology, chip)
     c, csrc = peak
     if not (_ok(c) and _ok(w)):
@@ -130,7 +131,8 @@ def limit(role: str, size: int, groups: tuple, topology, chip, peak: tuple, toke
             remedy = (f"{thr / tokens:.1f}x the per-device batch (above {thr:,.0f} tokens), or {fewer}"
                       + (", or spread the axis over more torus axes (M)" if level == "ici" and m < 3 else "")
                       + ("; with FSDP, mixing in tensor parallelism lowers the batch needed to "
-                         "alpha^2 / (2 F) tokens per device (book: 2,550^2 / 2F)" if role == "fsdp" and _ok(d_ff) else "")
+                         "alpha^2 / (2 F) tokens per device (book: 2,550^2 / 2F)"
+                         if role == "fsdp" and _ok(d_ff) else "")
                       + "; or overlap the collectives with compute")
         return Limit("batch", level, c, csrc, w, wsrc, m, alpha, thr, tokens, bound, formula, remedy)
     ymax = m * d_ff / alpha if _ok(d_ff) else math.nan

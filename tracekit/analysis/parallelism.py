@@ -42,6 +42,7 @@ class HostParallelism:
     program_time_ps: int = 0
     steps: int = 0
     note: str = ""
+    devices: int = 0  #: devices of this host that ran the step program
 
 
 @dataclass
@@ -77,7 +78,8 @@ class Parallelism:
         for a in self.axes:
             lim = a.limit.to_dict() if getattr(a, "limit", None) is not None else {}
             axes.append({"index": a.index, "size": a.size, "devices": [list(g) for g in a.groups],
-                         "role": a.role, "evidence": list(a.evidence), "collectives": dict(sorted(a.collectives.items())),
+                         "role": a.role, "evidence": list(a.evidence),
+                         "collectives": dict(sorted(a.collectives.items())),
                          "spans_with": sorted(a.spans), "derived": a.derived, "limit": lim})
         s = self.sizes
 
@@ -96,23 +98,24 @@ class Parallelism:
         return out
 
 
-def step_program(ops: pd.DataFrame) -> tuple[tuple[str, int] | None, int, int]:
-    """((module, program id), its op time in steps, steps) of the program with the most op time inside steps (the
-    most op time overall when no op is in a step); (None, 0, 0) without ops."""
+def step_program(ops: pd.DataFrame) -> tuple[tuple[str, int] | None, int, int, int]:
+    """((module, program id), its op time in steps, steps, devices that ran it) of the program with the most op time
+    inside steps (the most op time overall when no op is in a step); (None, 0, 0, 0) without ops."""
     if ops is None or not len(ops):
-        return None, 0, 0
+        return None, 0, 0, 0
     sync = ~ops["is_async"].to_numpy(bool)
     step = ops["step"].to_numpy() if "step" in ops.columns else np.full(len(ops), -1)
     use = sync & (step >= 0) if (sync & (step >= 0)).any() else sync
     if not use.any():
-        return None, 0, 0
+        return None, 0, 0, 0
     sub = pd.DataFrame({"module": ops["module"].astype(str).to_numpy()[use],
                         "pid": ops["program_id"].to_numpy(np.uint64)[use],
                         "t": ops["duration_ps"].to_numpy(np.int64)[use]})
     g = sub.groupby(["module", "pid"], sort=True)["t"].sum()
     (m, pid), t = g.idxmax(), int(g.max())
-    steps = int(len(np.unique(step[use & (ops["module"].astype(str).to_numpy() == m)]))) if (step >= 0).any() else 0
-    return (str(m), int(pid)), t, steps
+    mine = use & (ops["module"].astype(str).to_numpy() == m)
+    steps = int(len(np.unique(step[mine]))) if (step >= 0).any() else 0
+    return (str(m), int(pid)), t, steps, int(ops["device"].astype(str)[mine].nunique())
 
 
 def host_summary(tr, ops: pd.DataFrame | None = None, host: str | None = None) -> HostParallelism:
@@ -124,15 +127,15 @@ def host_summary(tr, ops: pd.DataFrame | None = None, host: str | None = None) -
         ops = ops[ops["host"].astype(str).to_numpy() == str(host)]
     if not tr.has_hlo:
         return HostParallelism(name, None, note="the trace has no HLO: no collectives or dots to read")
-    key, t, steps = step_program(ops)
+    key, t, steps, ndev = step_program(ops)
     if key is None:
         return HostParallelism(name, None, note="no device op ran: no step program")
     mod = next((m for m in tr.hlo_modules if m.name == key[0] and int(m.program_id) == key[1]), None)
     mod = mod or next((m for m in tr.hlo_modules if m.name == key[0]), None)
     if mod is None:
-        return HostParallelism(name, None, t, steps, f"the step program {key[0]} has no HLO in the trace")
+        return HostParallelism(name, None, t, steps, f"the step program {key[0]} has no HLO in the trace", ndev)
     proto = mod.proto.hlo_module if hasattr(mod.proto, "hlo_module") else mod.proto
-    return HostParallelism(name, parallel_hlo.module_facts(int(mod.program_id), proto), t, steps)
+    return HostParallelism(name, parallel_hlo.module_facts(int(mod.program_id), proto), t, steps, "", ndev)
 
 
 def reduce(parts: list, *, chip=None, topology=None) -> Parallelism:
@@ -160,7 +163,8 @@ def reduce(parts: list, *, chip=None, topology=None) -> Parallelism:
                 ev[(c.name, o.index)] = e
     ids = {d for c in facts.collectives for g in c.groups for d in g} | \
         {d for c in facts.collectives for pr in c.pairs for d in pr}
-    n_dev = max(len(ids), 1)
+    ran = sum(p.devices for p in have if (p.program.module, p.program.program_id) == key)
+    n_dev = max(len(ids), ran, 1)
     sizes = parallel_dims.dims(facts, axes, ev, n_dev)
     dtype = _dominant_dtype(facts)
     peak = precision.peak(chip, dtype) if chip is not None else (math.nan, "unknown: no chip")
@@ -177,7 +181,8 @@ def reduce(parts: list, *, chip=None, topology=None) -> Parallelism:
         notes.append(f"the axes hold {prod} of the program's {n_dev} devices: the rest ({n_dev // prod}x) run "
                      "without a collective between them (replicated work, or an axis that never communicates)")
     if not facts.collectives:
-        notes.append("the step program has no collectives: one device, or devices that never communicate")
+        notes.append(f"the step program has no collectives: {n_dev} device(s) that never communicate (one device, "
+                     "or replicated work: data parallelism without gradient reduction, inference)")
     if len(time) > 1:
         notes.append(f"hosts ran different step programs; read {key[0]}")
     return Parallelism(key[0], int(key[1]), n_dev, axes, sizes, dtype, peak, getattr(chip, "name", ""),

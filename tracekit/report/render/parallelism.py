@@ -31,6 +31,8 @@ def _size(d: dict, what: str, unit: str = "") -> str:
 
 def title(d: dict) -> str:
     p = d.get("parallelism") or {}
+    if not p.get("module"):
+        return TITLE
     return f"{TITLE} (step program {p.get('module')}: read from its collectives and dots; the HLO has no axis names)"
 
 
@@ -41,16 +43,18 @@ def facts(d: dict) -> list[tuple[str, str]]:
         notes = p.get("notes") or []
         return [("parallelism", "unknown: " + "; ".join(notes))] if notes else []
     axes = p.get("axes") or []
-    mesh = " x ".join(str(a["size"]) for a in axes) or "1"
-    roles = ", ".join(f"axis {a['index']} {a['role']} ({a['size']})" for a in axes) or "no collectives"
-    out = [("mesh", f"{mesh} over {p.get('devices')} device(s): {roles}")]
+    mesh = " x ".join(str(a["size"]) for a in axes)
+    roles = ", ".join(f"axis {a['index']} {a['role']} ({a['size']})" for a in axes)
+    out = [("mesh", f"{mesh} over {p.get('devices')} device(s): {roles}" if axes else
+            f"no axis: {p.get('devices')} device(s) ran the step program without a collective")]
     pb, split = p.get("per_device_batch_tokens") or {}, (p.get("batch_split") or {}).get("value")
     g = (p.get("global_batch_tokens") or {}).get("value")
     batch = _size(pb, "per-device batch", " tokens") + (f" ({pb.get('source')})" if pb.get("value") else "")
     if pb.get("gradient_dot_tokens"):
         batch += f"; the weight-gradient dots contract {', '.join(_n(x) for x in pb['gradient_dot_tokens'])} tokens"
     if g:
-        batch += f"; global batch {_n(g)} tokens = per-device x {split} (the batch split: {(p.get('batch_split') or {}).get('source')})"
+        why = (p.get("batch_split") or {}).get("source")
+        batch += f"; global batch {_n(g)} tokens = per-device x {split} (the batch split: {why})"
     out.append(("batch", batch + tag(pb.get("trust"))))
     out.append(("model", _size(p.get("d_model") or {}, "d_model") + "; " + _size(p.get("d_ff") or {}, "d_ff")
                 + "; " + _size(p.get("params") or {}, "parameters N (per token)")
@@ -68,7 +72,8 @@ def _experts(params: dict) -> str:
     e, k = params.get("experts") or [], params.get("top_k") or []
     if not e:
         return ""
-    return f" ({', '.join(map(str, e))} experts, {', '.join(_n(x) for x in k)} per token; total {_n(params.get('total'))})"
+    total = _n(params.get("total"))
+    return f" ({', '.join(map(str, e))} experts, {', '.join(_n(x) for x in k)} per token; total {total})"
 
 
 _BOUND = {"compute": "compute-bound", "communication": "comms-bound"}
