@@ -274,7 +274,7 @@ def test_every_format_shows_the_section():
     text, md, html = (render.render(rep, f) for f in ("text", "markdown", "html"))
     for out in (text, md, html):
         assert "Parallelism" in out and "expert" in out and "MFU and HFU" in out
-    assert '<section id="parallelism">' in html and "| axis | role |" in md.replace("\\", "")
+    assert '<section id="parallelism">' in html and "| mesh axis | role |" in md
     assert "comms-bound" in text and "rests on" in text
 
 
@@ -295,3 +295,45 @@ def test_report_format_documents_the_section():
     doc = (ROOT / "docs" / "report-format.md").read_text()
     for key in ("`parallelism`", "per_device_batch_tokens", "hfu_minus_mfu", "`mfu`"):
         assert key in doc, key
+
+
+def test_gpu_gemm_custom_calls_are_dots():
+    """XLA:GPU rewrites dots into cuBLAS GEMM custom calls (result, workspace): a data-parallel step written as XLA
+    emits it (forward GEMM x @ W, weight-gradient GEMM x^T @ h over the 32 tokens, the gradient all-reduced over 8
+    GPUs) gives a data axis of 8, 32 tokens per device, d_model 128 and d_ff 384."""
+    import json as _json
+    from tracekit.analysis import parallel_axes, parallel_dims, parallel_hlo
+    from tracekit.ingest.synth import instr, module, shape
+    from tracekit.proto import hlo_pb2
+
+    def gemm(lc, rc):
+        dd = {"lhs_contracting_dimensions": [str(x) for x in lc], "rhs_contracting_dimensions": [str(x) for x in rc],
+              "lhs_batch_dimensions": [], "rhs_batch_dimensions": []}
+        return dict(custom_call_target="__cublas$lt$matmul",
+                    backend_config=_json.dumps({"gemm_backend_config": {"dot_dimension_numbers": dd}}).encode())
+
+    def tup(*s):
+        return hlo_pb2.ShapeProto(element_type=hlo_pb2.PrimitiveType.TUPLE, tuple_shapes=list(s))
+    ws = shape("s8", [1 << 20])
+    groups = [hlo_pb2.ReplicaGroup(replica_ids=list(range(8)))]
+    ins = [instr("w", "parameter", shape("bf16", [128, 384]), parameter_number=0, id=1),
+           instr("x", "parameter", shape("bf16", [32, 128]), parameter_number=1, id=2),
+           instr("fwd", "custom-call", tup(shape("bf16", [32, 384]), ws), [2, 1], id=3, **gemm([1], [0])),
+           instr("h", "get-tuple-element", shape("bf16", [32, 384]), [3], tuple_index=0, id=4),
+           instr("wgrad", "custom-call", tup(shape("bf16", [128, 384]), ws), [2, 4], id=5, **gemm([0], [0])),
+           instr("g", "get-tuple-element", shape("bf16", [128, 384]), [5], tuple_index=0, id=6),
+           instr("ar", "all-reduce", shape("bf16", [128, 384]), [6], replica_groups=groups, channel_id=1,
+                 use_global_device_ids=True, id=7),
+           instr("new_w", "subtract", shape("bf16", [128, 384]), [1, 7], id=8),
+           instr("out", "tuple", tup(shape("bf16", [128, 384])), [8], id=9)]
+    facts = parallel_hlo.module_facts(7, module("jit_step", 7, ins))
+    assert [d.kind for d in facts.dots] == [parallel_hlo.WEIGHT_DOT, parallel_hlo.GRAD_DOT]
+    (axis,) = parallel_axes.assign_roles(facts)
+    assert (axis.size, axis.role) == (8, "data") and "wgrad" in axis.evidence[0]
+    ev = {(c.name, o.index): e for c in facts.collectives for o in c.operands
+          if (e := parallel_axes.classify(c, o, {p.number: p for p in facts.params if p.kind == "weight"},
+                                          {d.name: d for d in facts.dots})) is not None}
+    sizes = parallel_dims.dims(facts, [axis], ev, 8)
+    assert sizes["per_device_batch_tokens"]["value"] == 32 and sizes["d_model"]["value"] == 128
+    assert sizes["d_ff"]["value"] == 384 and sizes["params"]["value"] == 128 * 384
+    assert sizes["global_batch_tokens"]["value"] == 32 * 8

@@ -10,7 +10,9 @@
 """
 from __future__ import annotations
 
+from tracekit.ingest import backend_config as bc
 from tracekit.model import collective_hlo
+from tracekit.model.custom_calls import GEMM_TARGETS
 from tracekit.proto import hlo_pb2
 
 #: ops that pass their (first) operand's data on unchanged in substance
@@ -20,6 +22,25 @@ PASS = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "slice",
 FLOW_FREE = PASS | {"get-tuple-element", "tuple", "broadcast", "concatenate", "pad"}
 #: how many computing ops the forward walk crosses before it gives up
 FLOW_STEPS = 6
+
+
+def is_dot(inst) -> bool:
+    """A dot, or a GPU GEMM custom call (cuBLAS / cuBLASLt / hipBLASLt: XLA:GPU rewrites dots into them)."""
+    return inst.opcode == "dot" or (inst.opcode == "custom-call" and inst.custom_call_target in GEMM_TARGETS)
+
+
+def dot_numbers(inst) -> tuple[tuple, tuple, tuple, tuple] | None:
+    """(lhs contracting, rhs contracting, lhs batch, rhs batch) dimensions of a dot or a GEMM custom call (from
+    ``GpuBackendConfig.gemm_backend_config.dot_dimension_numbers``); None when a GEMM's config does not say."""
+    if inst.opcode == "dot":
+        dn = inst.dot_dimension_numbers
+        return (tuple(int(x) for x in dn.lhs_contracting_dimensions), tuple(int(x) for x in dn.rhs_contracting_dimensions),
+                tuple(int(x) for x in dn.lhs_batch_dimensions), tuple(int(x) for x in dn.rhs_batch_dimensions))
+    dd = bc.sub(bc.json_config(inst), "gemm_backend_config", "dot_dimension_numbers")
+    if not dd:
+        return None
+    return tuple(tuple(bc.ints(dd, k)) for k in ("lhs_contracting_dimensions", "rhs_contracting_dimensions",
+                                                   "lhs_batch_dimensions", "rhs_batch_dimensions"))
 
 
 class Index:
@@ -77,6 +98,8 @@ def origin(ix: Index, inst, gathered=()):
             src = ix.op(inst)
             if src is not None and src.opcode in collective_hlo.KIND_OF:
                 return "collective", (src, int(inst.tuple_index)), tuple(gathered)
+            if src is not None and is_dot(src) and int(inst.tuple_index) == 0:  # a GEMM's (result, workspace)
+                return "dot", src, tuple(gathered)
             tuple_index = int(inst.tuple_index)
             if src is not None and src.opcode == "tuple" and tuple_index < len(src.operand_ids):
                 inst = ix.inst.get(src.operand_ids[tuple_index])
@@ -87,7 +110,7 @@ def origin(ix: Index, inst, gathered=()):
         elif op in ("all-gather", "all-gather-start"):
             gathered = gathered + (inst.name,)
             inst = ix.op(inst)
-        elif op == "dot":
+        elif is_dot(inst):
             return "dot", inst, tuple(gathered)
         elif op == "fusion" and inst.called_computation_ids:
             root = ix.inst.get(ix.root.get(inst.called_computation_ids[0]))
@@ -113,7 +136,7 @@ def origin_in_fusion(ix: Index, inst):
             break
         if inst.opcode == "parameter":
             return "param", int(inst.parameter_number), ()
-        if inst.opcode == "dot":
+        if is_dot(inst):
             return "dot", inst, ()
         if inst.opcode in PASS:
             inst = ix.op(inst)
@@ -137,7 +160,7 @@ def feeds(ix: Index, start, tuple_index: int = -1) -> list:
             if u.opcode == "get-tuple-element" and ti >= 0 and int(u.tuple_index) != ti:
                 continue
             nti = -1 if u.opcode == "get-tuple-element" else ti
-            if u.opcode == "dot":
+            if is_dot(u):
                 out.append((u, list(u.operand_ids).index(inst.id)))
                 continue
             if u.opcode in collective_hlo.KIND_OF and not u.opcode.endswith("-done"):

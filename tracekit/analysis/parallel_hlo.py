@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracekit.analysis.hlo_flow import Index, feeds, origin
+from tracekit.analysis.hlo_flow import Index, dot_numbers, feeds, is_dot, origin
 from tracekit.ingest.hloshape import FLOAT_DTYPES, dtype_name, elements, leaves, nbytes
 from tracekit.model import collective_hlo
 from tracekit.proto import hlo_pb2
@@ -129,7 +129,7 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
     dots_raw = []
     for c in module.computations:
         for i in c.instructions:
-            if i.opcode == "dot" and len(i.operand_ids) >= 2:
+            if is_dot(i) and len(i.operand_ids) >= 2 and dot_numbers(i) is not None:
                 dots_raw.append((i, origin(ix, ix.op(i, 0)), origin(ix, ix.op(i, 1))))
     read_by_dot = {o[1] for _, a, b in dots_raw for o in (a, b) if o[0] == "param"}
     params = []
@@ -183,16 +183,15 @@ def _weight_of(table: dict, dims: tuple) -> int:
 
 
 def _dot(ix: Index, inst, lo, ro, weights: dict, wshapes: dict) -> Dot:
-    dn = inst.dot_dimension_numbers
     lhs, rhs = ix.op(inst, 0), ix.op(inst, 1)
     ld, rd = _dims(lhs.shape), _dims(rhs.shape)
-    lc, rc = tuple(int(x) for x in dn.lhs_contracting_dimensions), tuple(int(x) for x in dn.rhs_contracting_dimensions)
-    lb, rb = tuple(int(x) for x in dn.lhs_batch_dimensions), tuple(int(x) for x in dn.rhs_batch_dimensions)
-    out = _dims(inst.shape)
+    lc, rc, lb, rb = dot_numbers(inst)
+    res = next(iter(leaves(inst.shape)), inst.shape)  # (a GEMM custom call's result is (result, workspace))
+    out = _dims(res)
     k = 1
     for i in lc:
-        k *= ld[i]
-    flops = 2.0 * elements(inst.shape) * k
+        k *= ld[i] if i < len(ld) else 1
+    flops = 2.0 * elements(res) * k
     lw = lo[0] == "param" and lo[1] in weights
     rw = ro[0] == "param" and ro[1] in weights
     if lw != rw:  # one side is a weight

@@ -9,7 +9,7 @@ from tracekit.report.trust import tag
 from tracekit.units import fmt_num
 
 TITLE = "Parallelism"
-HEADERS = ["axis", "role", "devices", "link", "against the book's limit"]
+HEADERS = ["mesh axis", "role", "devices", "link", "against the book's limit"]
 RIGHT = {2}
 
 
@@ -105,7 +105,7 @@ def rows(d: dict) -> list[list[str]]:
         link = lim.get("level") or "—"
         if (lim.get("axes_spanned") or 1) > 1:
             link += f" x {lim['axes_spanned']} torus axes"
-        out.append([str(a["index"]), a["role"], f"{a['size']} ({first})", link,
+        out.append([f"axis {a['index']}", a["role"], f"{a['size']} ({first})", link,
                     _verdict(lim) + tag(lim.get("trust"))])
     return out
 
