@@ -337,3 +337,85 @@ def test_gpu_gemm_custom_calls_are_dots():
     assert sizes["per_device_batch_tokens"]["value"] == 32 and sizes["d_model"]["value"] == 128
     assert sizes["d_ff"]["value"] == 384 and sizes["params"]["value"] == 128 * 384
     assert sizes["global_batch_tokens"]["value"] == 32 * 8
+
+
+def test_the_pod_path_reduces_the_hosts_summaries_to_the_same_section(tmp_path):
+    """Two hosts (the same capture twice): the map per host and the reduce on the driver (--jobs) give the
+    parallelism section and MFU/HFU the single process gives."""
+    from tracekit import pipeline
+    from tracekit.run import pod
+    src = (PAR / "dp_tp_a" / XPLANE).read_bytes()
+    for h in ("host0", "host1"):
+        (tmp_path / f"{h}.xplane.pb").write_bytes(src)
+    kw = dict(chip="TPU v5p", topology="2x2x2", model="transformer")
+    one = json.loads(pipeline.analyze(tmp_path, **kw).to_json())
+    many = json.loads(pod.analyze(tmp_path, jobs=1, **kw).to_json())
+    assert many["parallelism"] == one["parallelism"]
+    assert [a["role"] for a in one["parallelism"]["axes"]] == ["data", "tensor"]
+    for k in ("mfu", "hfu", "model_per_step", "formula"):
+        assert many["overview"]["flops"][k] == one["overview"]["flops"][k], k
+
+
+# ------------------------------------------------------------------------------ weights scanned over layers
+_SCAN_SCRIPT = r"""
+import base64, json, os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+L, D, F, B, S = 4, 128, 384, 4, 8
+mesh = Mesh(np.array(jax.devices()), ("x",))
+out = {}
+for mode in ("dp", "fsdp"):
+    spec = (P(None, "x", None), P(None, None, "x")) if mode == "fsdp" else (P(), P())
+    def loss(p, x, y):
+        def layer(h, w):
+            wi, wo = w
+            if mode == "fsdp":
+                wi = jax.lax.all_gather(wi, "x", axis=0, tiled=True)
+                wo = jax.lax.all_gather(wo, "x", axis=1, tiled=True)
+            return h + jax.nn.gelu(h @ wi) @ wo, None
+        h, _ = jax.lax.scan(layer, x, p)  # the stacked weights [L, ...] carried through a while loop
+        return jnp.mean((h - y) ** 2)
+    def body(p, x, y):
+        l, g = jax.value_and_grad(loss)(p, x, y)
+        return jax.tree_util.tree_map(lambda a, b: a - 1e-3 * b, p, g), jax.lax.pmean(l, "x")
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(spec, P("x"), P("x")), out_specs=(spec, P())),
+                donate_argnums=0)
+    p = (jax.device_put(jnp.ones((L, D, F)), NamedSharding(mesh, spec[0])),
+         jax.device_put(jnp.ones((L, F, D)), NamedSharding(mesh, spec[1])))
+    x = jax.device_put(jnp.ones((8 * B, S, D)), NamedSharding(mesh, P("x")))
+    c = f.lower(p, x, x).compile()
+    out[mode] = base64.b64encode(c.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()).decode()
+print(json.dumps(out))
+"""
+
+
+def test_weights_scanned_over_layers_are_followed_into_the_loop():
+    """``lax.scan`` over stacked weights (MaxText's layout): the weights enter a while loop as a carry and are
+    sliced per layer inside it. Data parallel and FSDP, 4 layers of d_model 128, d_ff 384, 32 tokens per device:
+    the roles, sizes and N = 4 x 2 x 128 x 384 come out as set (a walk that stops at the loop would see no weight,
+    and must then say unknown, never guess)."""
+    import base64
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("jax")
+    from tracekit.analysis import parallel_axes, parallel_dims, parallel_hlo
+    from tracekit.proto import hlo_pb2
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    p = subprocess.run([sys.executable, "-c", _SCAN_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for mode, blob in json.loads(p.stdout.strip().splitlines()[-1]).items():
+        facts = parallel_hlo.module_facts(1, hlo_pb2.HloModuleProto.FromString(base64.b64decode(blob)))
+        axes = parallel_axes.assign_roles(facts)
+        assert [(a.size, a.role) for a in axes] == [(8, {"dp": "data", "fsdp": "fsdp"}[mode])], mode
+        w = {q.number: q for q in facts.params if q.kind == "weight"}
+        dots = {d.name: d for d in facts.dots}
+        ev = {(c.name, o.index): e for c in facts.collectives for o in c.operands
+              if (e := parallel_axes.classify(c, o, w, dots)) is not None}
+        s = parallel_dims.dims(facts, axes, ev, 8)
+        got = [s[k]["value"] for k in ("per_device_batch_tokens", "d_model", "d_ff", "params", "global_batch_tokens")]
+        assert got == [32, 128, 384, 4 * 2 * 128 * 384, 256], mode
+        # without the loop's weights in view the same collectives would carry no role
+        bare = parallel_hlo.ProgramFacts("m", 1, (), facts.dots, facts.collectives)
+        assert all(a.role == "unknown" for a in parallel_axes.assign_roles(bare))

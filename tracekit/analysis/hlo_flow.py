@@ -3,10 +3,11 @@
 
 * :func:`origin` walks back from an instruction through ops that only move data (bitcast, copy, reshape,
   transpose, convert, slices, async ``-done`` ops, fusions whose root only moves one parameter, fused parameters
-  to the fusion's operands) to an entry parameter, a dot, a collective or something computed, noting the
-  all-gathers it passes.
-* :func:`feeds` walks forward from an instruction through its users (into and out of fusions, through tuples,
-  elementwise ops and selects, crossing at most :data:`FLOW_STEPS` computing ops) to the dots its value reaches.
+  to the fusion's operands, a while body's carry to what enters the loop there: weights scanned over layers) to an
+  entry parameter, a dot, a collective or something computed, noting the all-gathers it passes.
+* :func:`feeds` walks forward from an instruction through its users (into and out of fusions and while bodies,
+  through tuples, elementwise ops and selects, crossing at most :data:`FLOW_STEPS` computing ops) to the dots its
+  value reaches.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def dot_numbers(inst) -> tuple[tuple, tuple, tuple, tuple] | None:
 
 
 class Index:
-    """Instructions by id, their computation, users, and the fusion calling each fused computation."""
+    """Instructions by id, their computation, users, the fusion calling each fused computation and the while loop
+    whose body each loop body is (a while's ``called_computation_ids`` are (body, condition))."""
 
     def __init__(self, module: hlo_pb2.HloModuleProto):
         self.module = module
@@ -53,6 +55,7 @@ class Index:
         self.comp_of = {}
         self.users: dict[int, list] = {}
         self.caller: dict[int, object] = {}
+        self.loop: dict[int, object] = {}
         self.comps = {c.id: c for c in module.computations}
         for c in module.computations:
             for i in c.instructions:
@@ -64,11 +67,27 @@ class Index:
                 if i.opcode == "fusion":
                     for cid in i.called_computation_ids:
                         self.caller[cid] = i
+                elif i.opcode == "while" and i.called_computation_ids:
+                    self.loop[i.called_computation_ids[0]] = i
         self.entry = module.entry_computation_id
         self.root = {c.id: c.root_id for c in module.computations}
 
     def op(self, inst, k: int = 0):
         return self.inst.get(inst.operand_ids[k]) if len(inst.operand_ids) > k else None
+
+    def loop_init(self, param, tuple_index: int):
+        """The value a while body's parameter holds at ``tuple_index`` on entry: that element of the loop's init
+        tuple (None when the body is not a loop's, or its init is not a tuple instruction)."""
+        loop = self.loop.get(self.comp_of.get(param.id))
+        init = self.op(loop) if loop is not None else None
+        if init is None or init.opcode != "tuple" or tuple_index >= len(init.operand_ids):
+            return None
+        return self.inst.get(init.operand_ids[tuple_index])
+
+    def body_param(self, loop):
+        """Parameter 0 of a while loop's body."""
+        comp = self.comps.get(loop.called_computation_ids[0]) if loop.called_computation_ids else None
+        return next((i for i in comp.instructions if i.opcode == "parameter"), None) if comp is not None else None
 
     def fused_param(self, fusion, k: int):
         comp = self.comps.get(fusion.called_computation_ids[0]) if fusion.called_computation_ids else None
@@ -103,6 +122,8 @@ def origin(ix: Index, inst, gathered=()):
             tuple_index = int(inst.tuple_index)
             if src is not None and src.opcode == "tuple" and tuple_index < len(src.operand_ids):
                 inst = ix.inst.get(src.operand_ids[tuple_index])
+            elif src is not None and src.opcode == "parameter" and ix.loop_init(src, tuple_index) is not None:
+                inst = ix.loop_init(src, tuple_index)  # a loop carry: what enters the loop there
             else:
                 return "computed", inst, tuple(gathered)
         elif op in PASS or op.endswith("-done"):
@@ -159,7 +180,12 @@ def feeds(ix: Index, start, tuple_index: int = -1) -> list:
             seen.add(key)
             if u.opcode == "get-tuple-element" and ti >= 0 and int(u.tuple_index) != ti:
                 continue
-            nti = -1 if u.opcode == "get-tuple-element" else ti
+            nti = -1 if u.opcode == "get-tuple-element" else list(u.operand_ids).index(inst.id) \
+                if u.opcode == "tuple" else ti
+            if u.opcode == "while" and nti >= 0:  # into the loop body: its parameter's element nti
+                p = ix.body_param(u)
+                if p is not None:
+                    frontier.append((p, nti, cost))
             if is_dot(u):
                 out.append((u, list(u.operand_ids).index(inst.id)))
                 continue

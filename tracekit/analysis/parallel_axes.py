@@ -72,6 +72,8 @@ def classify(c, o, weights: dict, dots: dict) -> Evidence | None:
     k = c.kind
     if o.nbytes <= TINY_BYTES:
         return None
+    if not weights:  # without a weight the HLO cannot tell activations from weights: no role, never a guess
+        return None
     feeds = [dots[n] for n, _ in o.feeds if n in dots]
     wfeeds = [d for d in feeds if d.kind == WEIGHT_DOT]
     grouped = [d for d in wfeeds if d.weight_batch]

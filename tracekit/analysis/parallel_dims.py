@@ -10,13 +10,14 @@ weights' parameter count and how many devices the batch is split over.
 * **d_ff**: for each weight the dots read, its dimension other than d_model (and other than a batch of local
   experts), times the sizes of the tensor axes whose all-reduce follows a dot contracting that dimension (a
   sharded contraction); the value of the weights that carry the most dot FLOPs, the others as candidates.
-* **batch split** (the book's X): the largest group over which a weight's gradient is reduced (all-reduce or
-  reduce-scatter): the devices that hold different parts of the batch. Global batch = per-device batch x X.
-* **parameters** (N): per weight, its gradient's elements (the whole weight as the device sees it; its local
-  elements when no collective reduces its gradient) x devices / the group that reduces it (the copies that differ:
-  tensor, pipeline and expert shards); for a grouped (expert) weight, the share of the experts a token visits:
-  tokens into its dots / the per-device batch, over the experts in total. Embedding lookups (gathers) are not dots
-  and are not counted.
+* **batch split** (the book's X): over a weight's gradient reductions, the group it is all-reduced over times the
+  group it is reduce-scattered over (the largest such product): the devices that hold different parts of the
+  batch. Global batch = per-device batch x X.
+* **parameters** (N): per weight, its local elements (every layer of a stacked weight) x devices / the group its
+  gradient is all-reduced over (the devices that hold the same copy; the rest hold different shards: FSDP, tensor,
+  pipeline stages, experts); for a grouped (expert) weight, the share of the experts a token visits: tokens into
+  its dots / the per-device batch, over the experts in total. Embedding lookups (gathers) are not dots and are not
+  counted.
 """
 from __future__ import annotations
 
@@ -47,19 +48,22 @@ def _key(dims) -> tuple:
 
 
 def gradient_groups(facts, evidence_by_collective: dict) -> dict:
-    """weight parameter number -> (group size, gradient elements) of the collective that reduces its gradient
-    (all-reduce: data; reduce-scatter: fsdp), matched by shape (several weights of one shape share it): the
-    gradient's shape is the weight's, or the shape the dots read it in (gathered, a stage's slice)."""
+    """weight parameter number -> (the largest group its gradient is all-reduced over: the devices that hold the
+    same weight, the largest group it is reduce-scattered over: the devices that hold its shards), matched by shape
+    (several weights of one shape share it): the gradient's shape is the weight's, or the shape the dots read it in
+    (gathered, a layer's slice of weights stacked for a scan)."""
     by_shape: dict = {}
     for c in facts.collectives:
         n = max((len(g) for g in c.groups), default=0)
+        if c.kind not in ("all-reduce", "reduce-scatter") or n < 2:
+            continue
         for o in c.operands:
             e = evidence_by_collective.get((c.name, o.index))
-            if e is None or e.role not in ("data", "fsdp") or c.kind not in ("all-reduce", "reduce-scatter") or n < 2:
+            if e is None or e.role not in ("data", "fsdp"):
                 continue
             for k in {_key(o.dims), _key(o.result_dims)}:
-                prev = by_shape.get(k, (1, 0))
-                by_shape[k] = (max(prev[0], n), max(prev[1], _prod(o.dims)))
+                ar, rs = by_shape.get(k, (1, 1))
+                by_shape[k] = (max(ar, n), rs) if c.kind == "all-reduce" else (ar, max(rs, n))
     out = {}
     for p in facts.params:
         if p.kind != WEIGHT:
@@ -109,7 +113,7 @@ def dims(facts, axes, evidence_by_collective: dict, n_devices: int) -> dict:
                             "weighted by dot FLOPs", missing="no weight (a parameter the step updates) has one "
                             "dimension besides d_model" if d_model else "d_model is unknown")
     groups = gradient_groups(facts, evidence_by_collective)
-    split = max((g for g, _ in groups.values()), default=1)
+    split = max((ar * rs for ar, rs in groups.values()), default=1)
     out["batch_split"] = {"value": split, "source": "the largest group a weight gradient is reduced over"
                           if groups else "no weight gradient is reduced: the batch is not split"}
     t = out["per_device_batch_tokens"]["value"]
@@ -123,11 +127,9 @@ def _params(facts, weights: dict, wdots: list, groups: dict, n_devices: int, tok
     rows, total, active = [], 0.0, 0.0
     experts_seen, topk_seen = set(), set()
     for n, p in sorted(weights.items()):
-        g, grad_elems = groups.get(n, (1, 0))
-        local = _prod(p.dims)
-        base = grad_elems if grad_elems else local
-        copies = max(n_devices // max(g, 1), 1)
-        whole = base * copies
+        g, _rs = groups.get(n, (1, 1))
+        copies = max(n_devices // max(g, 1), 1)  # the devices holding different parts of it
+        whole = _prod(p.dims) * copies
         mine = [d for d in wdots if d.weight == n]
         share, experts, k = 1.0, 0, math.nan
         grouped = [d for d in mine if d.weight_batch]
@@ -142,10 +144,10 @@ def _params(facts, weights: dict, wdots: list, groups: dict, n_devices: int, tok
             topk_seen.add(round(k, 3))
         total += whole
         active += whole * share
-        rows.append({"parameter": p.name, "local_dims": list(p.dims), "elements": whole, "copies": copies,
-                     "reduced_over": g, "experts": experts, "active_share": share})
-    src = ("the weights' gradient elements x devices / the group reducing them (local elements x devices when none "
-           "does); expert weights x tokens into their dots / tokens / experts" if rows else
+        rows.append({"parameter": p.name, "local_dims": list(p.dims), "elements": whole, "shards": copies,
+                     "replicated_over": g, "experts": experts, "active_share": share})
+    src = ("the weights' local elements x devices / the group their gradient is all-reduced over (the devices "
+           "holding the same copy); expert weights x tokens into their dots / tokens / experts" if rows else
            "unknown: no weight (an entry parameter the step updates and a dot reads): not a training step, or its "
            "weights are not parameters")
     return {"value": active if rows else None, "total": total if rows else None, "per_weight": rows,
