@@ -151,7 +151,8 @@ def origin(ix: Index, inst, gathered=()):
 
 def origin_in_fusion(ix: Index, inst):
     """Inside a fused computation: ('param', k) when the root only moves fused parameter k, ('dot', dot) when it is
-    a dot (after pass-through ops), else ('computed', inst)."""
+    a dot (after pass-through ops) or an output fusion of one (elementwise work on the result of the one dot the
+    fused computation holds: a bias, a scale, a convert), else ('computed', inst)."""
     for _ in range(32):
         if inst is None:
             break
@@ -162,8 +163,26 @@ def origin_in_fusion(ix: Index, inst):
         if inst.opcode in PASS:
             inst = ix.op(inst)
             continue
+        comp = ix.comps.get(ix.comp_of.get(inst.id))
+        inner = [i for i in comp.instructions if is_dot(i)] if comp is not None else []
+        if len(inner) == 1 and _depends_on(ix, inst, inner[0]):
+            return "dot", inner[0], ()
         break
     return "computed", inst, ()
+
+
+def _depends_on(ix: Index, inst, target, limit: int = 64) -> bool:
+    """``inst`` reads ``target``'s value, directly or through ops of the same computation."""
+    stack, seen = [inst], set()
+    while stack and len(seen) < limit:
+        x = stack.pop()
+        if x.id == target.id:
+            return True
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        stack += [ix.inst[o] for o in x.operand_ids if o in ix.inst]
+    return False
 
 
 def feeds(ix: Index, start, tuple_index: int = -1) -> list:
