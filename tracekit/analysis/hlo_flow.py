@@ -35,7 +35,8 @@ def dot_numbers(inst) -> tuple[tuple, tuple, tuple, tuple] | None:
     ``GpuBackendConfig.gemm_backend_config.dot_dimension_numbers``); None when a GEMM's config does not say."""
     if inst.opcode == "dot":
         dn = inst.dot_dimension_numbers
-        return (tuple(int(x) for x in dn.lhs_contracting_dimensions), tuple(int(x) for x in dn.rhs_contracting_dimensions),
+        return (tuple(int(x) for x in dn.lhs_contracting_dimensions),
+                tuple(int(x) for x in dn.rhs_contracting_dimensions),
                 tuple(int(x) for x in dn.lhs_batch_dimensions), tuple(int(x) for x in dn.rhs_batch_dimensions))
     dd = bc.sub(bc.json_config(inst), "gemm_backend_config", "dot_dimension_numbers")
     if not dd:
