@@ -2,9 +2,9 @@
 against the book's limits ("How to Scale Your Model"). ``tracekit parallelism PATH`` and the ``parallelism``
 section of every report.
 
-Map and reduce: :func:`host_summary` reads one host (its step program's HLO facts, typed and small:
-:class:`HostParallelism`); :func:`reduce` takes the hosts' summaries, the chip and the topology and gives the
-:class:`Parallelism`. The step program is the one with the most op time inside steps (every host runs the same
+Map and reduce (the report's section: :mod:`tracekit.report.engine.parallelism`): :func:`host_summary` reads one
+host (its step program's HLO facts, typed and small: :class:`HostParallelism`); :func:`reduce` takes the hosts'
+summaries, the chip and the topology and gives the :class:`Parallelism`. The step program is the one with the most op time inside steps (every host runs the same
 SPMD program; its facts are taken from the first host that has them).
 
 How the axes and roles are found: :mod:`tracekit.analysis.parallel_axes`; the HLO facts they rest on:
@@ -196,26 +196,12 @@ def _dominant_dtype(facts) -> str:
     return max(sorted(by), key=lambda k: by[k]) if by else "bf16"
 
 
-def build(tr, ops: pd.DataFrame | None = None, chip: str | None = None, topology: str | None = None) -> Parallelism:
-    """The :class:`Parallelism` of a loaded trace in one process: every host mapped, then reduced, priced on the
-    trace's collective model (``--chip``, ``--topology``)."""
-    from tracekit.model import collective_model, roofline
-    dchips = roofline.device_chips(tr, chip)
-    model = collective_model.build(tr, dchips, topology)
-    hosts = [str(h) for h in tr.hosts] or [None]
-    parts = [host_summary(tr, ops, h if len(hosts) > 1 else None) for h in hosts]
-    return reduce(parts, chip=model.chip, topology=model.topology)
-
-
-#: what ``--model`` may declare
-MODELS = ("transformer",)
-
-
 def model_flops_for(par: Parallelism, model: str | None) -> tuple | None:
     """(model FLOPs per step, source, formula) for the overview's MFU when the user declared the model (``--model
     transformer``: 6 x N x tokens from the recovered shapes); None otherwise."""
     if not model:
         return None
+    from tracekit.options import MODELS
     if model not in MODELS:
         from tracekit.errors import TraceError
         raise TraceError(f"unknown --model {model!r}", hint=f"one of: {', '.join(MODELS)}")

@@ -1,6 +1,7 @@
 """``tracekit parallelism PATH``: the parallelism the trace ran (mesh axes and their roles, the per-device batch,
 d_model, d_ff, the parameters), where each axis stands against the book's limits, and MFU with HFU
-(:mod:`tracekit.analysis.parallelism`, :mod:`tracekit.analysis.mfu`)."""
+(:mod:`tracekit.analysis.parallelism`, :mod:`tracekit.analysis.mfu`): the report's ``parallelism`` section and its
+overview's FLOPs, from the same engine as ``tracekit analyze`` (:mod:`tracekit.report.engine`)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,10 @@ import click
 
 from tracekit.cli.console import output_format, output_opt, write_output
 from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt, term_width, topology_opt
+from tracekit.options import MODELS
+
+#: the only rule the command runs (the findings are not shown): the communication-bound axis
+RULE = "TK027"
 
 
 @click.command("parallelism")
@@ -19,7 +24,7 @@ from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt,
 @output_opt("the parallelism section")
 @click.option("--chip", default=None, help="Chip name to price the limits as (see `tracekit chips`).")
 @topology_opt
-@click.option("--model", "model", type=click.Choice(["transformer"]), default=None,
+@click.option("--model", "model", type=click.Choice(MODELS), default=None,
               help="What the model is, for MFU: transformer = 6 x N x tokens from the recovered shapes.")
 @click.option("--model-flops-per-step", "model_flops", type=click.FloatRange(min=0, min_open=True), default=None,
               help="The model's FLOPs of one step, all devices together (for MFU).")
@@ -31,22 +36,12 @@ def parallelism_cmd(path, run, fmt, output, chip, topology, model, model_flops, 
     against the book's limits (How to Scale Your Model), and MFU with HFU."""
     fmt = output_format(fmt, output, ("json", "markdown"), "text")  # a bad -o path fails before the trace is read
     from tracekit import pipeline
-    from tracekit.analysis import overview, parallelism, rule_checks
-    from tracekit.ingest.trace import load
-    from tracekit.model import roofline
-    from tracekit.report import envelope, trust
+    from tracekit.options import Options
     from tracekit.report.render import markdown, sections
     from tracekit.report.render import parallelism as section
-    tr = load(path, run=run, **limits(max_size, max_events))
-    ops = pipeline.with_roofline(tr, chip, topology)
-    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, modules=tr.modules)
-    par = parallelism.build(tr, ops, chip, topology)
-    source = ", ".join(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ""
-    ov = overview.build(ops, frames.steps, roofline.device_chips(tr, chip), step_source=source,
-                        model_flops_per_step=model_flops, model_flops=parallelism.model_flops_for(par, model))
-    data = {"chips": [envelope.chip_entry(u) for u in roofline.chips_used(tr, chip)],
-            "overview": envelope.clean(ov.to_dict()), "parallelism": envelope.clean(par.to_dict())}
-    trust.annotate(data)
+    opt = Options(chip=chip, topology=topology, run=run, select=(RULE,), model=model,
+                  model_flops_per_step=model_flops, **limits(max_size, max_events))
+    data = pipeline.analyze(path, opt).data
     flops = [kv for kv in sections.overview_facts(data) if kv[0] in ("step time", "MFU and HFU")]
     if fmt == "json":
         text = json.dumps({"parallelism": data["parallelism"], "flops": data["overview"].get("flops") or {},

@@ -1,9 +1,9 @@
-"""The parallelism section, once for every format: the facts as plain text (each number with its unit and where it
-came from), an axes table, then laid out as terminal lines, Markdown or HTML. Reads only the report's data
-(``parallelism`` of the envelope, docs/report-format.md)."""
+"""The parallelism section's words: the facts as plain text (each number with its unit and where it came from), a
+row per mesh axis, and the layouts of ``tracekit parallelism`` (terminal lines or Markdown). Reads only the report's data
+(``parallelism`` of the envelope, docs/report-format.md). The report shows :func:`report_facts` under the engine
+section's title (:mod:`tracekit.report.engine.parallelism`); ``tracekit parallelism`` lays the axes out as a table
+(:func:`command_text`, :func:`markdown`)."""
 from __future__ import annotations
-
-import html
 
 from tracekit.report.trust import tag
 from tracekit.units import fmt_num
@@ -127,23 +127,24 @@ def details(d: dict) -> list[tuple[str, str]]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------------- layouts
-def text(o, d: dict, safe) -> None:
-    """The section on the text renderer's ``_Out`` ``o`` (``safe``: its terminal-safe text)."""
+def report_facts(d: dict) -> list[tuple[str, str]]:
+    """The section's lines in the text, Markdown and HTML reports (the engine's ``facts``: the report lays them out
+    under the title): the step program, the facts, then one line per axis with its verdict against the book's limit,
+    the link, the limit's formula, the remedy and what the role rests on."""
     f = facts(d)
     if not f:
-        return
-    o.blank()
-    o.para(safe(title(d)))
-    for k, v in f:
-        o.para(f"{k}: ", safe(v), indent=2)
-    r = rows(d)
-    if r:
-        o.table("", HEADERS, [[safe(c) for c in row] for row in r], right=RIGHT, shrink=(4, 2), drop=(3,))
-    for k, v in details(d):
-        o.para(f"{safe(k)}: ", safe(v), indent=2)
+        return []
+    p = d.get("parallelism") or {}
+    out = [("step program", f"{p['module']} (read from its collectives and dots; the HLO has no axis names)")] \
+        if p.get("module") else []
+    out += f
+    for row, (_, detail) in zip(rows(d), details(d)):
+        over = f" over {row[3]}" if row[3] != "—" else ""
+        out.append((f"{row[0]} {row[1]}", f"{row[4]}; {row[2]} devices per group{over}. {detail}"))
+    return out
 
 
+# ----------------------------------------------------------------------------------------------------- layouts
 def command_text(d: dict, fit, wrap, flops: list | None = None) -> str:
     """``tracekit parallelism``'s text: ``fit(headers, rows, right, shrink, drop)`` and ``wrap(text, indent)`` are the
     text report's table and paragraph engine at the terminal's width; ``flops``: (label, text) lines of the
@@ -168,23 +169,4 @@ def markdown(d: dict, esc, table) -> list[str]:
     if r:
         out += table(HEADERS, [[esc(c, 400) for c in row] for row in r], right=RIGHT) + [""]
     out += [f"- **{esc(k, None)}:** {esc(v, None)}" for k, v in details(d)] + [""]
-    return out
-
-
-def html_section(d: dict) -> str:
-    """``<section id="parallelism">`` (empty string when it has nothing)."""
-    f = facts(d)
-    if not f:
-        return ""
-    e = html.escape
-    out = f'<section id="parallelism"><h2>{e(title(d))}</h2><ul class="facts">' + "".join(
-        f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in f) + "</ul>"
-    r = rows(d)
-    if r:
-        head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
-        body = "".join("<tr>" + "".join(f'<td{" class=num" if i in RIGHT else ""}>{e(c)}</td>'
-                                        for i, c in enumerate(row)) + "</tr>" for row in r)
-        out += f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    out += '<ul class="facts">' + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in details(d)) + \
-        "</ul></section>\n"
     return out

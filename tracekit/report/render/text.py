@@ -14,7 +14,6 @@ import io
 import re
 
 from tracekit.report.render import collectives as coll_section
-from tracekit.report.render import parallelism as par_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.report.trust import legend, tag
@@ -207,7 +206,8 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _custom_calls(o, d.get("custom_calls") or {})
     _collectives(o, d)
     _memory(o, d)
-    par_section.text(o, d, _safe)
+    for line in sections.extra_text(d):  # (the registered sections that show themselves)
+        o.para(line)
     _findings(o, d)
     if any("trust" in x for x in d.get("findings") or []) or (s.get("trust")):
         o.para(legend())
