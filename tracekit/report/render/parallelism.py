@@ -29,6 +29,17 @@ def _size(d: dict, what: str, unit: str = "") -> str:
     return f"{what} {_n(v)}{unit}{alt}"
 
 
+def mfu_hfu(f: dict) -> str:
+    """The overview's ``MFU and HFU`` line: both utilizations with their formula (``overview.flops``); HFU - MFU: the
+    executed FLOPs the model does not count."""
+    line = f["formula"]
+    if f.get("hfu_minus_mfu") is not None:
+        line += (f"; HFU - MFU = {100 * f['hfu_minus_mfu']:.3g} points ({fmt_num(f.get('recompute_per_step'), 'FLOP')} "
+                 "per step the model does not count: recomputation (remat), a pipeline's bubble, elementwise work; "
+                 "negative: fewer executed than the formula counts)")
+    return line
+
+
 def title(d: dict) -> str:
     p = d.get("parallelism") or {}
     if not p.get("module"):

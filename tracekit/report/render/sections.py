@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+from tracekit.report.render.parallelism import mfu_hfu
 from tracekit.report.trust import CLASSES, tag
 from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 
@@ -70,7 +71,7 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                     f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
                     f"({peak_origin(f.get('peak_source'))}){tag(f.get('trust'))}"))
     if f.get("formula") and f.get("per_step") is not None:
-        out.append(("MFU and HFU", _mfu_hfu(f) + tag(f.get("trust"))))
+        out.append(("MFU and HFU", mfu_hfu(f) + tag(f.get("trust"))))
     bw = ov.get("bandwidth") or {}
     parts, classes = [], []
     cpu = bool(d.get("chips")) and all(c.get("family") == "cpu" for c in d["chips"])  # (a CPU's memory is DRAM)
@@ -98,16 +99,6 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         out.append(("roofline", "unknown: no compute op in the steps has a roofline (the trace has no HLO, or none of "
                                 "its compute ops is priced)"))
     return out
-
-
-def _mfu_hfu(f: dict) -> str:
-    """Both utilizations with their formula; HFU - MFU: the executed FLOPs the model does not count."""
-    line = f["formula"]
-    if f.get("hfu_minus_mfu") is not None:
-        line += (f"; HFU - MFU = {100 * f['hfu_minus_mfu']:.3g} points ({fmt_num(f.get('recompute_per_step'), 'FLOP')} "
-                 "per step the model does not count: recomputation (remat), a pipeline's bubble, elementwise work; "
-                 "negative: fewer executed than the formula counts)")
-    return line
 
 
 #: a peak source's kind (the text before its first ':') -> where the peak came from, as the overview says it
