@@ -234,7 +234,12 @@ def test_rule_frames_match_their_declared_schemas():
     events = pd.DataFrame({"host": pd.Categorical(["h"]), "line": pd.Categorical(["main"]), "name": ["XlaCompile"],
                            "start_ps": [0], "duration_ps": [10]})
     tr.host_events = events
-    frames = hostview.build(tr, Options()).frames  # the frames the engine's rules read, one host's
+    hv = hostview.build(tr, Options())
+    frames = dict(hv.frames)  # the frames the engine's rules read, one host's
+    from tracekit.analysis import parallelism  # (the mesh axes' frame is the pod's: the parallelism section's)
+    par = parallelism.reduce([parallelism.host_summary(tr, hv.ops)], chip=hv.joined.model.chip,
+                             topology=hv.joined.model.topology)
+    frames["parallel_axes"] = parallelism.rule_frame(par)
     assert set(frames) == set(schema.RULE_FRAMES)
     checked = 0
     for name, df in frames.items():

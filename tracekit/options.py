@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields, replace
 DEFAULT_MAX_BYTES = 8 << 30
 #: the severities ``fail_on`` takes (``never``: the gate never fails)
 FAIL_ON = ("never", "info", "warning", "error")
+#: what ``model`` may declare (``transformer``: MFU from 6·N·tokens of the shapes the parallelism section recovers)
+MODELS = ("transformer",)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class Options:
     max_bytes: int | None = DEFAULT_MAX_BYTES  #: refuse traces larger than this (decompressed); None: the default
     max_events: int | None = None  #: refuse traces with more events; None: no limit
     model_flops_per_step: float | None = None  #: the model's FLOPs of one step (all devices), for MFU
+    #: what the model is (:data:`MODELS`), for MFU when neither ``model_flops_per_step`` nor the trace gives the
+    #: model's FLOPs; None: not declared (MFU unknown then)
+    model: str | None = None
     replay: bool = True  #: findings' savings replayed along the critical path (False: their claims only)
     jobs: int = 1  #: worker processes for the hosts of a run folder (0: one per core; 1: this process)
     dask: object = None  #: a Dask scheduler address, ``"local"``, or a ``Client`` (None: no Dask)

@@ -391,6 +391,28 @@ RULE_FRAMES = {
         "host_link_per_step_ps": ("float64", "host-link roofline time per step"),
         "offload_wait_per_step_ps": ("float64", "wait on host-offload copies per step"),
     },
+    # the mesh axes against the book's limits (tracekit.analysis.parallelism.rule_frame): one row per data, fsdp or
+    # tensor axis
+    "parallel_axes": {
+        "axis": ("int64", "the axis's index in mesh order (the HLO has no axis names)"),
+        "size": ("int64", "devices per group of the axis"),
+        "role": (_TEXT, "data | fsdp | tensor"),
+        "limit_kind": (_TEXT, "batch (data/fsdp: per-device batch vs C / (W x M)) | tensor (Y vs M x F / (C / W)) | "
+                              "dcn (tokens per slice vs C / W_dcn)"),
+        "level": (_TEXT, "ici | dcn | nvlink | xgmi | ib | memory (XLA:CPU's shared memory) | unknown"),
+        "bound": (_TEXT, "compute (the axis's communication can hide under compute) | communication | unknown"),
+        "value": ("float64", "what the trace has: tokens per device (batch), per slice (dcn), or Y (tensor)"),
+        "threshold": ("float64", "the book's limit on value: tokens above it, or the largest Y"),
+        "intensity": ("float64", "C / W: peak FLOP/s over the axis's bandwidth per chip (FLOP per byte)"),
+        "axes_spanned": ("int64", "torus axes the axis's groups span (M)"),
+        "peak_flops_per_s": ("float64", "C: the chip's peak FLOP/s of the dots' dtype"),
+        "bandwidth_bytes_per_s": ("float64", "W: the axis's bandwidth per chip"),
+        "per_device_batch_tokens": ("float64", "tokens per device per step (NaN: unknown)"),
+        "d_ff": ("float64", "d_ff recovered from the weights (NaN: unknown)"),
+        "formula": (_TEXT, "the limit with its numbers"),
+        "remedy": (_TEXT, "the book's remedies, quantified (empty when compute-bound)"),
+        "time_ps": ("int64", "0: the finding claims no time (the collectives' exposed time is TK001/TK005's)"),
+    },
 }
 
 #: columns a frame may carry beyond :data:`RULE_FRAMES`, by pattern: the steps' exposed collective time per
@@ -406,7 +428,9 @@ UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction
          "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
          "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps", "live_peak_share": "fraction",
          "mfu": "fraction", "mfu_at_possible": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
-         "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count"}
+         "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count", "axis": "index", "size": "count",
+         "value": "tokens or devices", "threshold": "tokens or devices", "intensity": "FLOP/byte",
+         "axes_spanned": "count", "per_device_batch_tokens": "tokens", "d_ff": "elements"}
 
 
 def unit_of(column: str, kind: str = "") -> str:

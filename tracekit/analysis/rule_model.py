@@ -37,7 +37,7 @@ SEVERITIES = ("info", "warning", "error")
 TIME_COLUMN = {"ops": "duration_ps", "op_stats": "total_ps", "collectives": "span_ps", "steps": "step_ps",
                "devices": "span_ps", "gaps": "duration_ps", "host_events": "duration_ps",
                "memory_devices": "span_ps", "memory_programs": "time_ps", "offload": "wait_ps",
-               "overview": "step_total_ps"}
+               "overview": "step_total_ps", "parallel_axes": "time_ps"}
 FRAMES = tuple(TIME_COLUMN)
 #: parameter kind -> meaning (what ``--param RULE.PARAM=VALUE`` accepts)
 PARAM_KINDS = {"duration": "time in ps; accepts units: 10ms, 250us, 250µs, 2s, 100ns",
