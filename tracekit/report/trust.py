@@ -24,7 +24,8 @@ MEANING = {"exact": "counted", "measured": "timed", "modelled": "from a roofline
 #: a rule's frame -> the class of its claimed savings (measured time, or a roofline/cost-model estimate)
 FRAME_CLASS = {"gaps": "measured", "devices": "measured", "steps": "measured", "collectives": "measured",
                "host_events": "measured", "offload": "measured", "memory_devices": "exact",
-               "memory_programs": "exact", "ops": "modelled", "op_stats": "modelled", "overview": "modelled"}
+               "memory_programs": "exact", "ops": "modelled", "op_stats": "modelled", "overview": "modelled",
+               "serving": "modelled"}
 
 
 def _rough(chip: dict) -> bool:
