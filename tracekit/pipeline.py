@@ -59,11 +59,12 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
             select=(), ignore=(),
             params: dict | None = None, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
             fail_on: str = "never", max_bytes=None, max_events=None, ops=None, progress=None,
-            model_flops_per_step: float | None = None, left_out=()) -> report_mod.Report:
+            model_flops_per_step: float | None = None, left_out=(), workload: str | None = None) -> report_mod.Report:
     """Everything ``tracekit analyze`` does, as a function: a path (or a loaded :class:`Trace`) -> Report.
     ``model_flops_per_step``: the model's FLOPs of one step (all devices), for MFU instead of the trace's count.
     A host of a run folder that cannot be read is left out and named (:mod:`tracekit.ingest.badhosts`);
-    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out."""
+    ``left_out``: those the caller's own ``load(..., left_out=)`` of ``source`` left out. ``workload``: training |
+    serving (``--workload``), else what the trace shows (:mod:`tracekit.analysis.serving_kind`)."""
     from tracekit.ingest import paths as load_mod
     from tracekit.analysis import customcalls, rule_cases, rule_checks, rule_model, rules
     from tracekit.analysis import stepstats
@@ -91,7 +92,9 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
                                           min_gap_ps=min_gap_ps, modules=tr.modules)
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
     mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step)
-    frames = replace(frames, **rule_frames(mem, ov, frames.devices))
+    from tracekit.analysis import inference_report  # the serving view: its section and the serving rules' frame
+    serving = inference_report.build(tr, ops, chip, workload)
+    frames = replace(frames, **rule_frames(mem, ov, frames.devices), serving=serving.per_device)
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
@@ -124,7 +127,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         warnings=tuple(tr.warnings) + notices + tuple(w["message"] for w in model_warnings),
         step_source=tuple(step_source), fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom, overview=ov,
         memory=mem, interconnect=interconnect(tr, ops, chip, topology), model_warnings=tuple(model_warnings),
-        headline=head))
+        headline=head, inference=inference_report.section(serving)))
     rep.left_out = notices
     return rep
 

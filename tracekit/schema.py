@@ -397,7 +397,9 @@ RULE_FRAMES = {
         "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "module": (_TEXT, "HLO module name"),
         "program_id": ("int64", "XLA program id"),
         "kind": (_TEXT, "prefill | decode | unknown (a program serving, its kind not told by the trace)"),
-        "start_ps": ("int64", "start of the program's first run on the device"),
+        "first_run_ps": ("int64", "start of the program's first run on the device (the frame has no start_ps: its "
+                         "findings' savings are not laid on the timeline, so the union of the findings' claims does "
+                         "not count the idle between decode steps twice beside device-idle-gaps)"),
         "span_ps": ("int64", "first run start to last run end"),
         "steps": ("int64", "runs of the program on the device"),
         "step_total_ps": ("int64", "time of its steps (run start to the device's next serving start), summed"),

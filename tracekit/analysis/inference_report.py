@@ -29,7 +29,7 @@ _PEAKED = ("decode_bound_ps", "bound_share", "run_bound_share", "compute_bound_p
            "roofline_ps_per_step", "critical_batch")
 
 
-RULE_COLUMNS = ["host", "device", "module", "program_id", "kind", "start_ps", "span_ps", "steps", "step_total_ps",
+RULE_COLUMNS = ["host", "device", "module", "program_id", "kind", "first_run_ps", "span_ps", "steps", "step_total_ps",
                 "run_total_ps", "step_p50_ps", "decode_bound_ps", "bound_share", "bound_total_ps", "tokens_per_step",
                 "sequences", "critical_batch", "more_sequences", "free_bytes", "kv_cache_bytes", "capacity_bytes",
                 "capacity_estimated", "host_gap_ps", "host_gaps", "interruptions", "interrupted_ps", "slow_ops",
@@ -56,7 +56,7 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
         it = inter[(inter["host"] == h) & (inter["device"] == d)] if x["kind"] == "decode" else inter.iloc[:0]
         bound = x["decode_bound_ps"] if x["kind"] == "decode" else math.nan
         out.append({"host": h, "device": d, "module": m, "program_id": int(pid), "kind": x["kind"],
-                    "start_ps": int(g["start_ps"].min()), "span_ps": int((g["start_ps"] + g["run_ps"]).max()
+                    "first_run_ps": int(g["start_ps"].min()), "span_ps": int((g["start_ps"] + g["run_ps"]).max()
                                                                          - g["start_ps"].min()),
                     "steps": int(len(g)), "step_total_ps": int(closed["step_ps"].sum()),
                     "run_total_ps": int(g["run_ps"].sum()), "step_p50_ps": x["step_p50_ps"],

@@ -141,7 +141,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         if ev.empty:
             continue
         items.append((rule, params, evidence.summarize(rule, ev, max_evidence,
-                                                       claims=claim_intervals(rule.frame, ev, frames))))
+                                                       claims=claim_intervals(rule.frame, ev, frames, rule.time))))
     return evidence.findings(items, span, profiled, max_evidence)
 
 

@@ -9,7 +9,7 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
+from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt, workload_opt,
                                   term_width, terminal, topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
@@ -166,6 +166,7 @@ def _params(values: tuple[str, ...]) -> dict:
               help="The model's FLOPs of one step, all devices together (for MFU; default: the trace's model_flops "
                    "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
 @topology_opt
+@workload_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
               help="Analyze the hosts of a run folder in this many processes, each host summarized by its worker (0 = one per core).")
@@ -174,7 +175,7 @@ def _params(values: tuple[str, ...]) -> dict:
 @quiet_opt
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
-            model_flops, topology, max_size, max_events, jobs, dask_address, quiet):
+            model_flops, topology, workload, max_size, max_events, jobs, dask_address, quiet):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -188,7 +189,8 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
                             rules_dirs=rules_dirs,
                             select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
                             max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
-                            progress=progress, model_flops_per_step=model_flops)
+                            progress=progress, model_flops_per_step=model_flops,
+                            **({"workload": workload} if workload else {}))
     finally:
         progress.done()
     for line in rep.left_out:  # a host left out: one line each on every path (in-process, --jobs, --dask), also -q

@@ -106,6 +106,11 @@ def paths_help(what: str):
 def path_arg(f):
     """The PATH argument of a command, with what PATH may be in its --help."""
     return paths_help(PATH_HELP)(click.argument("path", type=click.Path(path_type=str))(f))
+WORKLOAD_HELP = ("What the trace runs: training or serving (default: what the trace shows; a program that writes a "
+                 "KV cache in place serves). serving silences the training-only findings on every program; training "
+                 "classes nothing as serving.")
+workload_opt = click.option("--workload", type=click.Choice(["training", "serving"]), default=None,
+                            help=WORKLOAD_HELP)
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 topology_opt = click.option("--topology", default=None, metavar="SPEC",
                             help="Machine the collectives run on, when the trace does not say or to price another: "

@@ -189,6 +189,7 @@ class Analysis:
     model_warnings: tuple = ()  #: ops faster than their roofline (:func:`tracekit.model.peaks.model_warnings`)
     headline: dict | None = None  #: the findings' union of claims and the roofline floor (:mod:`tracekit.analysis.claims`)
     totals: Totals | None = None  #: the ops' and collectives' totals when ``ops`` does not hold every op (a pod)
+    inference: dict | None = None  #: the serving view (:func:`tracekit.analysis.inference_report.section`)
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,7 @@ def build(a: Analysis) -> Report:
         "chips": chips,
         "overview": clean(overview.to_dict()) if overview is not None else {},
         "memory": memory_section(memory) if memory is not None else {},
+        "inference": a.inference or {},
         "summary": clean({
             "hosts": tot.hosts,
             "devices": int(len(devices)),

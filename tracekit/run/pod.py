@@ -185,9 +185,13 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
             topology: str | None = None, rules_dirs=(), select=(), ignore=(), params: dict | None = None,
             hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0, fail_on: str = "never",
             max_bytes=None, max_events=None, progress=None, model_flops_per_step: float | None = None,
-            max_evidence: int = 10):
+            max_evidence: int = 10, workload: str | None = None):
     """The Report of a run folder's hosts, mapped by ``jobs`` processes (0: one per core) or the Dask cluster
-    ``dask`` and reduced here (see the module docstring); the keywords are :func:`tracekit.pipeline.analyze`'s."""
+    ``dask`` and reduced here (see the module docstring); the keywords are :func:`tracekit.pipeline.analyze`'s
+    (``workload``, the serving view, is not mapped over hosts yet: refused)."""
+    if workload is not None:
+        from tracekit.errors import TraceError
+        raise TraceError("--workload works on one process only for now", hint="run without --jobs/--dask")
     from tracekit.analysis import rule_cases, rule_model, rules
     from tracekit.ingest import paths
     from tracekit.run import podreport
