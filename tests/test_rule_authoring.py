@@ -20,7 +20,7 @@ from tracekit.analysis.rule_model import load_rules, parse_rule
 from tracekit.analysis.rules import run_rules
 from tracekit.cli import main
 from tracekit.errors import TraceError
-from conftest import cpu_fixture
+from conftest import FIXTURES, cpu_fixture
 
 RULES = load_rules()
 
@@ -237,6 +237,9 @@ def test_rule_frames_match_their_declared_schemas():
     frames = frames_for_rules(ops, tr.steps, events, modules=tr.modules)
     mem, ov = pipeline.memory_and_overview(tr, ops, frames["steps"])
     frames = replace(frames, **pipeline.rule_frames(mem, ov, frames["devices"]))
+    from tracekit.analysis import inference_report  # the serving frame, of a serving trace (empty here)
+    serving = tracekit.load(FIXTURES / "serving" / "decode_gqa")
+    frames = replace(frames, serving=inference_report.build(serving, pipeline.with_roofline(serving)).per_device)
     assert set(frames) == set(schema.RULE_FRAMES)
     checked = 0
     for name, df in frames.items():

@@ -395,7 +395,7 @@ RULE_FRAMES = {
     # per device
     "serving": {
         "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "module": (_TEXT, "HLO module name"),
-        "program_id": ("int64", "XLA program id"),
+        "program_id": ("uint64", "XLA program id"),
         "kind": (_TEXT, "prefill | decode | unknown (a program serving, its kind not told by the trace)"),
         "first_run_ps": ("int64", "start of the program's first run on the device (the frame has no start_ps: its "
                          "findings' savings are not laid on the timeline, so the union of the findings' claims does "

@@ -76,7 +76,7 @@ def _runs(host: str, modules: pd.DataFrame, progs: dict) -> pd.DataFrame:
     if modules is None or not len(modules) or not progs:
         return pd.DataFrame(columns=RUN_COLUMNS)
     mod = modules["module"].astype(str).to_numpy()
-    pid = modules["program_id"].to_numpy(np.uint64).astype(np.int64)
+    pid = modules["program_id"].to_numpy(np.uint64)
     keys = list(zip(mod.tolist(), pid.tolist()))
     serving = np.array([k in progs for k in keys], bool)
     if not serving.any():
@@ -126,7 +126,7 @@ def _op_sums(ops: pd.DataFrame, progs: dict) -> pd.DataFrame:
     if ops is None or not len(ops) or not progs:
         return pd.DataFrame(columns=OP_COLUMNS)
     o = ops[~ops["is_async"].to_numpy(bool)]
-    key = list(zip(o["module"].astype(str), o["program_id"].to_numpy(np.uint64).astype(np.int64).tolist()))
+    key = list(zip(o["module"].astype(str), o["program_id"].to_numpy(np.uint64).tolist()))
     o = o[np.array([k in progs for k in key], bool)]
     if not len(o):
         return pd.DataFrame(columns=OP_COLUMNS)
@@ -134,7 +134,7 @@ def _op_sums(ops: pd.DataFrame, progs: dict) -> pd.DataFrame:
             for c in ("roofline_ps", "memory_ps", "compute_ps", "flops")}
     f = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "device": o["device"].astype(str).to_numpy(),
                       "module": o["module"].astype(str).to_numpy(),
-                      "program_id": o["program_id"].to_numpy(np.uint64).astype(np.int64),
+                      "program_id": o["program_id"].to_numpy(np.uint64),
                       "op": o["op"].astype(str).to_numpy(), "self_ps": o["self_ps"].to_numpy(float), **cols,
                       "compute_dtype": o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else ""})
     g = f.groupby(["host", "device", "module", "program_id", "op"], sort=True)

@@ -70,7 +70,9 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
                     "interruptions": int(it["interruptions"].sum()) if len(it) else 0,
                     "interrupted_ps": int(it["interrupted_ps"].sum()) if len(it) else 0,
                     "slow_ops": x["slow_ops"] or "", "chip": x["chip"]})
-    return pd.DataFrame(out, columns=RULE_COLUMNS)
+    from tracekit import schema
+    kinds = {c: k for c, (k, _) in schema.RULE_FRAMES["serving"].items() if k != "text"}
+    return pd.DataFrame(out, columns=RULE_COLUMNS).astype(kinds)
 
 
 def build(tr, ops, chip: str | None = None, workload: str | None = None) -> inference.InferenceView:
@@ -92,8 +94,13 @@ def build(tr, ops, chip: str | None = None, workload: str | None = None) -> infe
 
 
 def _clean(v):
+    """A JSON-ready value: NaN -> None, NumPy -> Python, floats to 6 significant digits (ints when integral), as
+    the envelope writes every number."""
     if isinstance(v, (float, np.floating)):
-        return None if not math.isfinite(float(v)) else float(v)
+        f = float(v)
+        if not math.isfinite(f):
+            return None
+        return int(f) if f == int(f) and abs(f) < 2**53 else float(f"{f:.6g}")
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.bool_,)):
@@ -104,7 +111,6 @@ def _clean(v):
 def section(view: inference.InferenceView) -> dict:
     """The envelope's ``inference`` section: the workload, where that came from, one entry per serving program
     (:data:`SECTION_COLUMNS`; unknown numbers are null) with the trust class of each figure."""
-    from tracekit.report import envelope
     progs = []
     for r in view.programs.to_dict("records"):
         rough = "indicative" if r.get("rough") else "modelled"
@@ -119,7 +125,7 @@ def section(view: inference.InferenceView) -> dict:
                 e[k] = int(e[k])
         e["evidence"] = list(r.get("evidence") or [])
         e["trust"] = trust
-        progs.append(envelope.clean(e))
+        progs.append(e)
     return {"workload": view.workload, "workload_source": view.workload_source, "programs": progs,
             "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "tokens_per_s_*": "tokens per second",
                       "*_share": "fraction", "critical_batch": "tokens per step", "peak_flops_per_s": "FLOP/s"}}

@@ -83,8 +83,8 @@ def for_workload(rule: Rule, frames: dict, df: pd.DataFrame) -> pd.DataFrame:
         return df.iloc[:0]
     mods = df["module"].astype(str).to_numpy()
     if "program_id" in df.columns:
-        keys = set(zip(sv["module"].astype(str), sv["program_id"].astype("int64")))
-        pids = df["program_id"].to_numpy().astype("int64")
+        keys = set(zip(sv["module"].astype(str), sv["program_id"].to_numpy().astype(np.uint64).tolist()))
+        pids = df["program_id"].to_numpy().astype(np.uint64).tolist()
         serving = np.fromiter(((m, int(p)) in keys for m, p in zip(mods, pids)), bool, len(df))
     else:
         serving = np.isin(mods, sv["module"].astype(str).unique())

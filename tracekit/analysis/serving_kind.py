@@ -99,7 +99,7 @@ def _run_stats(modules: pd.DataFrame, keys: set) -> dict:
     if modules is None or not len(modules):
         return {}
     m = pd.DataFrame({"module": modules["module"].astype(str).to_numpy(),
-                      "pid": modules["program_id"].to_numpy(np.uint64).astype(np.int64),
+                      "pid": modules["program_id"].to_numpy(np.uint64),
                       "device": modules["device"].astype(str).to_numpy(),
                       "dur": modules["duration_ps"].to_numpy(np.int64)})
     out = {}
