@@ -92,8 +92,8 @@ def program_facts(p: dict) -> list[tuple[str, str]]:
     if p.get("kind") == "decode" and p.get("kv_bytes_read") is not None:
         ideal = f"; {_n(p['kv_valid_bytes'], 'B')} if it read only the positions written so far" \
             if p.get("kv_valid_bytes") is not None else ""
-        out.append(("KV read", f"the attention reads {_n(p['kv_bytes_read'], 'B')} of the cache per step{ideal}"
-                               f"{_t(p, 'kv_bytes_read')}"))
+        out.append(("KV read", f"the attention reads {_n(p['kv_bytes_read'], 'B')} of the cache per step"
+                               f"{_t(p, 'kv_bytes_read')}{ideal}{_t(p, 'kv_valid_bytes') if ideal else ''}"))
     if p.get("critical_batch") is not None:
         out.append(("compute-bound past", f"{_count(p['critical_batch'])} tokens per step on this chip (peak x "
                                           f"weight bytes / (2 x HBM bandwidth), {p.get('weight_dtype') or '?'} "
