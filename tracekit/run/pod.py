@@ -188,10 +188,7 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
             max_evidence: int = 10, workload: str | None = None):
     """The Report of a run folder's hosts, mapped by ``jobs`` processes (0: one per core) or the Dask cluster
     ``dask`` and reduced here (see the module docstring); the keywords are :func:`tracekit.pipeline.analyze`'s
-    (``workload``, the serving view, is not mapped over hosts yet: refused)."""
-    if workload is not None:
-        from tracekit.errors import TraceError
-        raise TraceError("--workload works on one process only for now", hint="run without --jobs/--dask")
+    (``workload``: --workload, the serving view's)."""
     from tracekit.analysis import rule_cases, rule_model, rules
     from tracekit.ingest import paths
     from tracekit.run import podreport
@@ -204,7 +201,7 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
                   rules_dirs=tuple(str(d) for d in rules_dirs or ()), select=tuple(select or ()),
                   ignore=tuple(ignore or ()), params=tuple((k, tuple(sorted(dict(v).items())))
                                                            for k, v in sorted(params.items())), hidden=hidden,
-                  exposed=exposed, min_gap_ps=min_gap_ps, max_evidence=max_evidence)
+                  exposed=exposed, min_gap_ps=min_gap_ps, max_evidence=max_evidence, workload=workload)
     n = (os.cpu_count() or 1) if not jobs else int(jobs)
     summaries, failures = map_hosts(files, opt, jobs=n, dask=dask, progress=progress)
     if not summaries:

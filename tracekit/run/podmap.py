@@ -49,6 +49,7 @@ class Options:
     exposed: float = 0.1
     min_gap_ps: int = 0
     max_evidence: int = 10
+    workload: str | None = None  #: --workload (tracekit.analysis.serving_kind)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class HostSummary:
     device_stats: dict = field(default_factory=dict)
     step_source: tuple = ()
     seconds: float = 0.0  #: wall time the worker spent on this host
+    serving: object = None  #: tracekit.analysis.inference.HostServing (the serving view's part of this host)
 
 
 def summarize(path: str, host: str, opt: Options) -> HostSummary:
@@ -122,6 +124,11 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
              "devices": fr.devices}
     if fr.host_events is not None:
         local["host_events"] = fr.host_events
+    from tracekit.analysis import inference, inference_report
+    from tracekit.ingest.steps import main_program
+    serving = inference.host_summary(host, tr.modules, tr.hlo_modules, ops, dchips, opt.workload,
+                                     main_program(tr.modules) if len(tr.modules) else None)
+    local["serving"] = inference_report.rule_frame(inference.reduce([serving]))  # training rules skip its programs
     evidence, claims = _rules(opt, local)
     sums, _busy = _op_sums(ops)
     coll = fr.collectives
@@ -142,7 +149,7 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
         chips=chips_used, memory=mem, custom_calls=customcalls.parts(ops, tr.hlo, cost_table),
         warning_groups=tuple(peaks.warning_groups(ops, dchips)), hlo_source=hlo_src.reset_index(drop=True),
         hlo_present=bool(len(tr.hlo)), modules=mods, trace_devices=tr.devices, device_stats=dict(tr.device_stats),
-        step_source=step_source, seconds=time.perf_counter() - t0)
+        step_source=step_source, seconds=time.perf_counter() - t0, serving=serving)
 
 
 def _op_sums(ops: pd.DataFrame):

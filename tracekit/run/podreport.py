@@ -37,8 +37,11 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     ov = overview.finish(steps, rd_parts(summaries), step_source=", ".join(source),
                          model_flops_per_step=model_flops_per_step)
     mem = memory.with_offload_time(rd.memory_view(summaries), ov.devices)
+    from tracekit.analysis import inference, inference_report
+    serving = inference.reduce([s.serving for s in summaries if s.serving is not None])
+    serving_frame = inference_report.rule_frame(serving)
     frames = RuleFrames(ops=pd.DataFrame(), op_stats=stats, collectives=coll, steps=steps, devices=devices,
-                        gaps=pd.DataFrame(), **memory.rule_frames(mem, ov.devices, devices))
+                        gaps=pd.DataFrame(), **memory.rule_frames(mem, ov.devices, devices), serving=serving_frame)
     findings, driver_rules = rd.findings(summaries, resolved, dict(frames), span, profiled, opt.max_evidence)
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
@@ -62,7 +65,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
         rules=tuple(r for r, _ in resolved), custom_calls=rd.custom_calls(summaries), overview=ov, memory=mem,
         interconnect=inter, model_warnings=tuple(mw), headline=rd.headline(findings, driver_rules, summaries,
                                                                             devices),
-        totals=tot))
+        totals=tot, inference=inference_report.section(serving)))
     rep.data["pod"] = podviews.section(summaries, steps, crow, skel, dchips, opt, failures)
     rep.left_out = tuple(left_out)
     return rep
