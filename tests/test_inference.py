@@ -4,8 +4,8 @@ Oracles, none of them tracekit's own output:
 
 * ``fixtures/serving/<case>/.../cpu.serving.json``: what ``fixtures/capture_serving.py`` set (the model's dimensions,
   the sum of ``nbytes`` of its weight arrays and cache arrays, the schedule of prefill and decode calls);
-* the book's formulas written out as literal arithmetic (KV cache = 2 · bytes · L · B · S · Hkv · Dh; decode bound =
-  bytes / HBM bandwidth; the LLaMA 3-70B numbers of "Serving LLaMA 3-70B on TPUs");
+* the book's formulas written out as literal arithmetic (KV cache = 2 · bytes · L · B · S · Hkv · Dh; decode
+  bound = bytes / HBM bandwidth; the LLaMA 3-70B numbers of "Serving LLaMA 3-70B on TPUs");
 * the ``cpu.trace.json.gz`` jax wrote beside each xplane, read with gzip + json only (the runs' start times).
 """
 from __future__ import annotations
@@ -318,7 +318,8 @@ def test_section_in_every_format():
     d = _report("decode_gqa")
     rep = envelope.Report(d)
     for fmt, mark, name in (("text", "Inference (prefill and decode steps)", "jit_generate"),
-                            ("markdown", "### Inference", "jit\\_generate"), ("html", 'id="inference"', "jit_generate")):
+                            ("markdown", "### Inference", "jit\\_generate"),
+                            ("html", 'id="inference"', "jit_generate")):
         out = render.render(rep, fmt)
         assert mark in out and name in out, fmt
     keys = {"module", "kind", "steps", "step_p50_ps", "tokens_per_step", "tokens_per_s_per_chip", "param_bytes",
@@ -347,3 +348,33 @@ def test_inference_command():
     assert r.exit_code == 2
     r = CliRunner().invoke(main, ["inference", str(FIXTURES / "cpu" / "train_step")])
     assert r.exit_code == 0 and r.output.startswith("workload: training")
+
+
+def test_pod_path_gives_the_same_section(tmp_path):
+    """Two hosts (copies of the serving fixture): the map over hosts and the reduce give the single process's
+    inference section and serving findings."""
+    from tracekit import pipeline
+    from tracekit.run import pod
+    src = _run1("decode_gqa") / "cpu.xplane.pb"
+    for h in ("host0", "host1"):
+        (tmp_path / f"{h}.xplane.pb").write_bytes(src.read_bytes())
+    single = pipeline.analyze(tmp_path).data
+    mapped = pod.analyze(tmp_path, jobs=1).data
+    assert single["inference"] == mapped["inference"]
+    assert {p["hosts"] for p in mapped["inference"]["programs"]} == {2}
+    serving = {"TK025", "TK026", "TK027", "TK028"}
+    assert {f["rule_id"] for f in single["findings"]} & serving == {f["rule_id"] for f in mapped["findings"]} & serving
+
+
+def test_readme_worked_example_is_what_the_command_prints():
+    """The README's serving example: its decode-bound line is what `tracekit inference` prints on the fixture."""
+    from tracekit.cli.app import main
+    readme = (FIXTURES.parent / "README.md").read_text()
+    r = CliRunner().invoke(main, ["inference", str(SERVING / "decode_mha")], env={"COLUMNS": "118"})
+    assert r.exit_code == 0
+    flat = " ".join(r.output.split())
+    for line in ("decode bound: (526 kB of parameters + 524 kB of KV read) / 24.6 GB/s = 42.7 µs",
+                 "tokens: 4 per step (4 sequence(s) x 1) [exact]: 8,956 tokens/s per chip"):
+        assert line in flat and line in " ".join(readme.split())
+    o = oracle("decode_mha")
+    assert f"{o['param_bytes']:,}" in readme and f"{o['kv_cache_bytes']:,}" in readme

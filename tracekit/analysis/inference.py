@@ -231,7 +231,8 @@ def _program_row(p, runs: pd.DataFrame, ops: pd.DataFrame, devs: pd.DataFrame, l
     step = closed["step_ps"].to_numpy(float) if len(closed) else np.zeros(0)
     nd = r.groupby(["host", "device"]).size() if len(r) else pd.Series(dtype=int)
     hosts = r["host"].nunique() if len(r) else 0
-    d = devs[devs["device"].isin(set(r["device"])) & devs["host"].isin(set(r["host"]))] if len(r) and len(devs) else devs.iloc[:0]
+    on = len(r) and len(devs)
+    d = devs[devs["device"].isin(set(r["device"])) & devs["host"].isin(set(r["host"]))] if on else devs.iloc[:0]
     bw = float(d["hbm_bw_bytes_per_s"].max()) if len(d) else math.nan
     cap = float(d["capacity_bytes"].min()) if len(d) else math.nan
     p50 = _pct(step, 50)

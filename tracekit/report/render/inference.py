@@ -56,9 +56,10 @@ def program_facts(p: dict) -> list[tuple[str, str]]:
     out = []
     seqs = f" ({_count(p.get('sequences'))} sequence(s) x {_count(p.get('tokens_per_sequence'))})" \
         if p.get("sequences") is not None and p.get("tokens_per_sequence") is not None else ""
-    out.append(("steps", f"{p['steps']} step(s) on {p.get('devices')} device(s), p50 {fmt_time(p.get('step_p50_ps'))}, "
-                         f"p90 {fmt_time(p.get('step_p90_ps'))} (a run to the device's next serving run; the run itself "
-                         f"p50 {fmt_time(p.get('run_p50_ps'))}){_t(p, 'step_p50_ps')}"))
+    out.append(("steps", f"{p['steps']} step(s) on {p.get('devices')} device(s), p50 "
+                         f"{fmt_time(p.get('step_p50_ps'))}, p90 {fmt_time(p.get('step_p90_ps'))} (a run to the "
+                         f"device's next serving run; the run itself p50 {fmt_time(p.get('run_p50_ps'))})"
+                         f"{_t(p, 'step_p50_ps')}"))
     if p.get("tokens_per_step") is not None:
         out.append(("tokens", f"{_count(p['tokens_per_step'])} per step{seqs}{_t(p, 'tokens_per_step')}: "
                               f"{_count(p.get('tokens_per_s_per_chip'))} tokens/s per chip, "
@@ -139,6 +140,21 @@ def text(d: dict, fit=None, wrap=None) -> list[str]:
     return out
 
 
+def lay_out(o, d: dict, safe) -> None:
+    """The section in the terminal report: ``o`` is the text renderer's output (its ``blank``, ``para`` and
+    ``table``), ``safe`` its cleaner of text from the trace."""
+    if not has(d):
+        return
+    o.blank()
+    o.para(TITLE)
+    o.para(safe(workload_line(d)), indent=2)
+    o.table("", HEADERS, [[safe(c) for c in r] for r in rows(d)], right=RIGHT, shrink=(0,), drop=(4, 2))
+    for p in (d.get("inference") or {}).get("programs") or []:
+        o.para(safe(f"{p['kind']} {p['module']}:"), indent=2)
+        for k, v in program_facts(p):
+            o.para(f"{k}: ", safe(v), indent=4)
+
+
 def markdown(d: dict, esc, md_table) -> list[str]:
     if not has(d):
         return []
@@ -166,4 +182,5 @@ def html_section(d: dict) -> str:
     return out + "</section>\n"
 
 
-__all__ = ["text", "markdown", "html_section", "program_facts", "rows", "workload_line", "has", "HEADERS", "TITLE"]
+__all__ = ["text", "lay_out", "markdown", "html_section", "program_facts", "rows", "workload_line", "has", "HEADERS",
+           "TITLE"]

@@ -207,7 +207,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _custom_calls(o, d.get("custom_calls") or {})
     _collectives(o, d)
     _memory(o, d)
-    _inference(o, d)
+    inference_section.lay_out(o, d, _safe)  # the serving programs (render/inference.py)
     _findings(o, d)
     if any("trust" in x for x in d.get("findings") or []) or (s.get("trust")):
         o.para(legend())
@@ -324,21 +324,6 @@ def _memory(o: _Out, d: dict) -> None:
     if (d.get("memory") or {}).get("buffers"):
         o.table("largest buffers:", sections.BUFFER_HEADERS, [[_safe(c) for c in r] for r in sections.buffer_rows(d)],
                 right={0}, shrink=(3, 4, 5, 2), drop=(5, 4))
-
-
-def _inference(o: _Out, d: dict) -> None:
-    """The serving programs (:mod:`tracekit.report.render.inference`): a table, then each program's facts."""
-    if not inference_section.has(d):
-        return
-    o.blank()
-    o.para(inference_section.TITLE)
-    o.para(_safe(inference_section.workload_line(d)), indent=2)
-    o.table("", inference_section.HEADERS, [[_safe(c) for c in r] for r in inference_section.rows(d)],
-            right=inference_section.RIGHT, shrink=(0,), drop=(4, 2))
-    for p in (d.get("inference") or {}).get("programs") or []:
-        o.para(_safe(f"{p['kind']} {p['module']}:"), indent=2)
-        for k, v in inference_section.program_facts(p):
-            o.para(f"{k}: ", _safe(v), indent=4)
 
 
 def _findings(o: _Out, d: dict) -> None:
