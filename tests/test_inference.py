@@ -36,12 +36,12 @@ def oracle(case: str) -> dict:
 
 @lru_cache(maxsize=None)
 def section(case: str, source: str = "xplane") -> dict:
-    from tracekit import pipeline
     from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
     path = _run1(case) / "cpu.trace.json.gz" if source == "json" else SERVING / case
     tr = load(path)
-    return inference_report.section(inference_report.build(tr, pipeline.with_roofline(tr)))
+    return inference_report.section(engine_inference.build(tr))
 
 
 def _program(sec: dict, module: str) -> dict:
@@ -158,8 +158,8 @@ def test_told_apart_from_the_trace_json_alone(case):
 @pytest.mark.parametrize("case", CASES)
 def test_told_apart_from_json_with_names_that_say_nothing(case, tmp_path):
     """The same JSON with the programs renamed jit_a / jit_b: the runs tell decode (most runs, shorter) from prefill."""
-    from tracekit import pipeline
     from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
     o = oracle(case)
     ren = {o["jitted"]["prefill"]: "jit_a", o["jitted"]["decode"]: "jit_b"}
@@ -173,7 +173,7 @@ def test_told_apart_from_json_with_names_that_say_nothing(case, tmp_path):
     with gzip.open(out, "wt") as f:
         json.dump(doc, f)
     tr = load(out)
-    sec = inference_report.section(inference_report.build(tr, pipeline.with_roofline(tr)))
+    sec = inference_report.section(engine_inference.build(tr))
     assert _program(sec, "jit_a")["kind"] == "prefill" and _program(sec, "jit_b")["kind"] == "decode"
     assert _program(sec, "jit_b")["source"] == "runs"
 
@@ -184,13 +184,12 @@ def _all_training_fixtures():
 
 
 def test_training_fixtures_are_never_serving():
-    from tracekit import pipeline
-    from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
     checked = 0
     for p in _all_training_fixtures():
         tr = load(p)
-        view = inference_report.build(tr, pipeline.with_roofline(tr))
+        view = engine_inference.build(tr)
         assert view.workload == "training" and not len(view.programs), p
         checked += 1
     assert checked >= 30
@@ -198,42 +197,37 @@ def test_training_fixtures_are_never_serving():
 
 def test_v6e_inference_trace_has_no_decode_step(v6e):
     """An inference trace whose programs write no cache in place: nothing is classed as a decode step."""
-    from tracekit import pipeline
-    from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
     tr = load(v6e)
-    ops = pipeline.with_roofline(tr)
-    assert not len(inference_report.build(tr, ops).programs)
-    given = inference_report.build(tr, ops, workload="serving")  # told it serves: the step program, kind unknown
+    assert not len(engine_inference.build(tr).programs)
+    given = engine_inference.build(tr, workload="serving")  # told it serves: the step program, kind unknown
     assert set(given.programs["kind"]) <= {"unknown"}
 
 
 def test_no_in_place_cache_no_decode():
     """The decode fixture with its module's input/output aliasing removed (the cache no longer donated): its
     dynamic-update-slice and its name remain, yet it is not classed as decode."""
-    from tracekit import pipeline
-    from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
     o = oracle("decode_mha")
     tr = load(SERVING / "decode_mha")
     for m in tr.hlo_modules:
         if m.name == o["jitted"]["decode"]:
             m.proto.ClearField("input_output_alias")
-    view = inference_report.build(tr, pipeline.with_roofline(tr))
+    view = engine_inference.build(tr)
     assert o["jitted"]["decode"] not in set(view.programs["module"])
     assert set(view.programs["kind"]) == {"prefill"}
 
 
 def test_workload_given():
-    from tracekit import pipeline
-    from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
     tr = load(SERVING / "decode_mha")
-    ops = pipeline.with_roofline(tr)
-    v = inference_report.build(tr, ops, workload="training")
+    v = engine_inference.build(tr, workload="training")
     assert v.workload == "training" and v.workload_source == "given" and not len(v.programs)
     with pytest.raises(ValueError):
-        inference_report.build(tr, ops, workload="inference")
+        engine_inference.build(tr, workload="inference")
 
 
 # --------------------------------------------------------------------------------- the book's worked numbers
@@ -282,15 +276,15 @@ def _report(case: str, workload: str | None = None):
 def test_serving_findings_and_training_rules_silent():
     d = _report("decode_mha")
     ids = {f["rule_id"] for f in d["findings"]}
-    assert {"TK025", "TK027"} <= ids  # far from the memory roofline (~10 %); the host reads every token
+    assert {"TK028", "TK030"} <= ids  # far from the memory roofline (~10 %); the host reads every token
     assert "TK024" not in ids  # training-only (MFU) stays silent on a serving trace
-    tk025 = next(f for f in d["findings"] if f["rule_id"] == "TK025")
-    assert tk025["savings_ps"] > 0 and tk025["evidence"][0]["module"] == oracle("decode_mha")["jitted"]["decode"]
+    tk028 = next(f for f in d["findings"] if f["rule_id"] == "TK028")
+    assert tk028["savings_ps"] > 0 and tk028["evidence"][0]["module"] == oracle("decode_mha")["jitted"]["decode"]
     given = _report("decode_mha", "training")
-    assert not {"TK025", "TK026", "TK027", "TK028"} & {f["rule_id"] for f in given["findings"]}
+    assert not {"TK028", "TK029", "TK030", "TK031"} & {f["rule_id"] for f in given["findings"]}
     assert given["inference"]["workload"] == "training"
     gqa = {f["rule_id"] for f in _report("decode_gqa")["findings"]}
-    assert "TK028" in gqa  # a prefill between decode steps
+    assert "TK031" in gqa  # a prefill between decode steps
 
 
 def test_training_rules_declare_their_workload():
@@ -354,15 +348,16 @@ def test_pod_path_gives_the_same_section(tmp_path):
     """Two hosts (copies of the serving fixture): the map over hosts and the reduce give the single process's
     inference section and serving findings."""
     from tracekit import pipeline
+    from tracekit.options import Options
     from tracekit.run import pod
     src = _run1("decode_gqa") / "cpu.xplane.pb"
     for h in ("host0", "host1"):
         (tmp_path / f"{h}.xplane.pb").write_bytes(src.read_bytes())
     single = pipeline.analyze(tmp_path).data
-    mapped = pod.analyze(tmp_path, jobs=1).data
+    mapped = pod.analyze(tmp_path, Options(jobs=2)).data  # a pool of two workers
     assert single["inference"] == mapped["inference"]
     assert {p["hosts"] for p in mapped["inference"]["programs"]} == {2}
-    serving = {"TK025", "TK026", "TK027", "TK028"}
+    serving = {"TK028", "TK029", "TK030", "TK031"}
     assert {f["rule_id"] for f in single["findings"]} & serving == {f["rule_id"] for f in mapped["findings"]} & serving
 
 

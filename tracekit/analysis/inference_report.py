@@ -1,9 +1,9 @@
-"""The serving view of a loaded trace (:func:`build`: every host's summary, then the reduce) and its JSON section
-(:func:`section`, the envelope's ``inference``; docs/report-format.md)."""
+"""The serving view's rule frame (:func:`rule_frame`, the rules' ``serving``) and its JSON section (:func:`section`,
+the report's ``inference``; docs/report-format.md). The view of a loaded trace, as the engine builds it:
+:func:`tracekit.report.engine.inference.build`."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -41,9 +41,11 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
     (:data:`PROGRAM_COLUMNS`) and that device's own: its steps, their total time (``step_total_ps``), the runs'
     time (``run_total_ps``), the decode bound over its steps (``bound_total_ps``), the host gaps between its
     decode steps and the prefills interrupting them; ``span_ps``: first run start to last run end."""
+    from tracekit import schema
+    kinds = {c: k for c, (k, _) in schema.RULE_FRAMES["serving"].items() if k != "text"}
     r, p = view.runs, view.programs
     if not len(r) or not len(p):
-        return pd.DataFrame(columns=RULE_COLUMNS)
+        return pd.DataFrame(columns=RULE_COLUMNS).astype(kinds)
     inter = inference.interruptions(r)
     out = []
     for (h, d, m, pid), g in r.groupby(["host", "device", "module", "program_id"], sort=True):
@@ -70,27 +72,7 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
                     "interruptions": int(it["interruptions"].sum()) if len(it) else 0,
                     "interrupted_ps": int(it["interrupted_ps"].sum()) if len(it) else 0,
                     "slow_ops": x["slow_ops"] or "", "chip": x["chip"]})
-    from tracekit import schema
-    kinds = {c: k for c, (k, _) in schema.RULE_FRAMES["serving"].items() if k != "text"}
     return pd.DataFrame(out, columns=RULE_COLUMNS).astype(kinds)
-
-
-def build(tr, ops, chip: str | None = None, workload: str | None = None) -> inference.InferenceView:
-    """The serving view of a loaded :class:`tracekit.ingest.trace.Trace` (``ops``: its ops frame with the roofline
-    columns; ``chip``: ``--chip``; ``workload``: ``--workload``), one host at a time then reduced."""
-    from tracekit.ingest import steps as steps_mod
-    from tracekit.model import roofline
-    dchips = roofline.device_chips(tr, chip)
-    mods = tr.modules
-    hosts = sorted({str(h) for h in mods["host"]}) if len(mods) else [str(h) for h in (tr.hosts or [])]
-    summaries = []
-    for h in hosts or [""]:
-        mh = mods[mods["host"].astype(str) == h] if len(mods) and h else mods
-        oh = ops[ops["host"].astype(str) == h] if len(ops) and h else ops
-        main = steps_mod.main_program(mh) if len(mh) else None
-        summaries.append(inference.host_summary(h, mh, tr.hlo_modules, oh, dchips, workload, main))
-    view = inference.reduce(summaries)
-    return replace(view, per_device=rule_frame(view))
 
 
 def _clean(v):
@@ -131,4 +113,4 @@ def section(view: inference.InferenceView) -> dict:
                       "*_share": "fraction", "critical_batch": "tokens per step", "peak_flops_per_s": "FLOP/s"}}
 
 
-__all__ = ["build", "section", "rule_frame", "SECTION_COLUMNS", "RULE_COLUMNS"]
+__all__ = ["section", "rule_frame", "SECTION_COLUMNS", "RULE_COLUMNS"]

@@ -27,13 +27,15 @@ def inference_cmd(path, run, fmt, output, chip, workload, max_size, max_events):
     """Prefill and decode steps: step time, tokens/s per chip, the KV cache, and the decode step against its
     memory roofline (parameter + KV bytes read / HBM bandwidth)."""
     fmt = output_format(fmt, output, ("json", "markdown"), "text")  # a bad -o path fails before the trace is read
-    from tracekit import pipeline
     from tracekit.analysis import inference_report
+    from tracekit.report.engine import inference as engine_inference
     from tracekit.ingest.trace import load
+    from tracekit.options import Options
     from tracekit.report.render import inference as section
     from tracekit.report.render import markdown
-    tr = load(path, run=run, **limits(max_size, max_events))
-    view = inference_report.build(tr, pipeline.with_roofline(tr, chip), chip, workload)
+    lim = limits(max_size, max_events)
+    tr = load(path, run=run, **lim)
+    view = engine_inference.build(tr, Options(chip=chip, run=run, workload=workload, **lim))
     from tracekit.report.termsafe import safe_tree
     data = {"inference": inference_report.section(view)}
     if fmt == "json":
