@@ -56,6 +56,9 @@ class Options:
         s(self, "params", tuple(p or ()))
         if self.max_bytes is None:
             s(self, "max_bytes", DEFAULT_MAX_BYTES)
+        if self.workload is not None and self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)} (or None: what the trace shows), "
+                             f"not {self.workload!r}")
 
     @property
     def params_dict(self) -> dict:
