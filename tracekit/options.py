@@ -17,6 +17,8 @@ DEFAULT_MAX_BYTES = 8 << 30
 FAIL_ON = ("never", "info", "warning", "error")
 #: what ``model`` may declare (``transformer``: MFU from 6·N·tokens of the shapes the parallelism section recovers)
 MODELS = ("transformer",)
+#: what ``workload`` may say (None: what the trace shows, :mod:`tracekit.analysis.serving_kind`)
+WORKLOADS = ("training", "serving")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class Options:
     #: model's FLOPs; None: not declared (MFU unknown then)
     model: str | None = None
     replay: bool = True  #: findings' savings replayed along the critical path (False: their claims only)
+    #: training | serving (``--workload``): what the trace runs; None: what the trace shows (a program writing a KV
+    #: cache in place serves)
+    workload: str | None = None
     jobs: int = 1  #: worker processes for the hosts of a run folder (0: one per core; 1: this process)
     dask: object = None  #: a Dask scheduler address, ``"local"``, or a ``Client`` (None: no Dask)
 
@@ -57,6 +62,9 @@ class Options:
         s(self, "params", tuple(p or ()))
         if self.max_bytes is None:
             s(self, "max_bytes", DEFAULT_MAX_BYTES)
+        if self.workload is not None and self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)} (or None: what the trace shows), "
+                             f"not {self.workload!r}")
 
     @property
     def params_dict(self) -> dict:

@@ -413,6 +413,43 @@ RULE_FRAMES = {
         "remedy": (_TEXT, "the book's remedies, quantified (empty when compute-bound)"),
         "time_ps": ("int64", "0: the finding claims no time (the collectives' exposed time is TK001/TK005's)"),
     },
+    # the serving view (tracekit.analysis.inference, inference_report.rule_frame): one row per serving program
+    # per device
+    "serving": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "module": (_TEXT, "HLO module name"),
+        "program_id": ("uint64", "XLA program id"),
+        "kind": (_TEXT, "prefill | decode | unknown (a program serving, its kind not told by the trace)"),
+        "first_run_ps": ("int64", "start of the program's first run on the device (the frame has no start_ps: its "
+                         "findings' savings are not laid on the timeline, so the union of the findings' claims does "
+                         "not count the idle between decode steps twice beside device-idle-gaps)"),
+        "span_ps": ("int64", "first run start to last run end"),
+        "steps": ("int64", "runs of the program on the device"),
+        "step_total_ps": ("int64", "time of its steps (run start to the device's next serving start), summed"),
+        "run_total_ps": ("int64", "time of its runs (start to end), summed"),
+        "step_p50_ps": ("float64", "median step time of the program over every device"),
+        "decode_bound_ps": ("float64", "decode step lower bound: (param_bytes + kv_bytes_read) / HBM bandwidth "
+                            "(NaN unless a decode step with known bytes and bandwidth)"),
+        "bound_share": ("float64", "decode_bound_ps / step_p50_ps: the share of its memory roofline a decode step "
+                        "reaches"),
+        "bound_total_ps": ("float64", "decode_bound_ps x steps on the device"),
+        "tokens_per_step": ("float64", "tokens a step processes (batch x new tokens per sequence; NaN unknown)"),
+        "sequences": ("float64", "sequences per step (the batch; NaN unknown)"),
+        "critical_batch": ("float64", "tokens per step past which the weight matmuls turn compute-bound on this "
+                           "chip: peak x weight bytes / (2 x HBM bandwidth)"),
+        "more_sequences": ("float64", "sequences whose KV cache would still fit beside the largest live peak of "
+                           "the serving programs (NaN unknown)"),
+        "free_bytes": ("float64", "device memory left beside that live peak"),
+        "kv_cache_bytes": ("float64", "bytes of the KV cache (buffer assignment)"),
+        "capacity_bytes": ("float64", "the device's memory (HBM)"),
+        "capacity_estimated": ("bool", "the capacity is an estimate (a CPU's RAM): how many more sequences fit is "
+                               "not a device fact"),
+        "host_gap_ps": ("int64", "idle between the end of a decode run and the next decode start, summed"),
+        "host_gaps": ("int64", "such gaps"),
+        "interruptions": ("int64", "prefill runs between two decode runs on the device"),
+        "interrupted_ps": ("int64", "time from each such prefill's start to the next serving start, summed"),
+        "slow_ops": (_TEXT, "the ops furthest from their roofline (largest time above it), with their share of it"),
+        "chip": (_TEXT, "chip name"),
+    },
 }
 
 #: columns a frame may carry beyond :data:`RULE_FRAMES`, by pattern: the steps' exposed collective time per
@@ -430,7 +467,10 @@ UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction
          "mfu": "fraction", "mfu_at_possible": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
          "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count", "axis": "index", "size": "count",
          "value": "tokens or devices", "threshold": "tokens or devices", "intensity": "FLOP/byte",
-         "axes_spanned": "count", "per_device_batch_tokens": "tokens", "d_ff": "elements"}
+         "axes_spanned": "count", "per_device_batch_tokens": "tokens", "d_ff": "elements",
+         "bound_share": "fraction",
+         "tokens_per_step": "tokens", "sequences": "sequences", "critical_batch": "tokens",
+         "more_sequences": "sequences", "host_gaps": "count", "interruptions": "count"}
 
 
 def unit_of(column: str, kind: str = "") -> str:

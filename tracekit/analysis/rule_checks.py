@@ -104,6 +104,8 @@ class RuleFrames(Mapping):
     overview: pd.DataFrame | None = None
     #: the mesh axes against the book's limits (:func:`tracekit.analysis.parallelism.rule_frame`), when built
     parallel_axes: pd.DataFrame | None = None
+    #: the serving rules' frame (:func:`tracekit.analysis.inference_report.rule_frame`), when built
+    serving: pd.DataFrame | None = None
 
     def _names(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]

@@ -10,7 +10,7 @@ import click
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
 from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
-                                  term_width, terminal, topology_opt)
+                                  term_width, terminal, topology_opt, workload_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.options import DEFAULTS, FAIL_ON, MODELS
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
@@ -170,6 +170,7 @@ def _params(values: tuple[str, ...]) -> dict:
               help="What the model is, for MFU when neither --model-flops-per-step nor the trace gives model FLOPs: "
                    "transformer = 6 x N x tokens from the shapes the parallelism section recovers.")
 @topology_opt
+@workload_opt
 @limit_opts
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=DEFAULTS.jobs, show_default=True,
               help="Analyze the hosts of a run folder in this many processes, each host summarized by its worker (0 = one per core).")
@@ -181,7 +182,7 @@ def _params(values: tuple[str, ...]) -> dict:
 @quiet_opt
 @guarded
 def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, param_values, top, color,
-            model_flops, model, topology, max_size, max_events, jobs, dask_address, replay, quiet):
+            model_flops, model, topology, workload, max_size, max_events, jobs, dask_address, replay, quiet):
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
@@ -193,7 +194,7 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
     opt = Options(chip=chip, topology=topology, run=run, rules_dirs=rules_dirs, select=select, ignore=ignore,
                   params=_params(param_values), fail_on=fail_on, max_bytes=max_size * 2**20 if max_size else None,
                   max_events=max_events, model_flops_per_step=model_flops, model=model, jobs=jobs, dask=dask_address,
-                  replay=replay)
+                  replay=replay, workload=workload)
     progress = Progress(enabled=False if quiet else None)  # a status line on a terminal only
     try:
         rep = pod.analyze(path, opt, progress=progress)

@@ -25,7 +25,7 @@ MEANING = {"exact": "counted", "measured": "timed", "modelled": "from a roofline
 FRAME_CLASS = {"gaps": "measured", "devices": "measured", "steps": "measured", "collectives": "measured",
                "host_events": "measured", "offload": "measured", "memory_devices": "exact",
                "memory_programs": "exact", "ops": "modelled", "op_stats": "modelled", "overview": "modelled",
-               "parallel_axes": "modelled"}
+               "parallel_axes": "modelled", "serving": "modelled"}
 
 
 def _rough(chip: dict) -> bool:

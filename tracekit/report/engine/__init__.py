@@ -43,7 +43,7 @@ import importlib
 
 #: the sections, in reduce order (each a module of this package; see the module docstring)
 SECTIONS = ("chips", "devices", "ops", "steps", "parallelism", "overview", "memory", "collectives", "interconnect",
-            "custom_calls", "modelwarnings", "findings", "replay", "pod")
+            "custom_calls", "modelwarnings", "inference", "findings", "replay", "pod")
 
 
 def sections() -> list:

@@ -14,6 +14,7 @@ import io
 import re
 
 from tracekit.report.render import collectives as coll_section
+from tracekit.report.render import inference as inference_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.report.trust import legend, tag
@@ -206,6 +207,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _custom_calls(o, d.get("custom_calls") or {})
     _collectives(o, d)
     _memory(o, d)
+    inference_section.lay_out(o, d, _safe)  # the serving programs (render/inference.py)
     for line in sections.extra_text(d):  # (the registered sections that show themselves)
         o.para(line)
     _findings(o, d)
