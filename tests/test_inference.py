@@ -362,9 +362,9 @@ def test_pod_path_gives_the_same_section(tmp_path):
 
 
 def test_readme_worked_example_is_what_the_command_prints():
-    """The README's serving example: its decode-bound line is what `tracekit inference` prints on the fixture."""
+    """The methodology doc's serving example: its decode-bound line is what `tracekit inference` prints on the fixture."""
     from tracekit.cli.app import main
-    readme = (FIXTURES.parent / "README.md").read_text()
+    readme = (FIXTURES.parent / "docs" / "methodology.md").read_text()
     r = CliRunner().invoke(main, ["inference", str(SERVING / "decode_mha")], env={"COLUMNS": "118"})
     assert r.exit_code == 0
     flat = " ".join(r.output.split())

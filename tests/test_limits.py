@@ -191,7 +191,7 @@ def test_memory_error_is_one_line_with_the_options(where, monkeypatch):
 
     def oom(*a, **k):
         raise MemoryError()
-    target = {"decoder": (wire, "read_space"), "frames": (trace, "_host"), "rules": (rules, "run_rules")}[where]
+    target = {"decoder": (wire, "read_space"), "frames": (trace, "_host"), "rules": (rules, "evidence_rows")}[where]
     monkeypatch.setattr(*target, oom)
     code, err = cli("analyze", cpu_fixture("train_step"))
     assert code == 2, err
