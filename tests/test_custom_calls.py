@@ -392,8 +392,14 @@ def test_pallas_matmul_flops_from_shapes_not_the_authors_estimate(tmp_path, cfg)
     assert f32_peak > 0
     assert o["compute_ps"] == pytest.approx(2 * 2048 * 1024 * 2048 / f32_peak * 1e12, rel=1e-6)
     w = roofline.cost_disagreements(tr)  # the trace's flops stat and the shapes' figure, both named
-    assert [(x["op"], x["stated_flops"], x["derived_flops"]) for x in w] == [("mm", 1.08e9, 2 * 2048 * 1024 * 2048)]
-    assert "1.08e+09" in w[0]["message"] and "8.59e+09" in w[0]["message"] and "flops stat" in w[0]["message"]
+    stat = [x for x in w if x["stated_source"] == "the trace's flops stat"]
+    assert [(x["op"], x["stated_flops"], x["derived_flops"]) for x in stat] == [("mm", 1.08e9, 2 * 2048 * 1024 * 2048)]
+    assert "1.08e+09" in stat[0]["message"] and "8.59e+09" in stat[0]["message"] and "flops stat" in stat[0]["message"]
+    # the kernel's cost_estimate in its backend config is a second author's figure, named on its own
+    cfg_w = [x for x in w if x["stated_source"] != "the trace's flops stat"]
+    assert [(x["op"], x["stated_flops"], x["derived_flops"], "cost_estimate" in x["message"]) for x in cfg_w] == \
+        ([("mm", 1.08e9, 2 * 2048 * 1024 * 2048, True)] if cfg is not None else [])
+    assert all(x["used"] == "shapes" and x["derived_source"] == "model:pallas_matmul" for x in w)
     if cfg is not None:  # the author's number, from the kernel's config, named beside the shapes'
         note = identity.costs(tr).set_index("op").loc["mm", "note"]
         assert "1.08e+09" in note and "2*1*2048*1024*2048" in note

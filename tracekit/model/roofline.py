@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, custom_calls, execution, peaks, sharing
+from tracekit.model import calibrate, chips, execution, peaks, sharing, stated
 from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
                               with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -155,7 +155,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
-    tr.__dict__["_cost_disagreements"] = _disagreements(ops, p["src"], p["flops"], tf, u)
+    tr.__dict__["_cost_disagreements"] = stated.disagreements(ops, inv, tf, u)
     del tf, tb, share, rows
     if release_trace_costs:
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
@@ -197,28 +197,10 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
 
 
 def cost_disagreements(tr: Trace) -> list[dict]:
-    """Model warnings from the last :func:`join` of ``tr``: ops whose trace-stated flops the op's own shapes
-    contradict by more than 2x (the shapes' figure was used), one per (module, op), with both numbers."""
+    """Model warnings from the last :func:`join` of ``tr``: ops whose author-stated flops (the trace's stat, the
+    kernel's own cost_estimate) the op's own shapes contradict by more than 2x, one per (module, op) and source,
+    with both numbers and where each came from (:func:`tracekit.model.stated.disagreements`)."""
     return list(tr.__dict__.get("_cost_disagreements", []))
-
-
-def _disagreements(ops, src, flops, tf, u) -> list[dict]:
-    codes = [len(CostSource) + i for i, m in enumerate(u["models"])
-             if m.removeprefix("model:") in custom_calls.SHAPE_MODELS]
-    rows = np.flatnonzero(np.isin(src, codes) & ~np.isnan(tf)) if codes else np.array([], int)
-    out, seen = [], set()
-    for r in rows:
-        stated, derived = float(tf[r]), float(flops[r])
-        key = (str(ops["module"].iat[r]), str(ops["op"].iat[r]))
-        if key in seen or not custom_calls.disagrees(stated, derived):
-            continue
-        seen.add(key)
-        model = u["models"][int(src[r]) - len(CostSource)]
-        out.append({"module": key[0], "op": key[1], "stated_flops": stated, "derived_flops": derived,
-                    "message": f"model: {key[1]} ({key[0]}): the trace's flops stat (the kernel author's estimate) "
-                               f"says {stated:.4g} FLOPs, its shapes {derived:.4g} ({model}), more than 2x apart: "
-                               "the shapes' figure is used"})
-    return out
 
 
 def _result_schema(release_trace_costs: bool) -> dict:
@@ -258,17 +240,18 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
-    # a custom call priced by a cost model (a kernel whose author states its cost): the stated bytes never fall
-    # below its operands read and results written once; a model whose FLOPs come from the shapes keeps them
+    # a custom call (a kernel whose author states its cost): the stated bytes never fall below its operands read
+    # and results written once; a model whose FLOPs come from the shapes keeps them, unless they are a range
+    # (attention of unknown causality) the stated figure lies in (tracekit.model.stated: evidence, not truth)
     modeled = has_t & (src >= len(CostSource)) & ~np.isnan(nbytes)
-    shaped = modeled & np.isin(src, [len(CostSource) + i for i, m in enumerate(u["models"])
-                                     if m.removeprefix("model:") in custom_calls.SHAPE_MODELS])
+    shaped = modeled & stated.shape_model(src, u["models"])
+    inside = shaped & (tf >= flops) & (tf <= b("flops_hi"))  # (NaN: no range)
     nbytes[modeled] = np.fmax(tb[modeled], nbytes[modeled])
-    take = has_t & ~shaped
-    flops[take], src[take], reason[has_t] = tf[take], CostSource.TRACE, 0
+    take = has_t & ~(shaped & ~inside)
+    flops[take], src[take & ~inside], reason[has_t] = tf[take], CostSource.TRACE, 0
     take &= ~modeled
-    nbytes[take] = tb[take]
-    del modeled, shaped, take
+    nbytes[take] = np.fmax(tb[take], b("floor_bytes")[take])  # (NaN floor: not a custom call, the stat stands)
+    del modeled, shaped, inside, take
     net[has_t & np.isnan(net)] = 0.0
     del has_t
     if share is not None:
