@@ -13,6 +13,8 @@ from tracekit.ingest.trace import Trace
 from tracekit.model import execution, precision
 from tracekit.schema import CostSource
 
+#: what an op's unknown reason says when no chip is known (no peak FLOP/s and no bandwidth)
+CHIP_UNKNOWN = "chip unknown — pass --chip NAME"
 #: the columns of :func:`costs` beside (program_id, op)
 COST_COLUMNS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
                 "cost_known", "unknown_reason", "cost_model", "executions", "parent", "flops_hi", "stated_flops",
@@ -104,6 +106,9 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
         hostw[m] = ch.host_link_bw_bytes_per_s
         for dt in set(cdtype[m]):
             peak_f[m & (cdtype == dt)] = precision.peak(ch, dt)[0]
+    # an op without a chip (a trace-viewer JSON export names none) says so beside its own reason
+    no_chip = np.isnan(peak_f) & np.isnan(bw) & (reason != "")
+    reason[no_chip] = [f"{r}; {CHIP_UNKNOWN}" for r in reason[no_chip]]
     cm = _collectives(tr, dchips, topology, u, opname, coll)
     for k in ("coll_ps", "net_fast"):  # markers and expanded control flow carry no network time of their own
         cm[k][done | start_marker | expanded] = np.nan

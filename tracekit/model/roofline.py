@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, execution, peaks, sharing, stated
+from tracekit.model import calibrate, chips, execution, identity, peaks, sharing, stated
 from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
                               with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -210,10 +210,15 @@ def _result_schema(release_trace_costs: bool) -> dict:
 
 
 #: the reasons :func:`_predict` gives an unknown op that has none of its own: no work at all; work but no chip
-#: (no FLOP/s and no bandwidth: a trace-viewer JSON export names none); work but no peak for what it does
-CHIP_UNKNOWN = "chip unknown — pass --chip NAME"
+#: (no FLOP/s and no bandwidth: a trace-viewer JSON export names none); work but no peak for what it does; a
+#: custom call whose trace stats are 0 flops and 0 bytes (a kernel without a cost estimate: no kernel moves
+#: nothing, so its 0 flops are no count either), without and with a chip
+CHIP_UNKNOWN = identity.CHIP_UNKNOWN
+ZERO_STATS = "custom call whose flops and bytes_accessed stats are both 0 (a kernel without a cost estimate): " \
+             "FLOPs unknown"
 EXTRA_REASONS = ("no work (zero flops and bytes)", CHIP_UNKNOWN,
-                 "no peak FLOP/s or HBM bandwidth for its work on this chip")
+                 "no peak FLOP/s or HBM bandwidth for its work on this chip", ZERO_STATS,
+                 f"{ZERO_STATS}; {CHIP_UNKNOWN}")
 
 
 #: the trace's own cost stats: :func:`join` reads them and nothing after it does (the pipeline has it release them)
@@ -243,6 +248,11 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     # a custom call (a kernel whose author states its cost): the stated bytes never fall below its operands read
     # and results written once; a model whose FLOPs come from the shapes keeps them, unless they are a range
     # (attention of unknown causality) the stated figure lies in (tracekit.model.stated: evidence, not truth)
+    floor = b("floor_bytes")  # (NaN: not a custom call)
+    # a custom call that states 0 flops and 0 bytes states nothing (no kernel moves nothing: a kernel without a
+    # cost estimate): its model's figures stand, else its FLOPs are unknown and its bytes the floor
+    zero = has_t & ~np.isnan(floor) & (tf == 0) & (tb == 0)
+    has_t &= ~zero
     modeled = has_t & (src >= len(CostSource)) & ~np.isnan(nbytes)
     shaped = modeled & stated.shape_model(src, u["models"])
     inside = shaped & (tf >= flops) & (tf <= b("flops_hi"))  # (NaN: no range)
@@ -250,9 +260,11 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     take = has_t & ~(shaped & ~inside)
     flops[take], src[take & ~inside], reason[has_t] = tf[take], CostSource.TRACE, 0
     take &= ~modeled
-    nbytes[take] = np.fmax(tb[take], b("floor_bytes")[take])  # (NaN floor: not a custom call, the stat stands)
+    nbytes[take] = np.fmax(tb[take], floor[take])  # (NaN floor: the stat stands)
+    zero &= np.isnan(flops)  # (no model priced it)
+    nbytes[zero] = floor[zero]
     del modeled, shaped, inside, take
-    net[has_t & np.isnan(net)] = 0.0
+    net[(has_t | zero) & np.isnan(net)] = 0.0
     del has_t
     if share is not None:
         flops *= share
@@ -305,11 +317,12 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
     # an unknown op without a reason of its own: say what is missing (never "no work" for an op that has work)
-    bare = unknown & (reason == 0)
+    bare = unknown & ((reason == 0) | zero)
     if bare.any():
         work = (flops > 0) | (nbytes > 0)
         no_chip = np.isnan(b("peak_f")) & np.isnan(b("bw"))
-        reason[bare] = len(u["reasons"]) + np.where(~work[bare], 0, np.where(no_chip[bare], 1, 2))
+        reason[bare] = len(u["reasons"]) + np.where(zero[bare], np.where(no_chip[bare], 4, 3), np.where(
+            ~work[bare], 0, np.where(no_chip[bare], 1, 2)))
     network[hx] = hostlink
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,

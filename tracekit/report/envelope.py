@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.version import __version__
+from tracekit.analysis import coverage as coverage_mod
 from tracekit.analysis.stepstats import closed_steps
 from tracekit.columns import self_time
 from tracekit.model.peaks import peak_notes
@@ -202,6 +203,7 @@ class Totals:
     hosts: int = 0
     collectives: int = 0
     collective_exposed_ps: int = 0
+    coverage: tuple = ()  #: per device (host, device, op time, covered op time): tracekit.analysis.coverage.parts
 
 
 def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
@@ -215,7 +217,7 @@ def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
             if v := int(dur.sum(where=sync_m & (codes == i))):
                 by_bound[str(c)] = v
     return Totals(int(dur.sum(where=sync_m)), int(sync_m.sum()), by_bound, int(ops["host"].nunique()) if len(ops) else 0,
-                  int(len(coll)), int(coll["exposed_ps"].sum()) if len(coll) else 0)
+                  int(len(coll)), int(coll["exposed_ps"].sum()) if len(coll) else 0, coverage_mod.parts(ops))
 
 
 def chip_entry(use) -> dict:
@@ -244,8 +246,7 @@ def build(a: Analysis) -> Report:
     span = int(devices["span_ps"].sum()) if len(devices) else 0
     busy = int(devices["busy_ps"].sum()) if len(devices) else 0
     by_bound = dict(sorted(tot.time_by_bound_ps.items()))
-    known = sum(v for c, v in by_bound.items() if c != "unknown")
-    coverage = known / op_time if op_time and by_bound else 0.0
+    cover = coverage_mod.summarize(tot.coverage)  # (one definition: tracekit.analysis.coverage)
     top = op_stats.head(TOP_OPS).copy()
     if len(hlo) and len(top):
         src = hlo[["program_id", "name", "source_file", "source_line", "op_name"]].drop_duplicates(["program_id", "name"])
@@ -287,7 +288,7 @@ def build(a: Analysis) -> Report:
             "step_source": list(a.step_source),
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
             "op_executions": tot.op_executions,
-            "roofline_coverage": coverage,
+            "roofline_coverage": cover["overall"], "roofline_coverage_by_device": cover["devices"],
             "time_by_bound_ps": {k: int(v) for k, v in by_bound.items()},
             "collectives": tot.collectives,
             "collective_exposed_ps": tot.collective_exposed_ps,

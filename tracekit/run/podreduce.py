@@ -31,7 +31,7 @@ def totals(parts: list) -> Totals:
             bound[k] = bound.get(k, 0) + v
     return Totals(sum(t.op_time_ps for t in parts), sum(t.op_executions for t in parts), bound,
                   sum(t.hosts for t in parts), sum(t.collectives for t in parts),
-                  sum(t.collective_exposed_ps for t in parts))
+                  sum(t.collective_exposed_ps for t in parts), tuple(c for t in parts for c in t.coverage))
 
 
 def devices_frame(summaries: list) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import re
 
+from tracekit.analysis import coverage
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
@@ -197,6 +198,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
         o.para("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
                                                 sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
                + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time"
+               + "".join(f" ({x})" for x in [coverage.spread({"devices": s.get("roofline_coverage_by_device")})] if x)
                + ("; chip unknown — pass --chip NAME" if any(_no_peaks(c) for c in d.get("chips") or []) else "")
                + tag((s.get("trust") or {}).get("time_by_bound_ps")))
     if not s["hlo_present"]:
