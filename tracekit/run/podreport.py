@@ -45,7 +45,8 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     warnings = fold_warnings([w for s in summaries for w in s.warnings])  # (as trace.combine folds them)
     left_out = badhosts.notices(failures, len(summaries))
     warnings += left_out
-    mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
+    cost = {(w["module"], w["op"], w["stated_source"]): w for s in summaries for w in s.cost_warnings}  # (once)
+    mw = list(cost.values()) + rd.model_warnings(summaries, dchips, tot.op_time_ps)
     skel = rd.skeleton(summaries, hosts)
     roofline.remember_device_chips(skel, opt.chip, dchips)
     crow = rd.collective_rows(summaries)
