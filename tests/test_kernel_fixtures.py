@@ -222,3 +222,30 @@ def test_pod_report_names_the_disagreement(tmp_path):
     mine = [w for w in rep["model_warnings"] if "jit_pallas_matmul" in w.get("message", "")]
     assert len(mine) == 2 and mine == [w for w in single["model_warnings"] if "jit_pallas_matmul" in
                                        w.get("message", "")]
+
+
+def test_transformer_engine_attributes_inside_a_gpu_backend_config():
+    """XLA may hold a typed-FFI call's attributes inside GpuBackendConfig.custom_call_backend_config.attributes
+    (backend_configs.proto) instead of the raw dictionary JAX writes: the same cost either way."""
+    inst, oshapes = _te_instruction("jit_te_separate_gqa_mla")
+    wrapped = hlo_pb2.HloInstructionProto()
+    wrapped.CopyFrom(inst)
+    wrapped.backend_config = json.dumps({"operation_queue_id": "0", "custom_call_backend_config": {
+        "attributes": inst.backend_config.decode()}}).encode()
+    a, b = te_fused_attn(inst, oshapes), te_fused_attn(wrapped, oshapes)
+    assert (b.flops, b.bytes_read, b.bytes_written) == (a.flops, a.bytes_read, a.bytes_written)
+    assert a.flops == 2 * 2 * 16 * 2048 * 2048 * (192 + 128) / 2
+
+
+def test_transformer_engine_softmax_matrix_never_counted():
+    """TE's max-512 backend (removed since) returned the S×S softmax as softmax_aux ([b, h, s_q, s_kv] in Q's
+    dtype): a flash kernel's bytes never include it. The fixture's older-generation call with that result."""
+    inst, oshapes = _te_instruction("jit_te_head_dim_older")
+    ss = hlo_pb2.HloInstructionProto()
+    ss.CopyFrom(inst)
+    aux = ss.shape.tuple_shapes[1]
+    b, s, h, d = 2, 1024, 16, 64
+    aux.element_type, aux.dimensions[:] = hlo_pb2.PrimitiveType.BF16, [b, h, s, s]
+    c, full = te_fused_attn(ss, oshapes), te_fused_attn(inst, oshapes)
+    assert c.bytes_written == full.bytes_written - b * h * s * F32  # the [b, h, s, 1] statistics gone, no S×S
+    assert c.flops == full.flops == 2 * b * h * s * s * (d + d) / 2

@@ -39,8 +39,9 @@ def parts(ops: pd.DataFrame) -> tuple:
     sync = ~ops["is_async"].to_numpy(bool)
     t = self_time(ops).astype(np.int64)
     cov = covered(ops)
-    frame = pd.DataFrame({"host": ops["host"].astype(str).to_numpy()[sync],
-                          "device": ops["device"].astype(str).to_numpy()[sync],
+    where = {c: ops[c].astype(str).to_numpy() if c in ops.columns else np.full(len(ops), "")
+             for c in ("host", "device")}
+    frame = pd.DataFrame({"host": where["host"][sync], "device": where["device"][sync],
                           "op_time_ps": t[sync], "covered_ps": np.where(cov, t, 0)[sync]})
     g = frame.groupby(["host", "device"], sort=True)[["op_time_ps", "covered_ps"]].sum()
     return tuple((str(h), str(d), int(r.op_time_ps), int(r.covered_ps)) for (h, d), r in g.iterrows())
