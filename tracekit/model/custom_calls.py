@@ -9,9 +9,14 @@ the models it used with these lines). A model also sets ``compute_dtype``: the o
 the FLOPs run at (a bf16 x bf16 -> f32 GEMM runs at the bf16 peak, an FP8 one at the FP8 peak).
 
 The backend configs are read as XLA writes them (see :mod:`tracekit.ingest.backend_config`): GPU custom calls carry a
-``xla.gpu.GpuBackendConfig`` (``xla/service/gpu/backend_configs.proto``) as JSON. Targets are XLA's own names
-(``xla/service/gpu/cublas_cudnn.cc``; on ROCm XLA emits hipBLASLt GEMMs under the same ``__cublas$...`` targets).
+``xla.gpu.GpuBackendConfig`` (openxla/xla ``xla/service/gpu/backend_configs.proto`` @ 01631ca8) as JSON. Targets are
+XLA's own names (``xla/service/gpu/cublas_cudnn.cc`` @ 06db3c83; on ROCm XLA emits hipBLASLt GEMMs under the same
+``__cublas$...`` targets, as the MI300X traces in ../shared/traces show). The GEMM operands are the rewrite's:
+(A, B[, C][, bias]) and for FP8 (A, B, a_scale, b_scale[, C][, d_scale]) with the non-batch dimensions padded to
+multiples of 16 (``xla/service/gpu/transforms/gemm_rewriter.cc`` @ 01631ca8, ``CreateF8CustomCall``), results the
+output (and FP8's amax) and a trailing s8/u8 workspace. Pallas kernels: see :data:`PALLAS_TARGETS`.
 Any other target stays unknown (NaN FLOPs, operand/result bytes kept) with the reason ``opaque custom call <target>``.
+``fixtures/capture_kernels.py`` builds a fixture per family from these lowerings (``tests/test_kernel_fixtures.py``).
 """
 from __future__ import annotations
 

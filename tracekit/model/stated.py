@@ -71,7 +71,8 @@ def disagreements(ops: pd.DataFrame, inv: np.ndarray, tf: np.ndarray, u: dict) -
         rows = np.flatnonzero(cand)
         d, h = derived[row_id], hi[row_id]
         bad = (shaped[row_id] | xla_matmul[row_id]) & disagree(tf[cand], d, h)
-        for r in rows[bad]:
+        _, at = np.unique(row_id[bad], return_index=True)  # the first disagreeing row of each identity
+        for r in rows[bad][np.sort(at)]:
             i = int(inv[r])
             shapes = bool(shaped[i])
             out.append(_entry(ops, r, float(tf[r]), TRACE_STAT, derived[i],

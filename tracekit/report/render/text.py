@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import re
 
-from tracekit.analysis import coverage
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
@@ -194,6 +193,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
            f"over {s['devices']} device(s); busy {fmt_time(s['busy_ps'])} ({busy}), idle {fmt_time(s['idle_ps'])}; "
            f"{sections.steps_phrase(s)}")
     if s["time_by_bound_ps"]:
+        from tracekit.analysis import coverage  # (here: `tracekit info` renders text without pandas)
         tot = sum(s["time_by_bound_ps"].values()) or 1
         o.para("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
                                                 sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
