@@ -58,7 +58,7 @@ def test_pallas_tpu_matmul_shapes_over_the_authors_estimate():
     expect(rows, "jit_pallas_matmul", 2 * 2048 * 1024 * 2048, F32 * (2048 * 1024 + 1024 * 2048 + 2048 * 2048),
            "model:pallas_matmul")
     assert rows.loc["jit_pallas_matmul", "compute_dtype"] == "f32"
-    warned = {(w["module"], w["stated_source"]): w for w in roofline.cost_disagreements(tr)}
+    warned = {(w["module"], w["stated_source"]): w for w in roofline.joined(tr).disagreements}
     assert set(warned) == {("jit_pallas_matmul", "the trace's flops stat"),
                            ("jit_pallas_matmul", "the kernel's cost_estimate (backend config)")}
     for w in warned.values():
@@ -89,7 +89,7 @@ def test_triton_matmul_and_attention():
     costs = identity.costs(tr).set_index(["program_id", "op"])
     note = costs.loc[(22, rows.loc["jit_triton_mha", "op"]), "note"]
     assert "causality unknown" in note and "mha_forward" in note
-    assert roofline.cost_disagreements(tr) == []
+    assert roofline.joined(tr).disagreements == ()
 
 
 def test_cudnn_fmha_forward_and_backward_gqa():
@@ -136,7 +136,7 @@ def test_transformer_engine_layouts_and_generations():
     read = q + 2 * kv + b * h * s * F32 + 2 * 4 * U32 + 2 * q + 2 * cu
     written = q + 2 * kv
     expect(rows, "jit_te_backward", 2 * b * h * s * s * (3 * d + 2 * d) / 2, read + written, "model:te_fused_attn")
-    assert roofline.cost_disagreements(tr) == []
+    assert roofline.joined(tr).disagreements == ()
 
 
 def _te_instruction(module: str):

@@ -20,6 +20,7 @@ from tracekit.ingest import paths as _load
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
+from tracekit.options import DEFAULT_MAX_BYTES
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
@@ -40,6 +41,8 @@ class Trace:
     hosts: list = field(default_factory=list)
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    #: (module name, program id) -> the hosts whose trace holds that HLO module (:func:`per_host` reads it)
+    module_hosts: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         ops = self.ops
@@ -63,7 +66,7 @@ class Trace:
         return self.ops[~self.ops["is_async"]]
 
 
-def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
          max_events: int | None = None, left_out: list | None = None) -> Trace:
     """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``). ``left_out``: a list to
     collect the hosts of a run folder that cannot be read, as ``(host, path, reason)``, each tried
@@ -101,7 +104,7 @@ class HostFrames:
     device_stats: dict
 
 
-def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+def load_host(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES,
               max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
@@ -398,9 +401,10 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
             return schema.empty(sch)
         return schema.conform(concat_frames(frames_), sch)
 
-    seen, mods = set(), []
+    seen, mods, owners = set(), [], {}
     for p in parts:
         for m in p.hlo_modules:
+            owners.setdefault((m.name, m.program_id), []).append(p.host)
             if (m.name, m.program_id) not in seen:
                 seen.add((m.name, m.program_id))
                 mods.append(m)
@@ -420,4 +424,6 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
-                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings)
+                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings,
+                 module_hosts={k: tuple(v) for k, v in owners.items()})
+

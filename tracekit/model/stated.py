@@ -14,7 +14,7 @@ where each came from.
 * **Bytes** of a custom call never fall below one read of its operands and one write of its results, whatever is
   stated (:func:`tracekit.model.roofline` applies the floor; an author's 0 moves nothing, which no kernel does).
 
-The roofline join calls :func:`disagreements` once; :func:`tracekit.model.roofline.cost_disagreements` returns them.
+The roofline join calls :func:`disagreements` once and hands them on (:attr:`tracekit.model.roofline.Joined.disagreements`).
 """
 from __future__ import annotations
 
