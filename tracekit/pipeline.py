@@ -92,6 +92,8 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
     mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step)
     frames = replace(frames, **rule_frames(mem, ov, frames.devices))
+    from tracekit.analysis import kernelprof  # measured in the kernels: MXU counters, Mosaic pipeline stages
+    frames = replace(frames, op_stats=kernelprof.annotate(frames.op_stats, tr.kernel_profile))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all

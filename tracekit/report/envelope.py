@@ -155,7 +155,8 @@ class Report:
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
-              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line", "op_name", "source"]
+              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line", "op_name", "source",
+              "mxu_util", "mxu_util_source", "dma_wait_share", "dma_wait_ps", "dma_wait_source"]
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,9 @@ def build(a: Analysis) -> Report:
         "warnings": list(a.warnings),
         "model_warnings": clean(list(model_warnings or [])),
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
-                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
+                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction",
+                  "mxu_util": "fraction of the matrix units' cycles (mxu_util_source)",
+                  "dma_wait_share": "fraction of the Mosaic pipeline's wait + body time spent waiting on DMAs"},
         "provenance": {
             "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
             "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
@@ -327,6 +330,8 @@ def build(a: Analysis) -> Report:
     }
     from tracekit.report import invariants, trust
     trust.annotate(data, a.rules)
+    from tracekit.analysis import kernelprof
+    data["top_ops_trust"].update(kernelprof.trust(top))  # (measured in the kernel: counters, pipeline stages)
     rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
     data["gate"]["failed"] = rep.fails(fail_on)
     return invariants.self_checked(rep)
