@@ -88,12 +88,10 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         ops = with_roofline(tr, chip, topology, cost_table, release_trace_costs=not isinstance(source, Trace))
     progress.stage("timelines")
     frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, hidden=hidden, exposed=exposed,
-                                          min_gap_ps=min_gap_ps, modules=tr.modules)
+                                          min_gap_ps=min_gap_ps, modules=tr.modules, kernel_profile=tr.kernel_profile)
     step_source = sorted({str(x) for x in tr.steps["step_source"].unique()}) if len(tr.steps) else []
     mem, ov = memory_and_overview(tr, ops, frames.steps, chip, ", ".join(step_source), model_flops_per_step)
     frames = replace(frames, **rule_frames(mem, ov, frames.devices))
-    from tracekit.analysis import kernelprof  # measured in the kernels: MXU counters, Mosaic pipeline stages
-    frames = replace(frames, op_stats=kernelprof.annotate(frames.op_stats, tr.kernel_profile))
     progress.stage("rules")
     findings = rules.run_rules(frames, rule_list, params)
     if not (len(ops) and (~ops["is_async"].to_numpy(bool)).any()):  # no device op executions at all
@@ -185,7 +183,7 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
     export_mod.check_devices(tr.ops, devices)
     window = export_mod.step_window(tr.steps, steps, devices)
     ops = with_roofline(tr, chip)
-    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
+    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, kernel_profile=tr.kernel_profile)
     findings = rules.run_rules(frames, rule_list)
     d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
     return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.ingest import devclock, kernelprof
+from tracekit.ingest import copies, devclock, kernelprof
 from tracekit.ingest.events import Acc, Cat, intern, stat_floats, stat_ints, stat_strings
 from tracekit.ingest.wire import LineData, PlaneData
 from tracekit.ingest.xspace import as_float, as_int, device_of, stats_dict
@@ -334,9 +334,10 @@ def _gpu_line(head, line, names, host, device, acc, issues=None, odd=None):
         src = np.where(~op_named, 2, src)
     source = Cat(src.astype(np.int32), ["gpu_kernel", "gpu_memcpy", "gpu_runtime"])
     opcode = Cat(op.codes, [opcode_from_name(c) if c else "" for c in op.categories])
+    runtime = copies.columns(line, names, kernel, is_memcpy & ~op_named, device, odd, ~op_named)  # size, direction
     acc["ops"].add(host=host, device=device, line=line.name, source=source, op=op, opcode=opcode, module=mod,
                    program_id=pid.astype(np.uint64), kernel=kernel, start_ps=_start(line),
-                   duration_ps=line.event_duration_ps, is_async=np.zeros(line.n_events, bool))
+                   duration_ps=line.event_duration_ps, is_async=np.zeros(line.n_events, bool), **runtime)
 
 
 #: allocator events on host threads (xprof's memory-profile data): name -> kind

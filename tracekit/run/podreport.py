@@ -13,7 +13,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     """The Report of the analyzed hosts (``summaries``, in host order); ``failures`` [(host, path, reason)]
     become warnings; ``resolved``: [(rule, resolved params)] of every rule; ``opt``: the map's Options."""
     from tracekit import pipeline
-    from tracekit.analysis import evidence, memory, overview
+    from tracekit.analysis import evidence, kernelprof, memory, overview
     from tracekit.analysis import stepstats
     from tracekit.analysis.rule_checks import RuleFrames, overlap_advice
     from tracekit.model import roofline
@@ -27,6 +27,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     steps = rd.steps_frame(summaries)
     span, profiled = evidence.spans(devices)
     stats = rd.op_stats(summaries, tot.op_time_ps, float(devices["span_ps"].sum()) if len(devices) else float("nan"))
+    stats = kernelprof.annotate(stats, None)  # (the kernels' own measurements are not carried to a pod: NaN)
     coll = rd.collectives_top(summaries, rd_top())
     if len(coll) and "overlap_advice" not in coll.columns:
         coll["overlap_advice"] = overlap_advice(coll)
