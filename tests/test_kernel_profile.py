@@ -89,10 +89,10 @@ def test_pallas_dma_wait_share_equals_the_raw_stages():
     assert f[0]["savings_ps"] == min(wait, top["headroom_ps"])
 
 
-def test_pallas_kernel_measurements_in_the_text_and_markdown_reports():
-    from tracekit.report.render import markdown, text
+def test_pallas_kernel_measurements_in_the_text_markdown_and_html_reports():
+    from tracekit.report.render import html, markdown, text
     rep = pipeline.analyze(PALLAS)
-    for out in (text.render(rep, width=120), markdown.render(rep)):
+    for out in (text.render(rep, width=120), markdown.render(rep), html.render(rep)):
         assert "Measured inside kernels" in out and "MXU busy 59.8%" in out and "measured" in out
         assert "roofline efficiency of 27.0%" in out and "waiting on block DMAs 57.8%" in out
 
@@ -206,3 +206,21 @@ def test_no_profile_no_columns_in_use(tmp_path):
     assert not [f for f in rep.data["findings"] if f["rule_id"] == "TK025"]
     names = raw_stage_times(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))  # (its TraceMe holds no ep_*)
     assert names and not any(n.startswith("ep_") for n in names)
+
+
+def test_ops_command_shows_the_kernel_measurements():
+    from click.testing import CliRunner
+    from tracekit.cli import main
+    res = CliRunner().invoke(main, ["ops", str(PALLAS), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.output)[0]
+    t = raw_stage_times(PALLAS)
+    wait = t["ep_wait_in"] + t["ep_wait_out"] + t["ep_finalize"]
+    assert row["dma_wait_share"] == pytest.approx(wait / (wait + t["ep_run_kernel"]), rel=1e-9)
+    assert 0 < row["mxu_util"] < 1 and row["mxu_util_source"] and row["dma_wait_source"]
+    res = CliRunner().invoke(main, ["ops", str(PALLAS)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "mxu" in res.output and "dma_wait" in res.output and "59.8%" in res.output
+    # a trace without kernel profiling: no such columns
+    res = CliRunner().invoke(main, ["ops", str(shared_trace("tpu/v6e-4_jax_inference.xplane.pb")), "--format", "json",
+                                    "--limit", "3"])
+    assert res.exit_code == 0 and "mxu_util" not in res.output
