@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from tracekit.ingest.events import Cat, intern, stat_strings
+from tracekit.ingest.events import Cat, stat_strings
 
 H2D, D2H, D2D, P2P, TO_DEVICE, UNKNOWN, MEMSET = ("memcpy H2D", "memcpy D2H", "memcpy D2D", "memcpy P2P",
                                                   "memcpy to device", "memcpy", "memset")
@@ -94,29 +94,29 @@ def columns(line, names: dict, kernel: Cat, is_copy: np.ndarray, device: str, od
     ids = {v: k for k, v in names.items()}
     has_c, cdet = stat_strings(line, ids.get("memcpy_details", -1), names, odd, "memcpy_details")
     has_s, sdet = stat_strings(line, ids.get("memset_details", -1), names, odd, "memset_details")
-    kname = np.array([str(k) for k in kernel.categories] + [""], dtype=object)[kernel.codes] if n else \
-        np.zeros(0, object)
-    copy_kernel = np.array([bool(_COPY_KERNEL.search(str(k))) for k in kernel.categories] + [False],
-                           bool)[kernel.codes] if n else np.zeros(0, bool)
-    copy = is_copy | has_c | has_s | copy_kernel
+    by_kernel = np.array([bool(_COPY_KERNEL.search(str(k))) for k in kernel.categories] + [False], bool)
+    copy = is_copy | has_c | has_s | (by_kernel[kernel.codes] if n else np.zeros(0, bool))
     if runtime is not None:
         copy &= runtime
-    size = np.full(n, np.nan)
-    if not copy.any():
-        return {"trace_bytes": size, "category": Cat(np.full(n, -1, np.int32), [])}
+    if not copy.any():  # (most lines: one value for the chunk, spread when the frame is made)
+        return {"trace_bytes": np.nan, "category": None}
     dev = device.partition(":")[2]
     ordinal = int(dev) if dev.isdigit() else None
-    text = np.where(has_c, np.array(cdet.categories + [""], dtype=object)[cdet.codes],
-                    np.where(has_s, np.array(sdet.categories + [""], dtype=object)[sdet.codes], ""))
     idx = np.flatnonzero(copy)
-    keys = [(kname[i], text[i]) for i in idx]
-    cats: dict = {}
-    for key in set(keys):
-        f = parse(key[1])
+    # one parse per distinct (kernel, details) pair: details as +code (memcpy), -code-2 (memset), -1 (none)
+    det = np.where(has_c[idx], cdet.codes[idx], np.where(has_s[idx], -sdet.codes[idx] - 2, -1))
+    pairs, inv = np.unique(np.stack([kernel.codes[idx].astype(np.int64), det.astype(np.int64)]), axis=1,
+                           return_inverse=True)
+    found = []
+    for k, d in pairs.T:
+        text = cdet.categories[d] if d >= 0 else sdet.categories[-d - 2] if d <= -2 else ""
+        f = parse(str(text))
         b = f.get("size", f.get("num_bytes"))
-        cats[key] = (direction(key[0], line.name, f, ordinal), float(b) if isinstance(b, int) and b > 0 else np.nan)
-    size[idx] = [cats[k][1] for k in keys]
-    label = np.full(n, "", dtype=object)
-    label[idx] = [cats[k][0] for k in keys]
-    u, inv = np.unique(label.astype(str), return_inverse=True)
-    return {"trace_bytes": size, "category": intern(list(u), inv)}
+        found.append((direction(str(kernel.categories[k]) if k >= 0 else "", line.name, f, ordinal),
+                      float(b) if isinstance(b, int) and b > 0 else np.nan))
+    size = np.full(n, np.nan)
+    size[idx] = np.array([b for _, b in found], float)[inv.ravel()]
+    labels = [""] + sorted({c for c, _ in found})
+    codes = np.zeros(n, np.int32)
+    codes[idx] = np.array([labels.index(c) for c, _ in found], np.int32)[inv.ravel()]
+    return {"trace_bytes": size, "category": Cat(codes, labels)}

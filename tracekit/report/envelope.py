@@ -321,7 +321,8 @@ def build(a: Analysis) -> Report:
             "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
             "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
                            "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
-                           "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
+                           "assumptions under custom_calls.models; 'model:runtime_copy': a GPU runtime copy "
+                           "priced from its size and direction), 'unknown' (with unknown_reason)",
             "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
             "collectives": "interconnect.collectives: predicted_ps from the topology-aware collective model (chip "
                            "table links, interconnect.topology.source), measured from trace events; skew = wait for "
