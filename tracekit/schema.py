@@ -132,6 +132,29 @@ MEMORY_EVENTS = {
     "requested_bytes": ("float64", "bytes this allocation asked for, NaN when absent"),
 }
 
+#: What a TPU trace measured inside its kernels (:mod:`tracekit.ingest.kernelprof`): one row per (host, device,
+#: program, op) with a ``_counters_`` sample or a Mosaic pipeline stage inside some execution.
+KERNEL_PROFILE = {
+    "host": (CAT, ""),
+    "device": (CAT, ""),
+    "program_id": ("uint64", ""),
+    "op": (CAT, "HLO instruction name of the kernel"),
+    "profiled_executions": ("int64", "executions with a counter sample or a pipeline stage"),
+    "counted_executions": ("int64", "executions with MXU counters"),
+    "staged_executions": ("int64", "executions with Mosaic pipeline stages"),
+    "kernel_ps": ("int64", "time of the profiled executions (device clock)"),
+    "mxu_busy": ("float64", "MXU busy: cycles (0.5 x MXU_BUSY_1 + MXU_BUSY_2, hw_counters) or ps (windows x % util, "
+                            "llo_util); NaN without counters"),
+    "mxu_span": ("float64", "what mxu_busy is out of: the TensorCore cycles (hw_counters) or the windows' ps"),
+    "mxu_basis": (CAT, "hw_counters | llo_util (LLO static slot occupancy over measured windows) | both, comma-joined"),
+    "ep_wait_in_ps": ("float64", "time in ep_wait_in (waiting for an input block's DMA); NaN without stages"),
+    "ep_wait_out_ps": ("float64", "time in ep_wait_out and ep_finalize (waiting for an output block's DMA)"),
+    "ep_copy_in_ps": ("float64", "time in ep_copy_in (starting input DMAs)"),
+    "ep_copy_out_ps": ("float64", "time in ep_copy_out (starting output DMAs)"),
+    "ep_run_kernel_ps": ("float64", "time in ep_run_kernel (the kernel body)"),
+    "ep_initialize_ps": ("float64", "time in ep_initialize_N (the first fetches)"),
+}
+
 #: Columns the roofline stage adds to OPS.
 ROOFLINE = {
     "flops": ("float64", "floating-point operations of one execution"),
@@ -251,6 +274,13 @@ RULE_FRAMES = {
         "intensity_flops_per_byte": ("float64", "flops / bytes_accessed"),
         "bound_by": (_TEXT, "compute | memory | network | host_link | unknown (largest summed roofline term)"),
         "chip_f32_slower": ("bool", "the chip runs bf16 matmuls faster than f32 (TPUs, tensor-core GPUs)"),
+        "mxu_util": ("float64", "measured MXU utilization inside the kernel (TPU _counters_ line; NaN without): "
+                                "(0.5 x MXU_BUSY_1 + MXU_BUSY_2) / cycles, or LLO slot occupancy (mxu_util_source)"),
+        "mxu_util_source": (_TEXT, "what mxu_util was read from, over how many executions; empty without"),
+        "dma_wait_share": ("float64", "Mosaic pipeline stages (XLA TraceMe): time waiting for block DMAs "
+                                      "(ep_wait_in + ep_wait_out + ep_finalize) / (that + ep_run_kernel); NaN without"),
+        "dma_wait_ps": ("float64", "time waiting for block DMAs in the profiled executions, summed"),
+        "dma_wait_source": (_TEXT, "what dma_wait_share was read from, over how many executions; empty without"),
     },
     "collectives": {
         "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "device_kind": (_TEXT, "chip"),
@@ -406,7 +436,8 @@ UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction
          "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
          "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps", "live_peak_share": "fraction",
          "mfu": "fraction", "mfu_at_possible": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
-         "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count"}
+         "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count", "mxu_util": "fraction",
+         "dma_wait_share": "fraction"}
 
 
 def unit_of(column: str, kind: str = "") -> str:

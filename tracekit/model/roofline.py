@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, execution, identity, peaks, sharing, stated
+from tracekit.model import calibrate, chips, execution, identity, peaks, runtime_copies, sharing, stated
 from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
                               with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -171,13 +171,14 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
     disagreements = stated.disagreements(ops, inv, tf, u)
+    to_host_copies = runtime_copies.price(ops, p, u, dchips, tb, len(EXTRA_REASONS))  # memcpy/memset: size, path
     del tf, tb, share, rows
     if release_trace_costs:
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
     _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
     sharing.host_terms(ops, p, dchips)
-    to_host = _to_rows(u["to_host"], inv)  # (held once when no copy goes to host memory: most traces)
+    to_host = runtime_copies.mark_to_host(_to_rows(u["to_host"], inv), to_host_copies)  # (held once: most traces)
     del inv, first
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
@@ -192,7 +193,8 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
     new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=labels(CostSource) + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p.pop("reason").astype(np.int32),
-                                                      categories=u["reasons"] + list(EXTRA_REASONS))
+                                                      categories=u["reasons"] + list(EXTRA_REASONS)
+                                                      + u.get("late_reasons", []))
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
         p["compute"], p["memory"], p["network"], roof
     new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])

@@ -53,11 +53,14 @@ def report(summaries: list, failures: list, rules: list, options: Options, *, fi
                          "rules": resolved}),
         "gate": {"fail_on": options.fail_on, "failed": False},
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
-                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
+                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction",
+                  "mxu_util": "fraction of the matrix units' cycles (mxu_util_source)",
+                  "dma_wait_share": "fraction of the Mosaic pipeline's wait + body time spent waiting on DMAs"},
         "provenance": PROVENANCE,
     })
     rule_objs = tuple(r for r, _ in ctx.rules)
     trust.annotate(data, rule_objs)
+    data["top_ops_trust"].update(ctx.shared.get("kernel_trust") or {})
     rep = Report(data, rules=rule_objs, op_table=ctx.op_stats)
     data["gate"]["failed"] = rep.fails(options.fail_on)
     rep = invariants.self_checked(rep)
@@ -69,7 +72,8 @@ PROVENANCE = {
     "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
     "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
                    "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
-                   "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
+                   "assumptions under custom_calls.models; 'model:runtime_copy': a GPU runtime copy priced "
+                   "from its size and direction), 'unknown' (with unknown_reason)",
     "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
     "collectives": "interconnect.collectives: predicted_ps from the topology-aware collective model (chip "
                    "table links, interconnect.topology.source), measured from trace events; skew = wait for "

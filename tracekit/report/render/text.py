@@ -14,6 +14,7 @@ import io
 import re
 
 from tracekit.report.render import collectives as coll_section
+from tracekit.report.render import kernels
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.report.trust import legend, tag
@@ -263,6 +264,11 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
             right={2, 3, 4, 5, 6, 8, 9}, shrink=(0, 1), drop=(10, 1, 6, 5, 9))
     if any(ABOVE_MARK in r[8] or WITHIN_MARK in r[8] for r in rows):
         o.para(EFF_MARKS_NOTE)
+    measured = kernels.lines(d, top)  # the trace's own counters and pipeline stages, beside the roofline
+    if measured:
+        o.para(kernels.TITLE + ":")
+        for op, text in measured:
+            o.para(f"{_safe(op)}: ", _safe(text), indent=2)
 
 
 def _collectives(o: _Out, d: dict) -> None:
