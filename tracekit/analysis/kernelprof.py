@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-#: the columns :func:`annotate` adds (units: schema.UNITS; trust: :func:`trust`)
+#: the columns :func:`annotate` adds (units: tracekit.analysis.rule_schema.UNITS; trust: :func:`trust`)
 COLUMNS = ("mxu_util", "mxu_util_source", "dma_wait_share", "dma_wait_ps", "dma_wait_source")
 _KEY = ["program_id", "op"]
 _BASIS_TEXT = {"hw_counters": "hardware counters: (0.5 x MXU_BUSY_1 + MXU_BUSY_2) / TensorCore cycles",

@@ -14,7 +14,7 @@
 A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check` together with the
 columns it adds to the rule's frame (or, with ``replaces=True``, the only columns it returns); the engine then
 evaluates the rule's ``savings`` expression on those rows. The columns each frame has are declared in
-:data:`tracekit.schema.RULE_FRAMES`.
+:data:`tracekit.analysis.rule_schema.RULE_FRAMES`.
 """
 from __future__ import annotations
 

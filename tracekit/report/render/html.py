@@ -20,6 +20,7 @@ import json
 import math
 
 from tracekit.report.render import collectives as coll_section
+from tracekit.report.render import kernels
 from tracekit.report.render import sections
 from tracekit.report.trust import legend, tag
 from tracekit.report.render import timeline_html as tlh
@@ -382,7 +383,7 @@ def body(d: dict, *, top: int = 25) -> str:
         f"{custom_calls_html(d.get('custom_calls') or {})}"
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
-        f"click a header to sort. {e(EFF_MARKS_NOTE)}</p>{_kernel_lines(d, top)}</section>\n"
+        f"click a header to sort. {e(EFF_MARKS_NOTE)}</p>{kernels.html_list(d, top)}</section>\n"
         f"{coll_section.html_section(d)}")
 
 
@@ -399,10 +400,3 @@ def render(report, *, top: int = 25, **_) -> str:
         f'<div id="tip" hidden></div>\n'
         f'<script type="application/json" id="tracekit-data">{inline_json(d)}</script>\n'
         f"<script>{JS}{tlh.JS}</script>\n</body></html>\n")
-
-
-def _kernel_lines(d: dict, top: int) -> str:
-    """What the trace measured inside the top kernels (:mod:`tracekit.report.render.kernels`), as a list."""
-    from tracekit.report.render import kernels
-    items = "".join(f"<li><code>{e(op)}</code>: {e(text)}</li>" for op, text in kernels.lines(d, top))
-    return f"<h3>{e(kernels.TITLE)}</h3><ul>{items}</ul>" if items else ""

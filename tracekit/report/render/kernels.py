@@ -3,6 +3,8 @@
 every format: the number, its unit, where it came from and its trust class, beside the roofline's efficiency."""
 from __future__ import annotations
 
+import html
+
 from tracekit.report.trust import tag
 from tracekit.units import fmt_pct, fmt_time
 
@@ -27,3 +29,11 @@ def lines(d: dict, top: int) -> list[tuple[str, str]]:
         if parts:
             out.append((str(r["op"]), "; ".join(parts)))
     return out
+
+
+def html_list(d: dict, top: int) -> str:
+    """:func:`lines` as an HTML heading and list ('' when no top op has a kernel measurement)."""
+    def e(x) -> str:
+        return html.escape(str(x), quote=True)
+    items = "".join(f"<li><code>{e(op)}</code>: {e(text)}</li>" for op, text in lines(d, top))
+    return f"<h3>{e(TITLE)}</h3><ul>{items}</ul>" if items else ""
