@@ -80,3 +80,45 @@ def test_coverage_line_says_chip_unknown(tmp_path):
     named = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(p), "--chip", "TPU v6e"],
                            capture_output=True, text=True).stdout
     assert "chip unknown" not in named
+
+
+def _mixed_export(path):
+    """A TPU export of five kinds of op, none of them priceable without a chip: a fusion with its stats, a Pallas
+    kernel whose stats are 0 flops and 0 bytes (no cost estimate), a copy without a flops stat (costed from its
+    long name's shapes), a custom call of an unknown target without stats, and a tuple (no work at all)."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "/device:TPU:0"}},
+          {"ph": "M", "name": "thread_name", "pid": 3, "tid": 2, "args": {"name": "XLA Modules"}},
+          {"ph": "M", "name": "thread_name", "pid": 3, "tid": 3, "args": {"name": "XLA Ops"}}]
+    ops = [("fusion.1", "%fusion.1 = bf16[64,64]{1,0} fusion(bf16[64,64]{1,0} %p), kind=kOutput, calls=%c",
+            {"model_flops": "1000", "bytes_accessed": "100"}),
+           ("pallas.1", '%pallas.1 = bf16[8,128]{1,0} custom-call(bf16[8,128]{1,0} %q, bf16[8,128]{1,0} %k), '
+                        'custom_call_target="tpu_custom_call"', {"model_flops": "0", "bytes_accessed": "0"}),
+           ("copy.1", "%copy.1 = bf16[64,64]{1,0} copy(bf16[64,64]{0,1} %p)", {"bytes_accessed": "100"}),
+           ("mine.1", '%mine.1 = f32[16]{0} custom-call(f32[16]{0} %a), custom_call_target="my_kernel"', {}),
+           ("tuple.1", "%tuple.1 = (bf16[64,64]{1,0}) tuple(bf16[64,64]{1,0} %p)", {})]
+    for i in range(3):
+        ev.append({"ph": "X", "pid": 3, "tid": 2, "ts": i * 1000, "dur": 900, "name": "jit_f(7)"})
+        for j, (name, long_name, args) in enumerate(ops):
+            ev.append({"ph": "X", "pid": 3, "tid": 3, "ts": i * 1000 + 1 + j * 100, "dur": 90, "name": name,
+                       "args": {"long_name": long_name, **args}})
+    path.write_text(json.dumps({"displayTimeUnit": "ns", "traceEvents": ev}))
+    return path
+
+
+def test_every_unknown_reason_says_chip_unknown(tmp_path):
+    """Done-when of issue 32: a JSON TPU export without chip information says so in every unknown reason (an op
+    with no work at all says that instead: it needs no chip), and no reason is false: the Pallas kernel's 0/0
+    stats are no count (its FLOPs unknown, its bytes one read of q and k and one write of its result)."""
+    ops = roofline.join(tracekit.load(_mixed_export(tmp_path / "t.trace.json")))
+    by = ops[~ops["is_async"].astype(bool)].drop_duplicates("op").set_index("op")
+    assert by["roofline_ps"].isna().all()
+    reasons = by["unknown_reason"].astype(str).to_dict()
+    for op, why in reasons.items():
+        if op == "tuple.1":
+            assert why == "no work (zero flops and bytes)"
+        else:
+            assert "chip unknown — pass --chip NAME" in why, (op, why)
+    assert "stats are both 0" in reasons["pallas.1"] and "my_kernel" in reasons["mine.1"]
+    assert by.loc["pallas.1", "bytes_accessed"] == 3 * 8 * 128 * 2 and by["flops"].isna()["pallas.1"]
+    named = roofline.join(tracekit.load(tmp_path / "t.trace.json"), chip="TPU v6e")
+    assert not named["unknown_reason"].astype(str).str.contains("chip unknown").any()

@@ -149,7 +149,7 @@ def test_no_step_is_faster_than_the_possible_step_time(get):
 
 
 def test_a_trace_without_hlo_has_unknown_flops_bytes_and_roofline_not_zero():
-    """TF BERT on V100: no HLO, so no FLOP or byte count and no roofline for any op. The headline says unknown
+    """TF BERT on V100: no HLO, so no FLOP or byte count and no roofline for any op but its runtime memcpys. The headline says unknown
     (null in JSON) instead of 0 FLOP and 0 % utilization, and the step-time rule does not compare with a
     'possible' time that would only be the measured busy time."""
     rep = _analyze(str(shared_trace("gpu/v100x8_tf_bert.xplane.pb")))
@@ -166,7 +166,8 @@ def test_a_trace_without_hlo_has_unknown_flops_bytes_and_roofline_not_zero():
     # section opens with; the device idle outside this trace's one step is no step idle, so no finding may be left)
     from tracekit.report.render import text as text_render
     line = text_render.claims_line(rep.data["summary"])
-    assert "ops without a roofline (100.0% of op time) count at their measured time" in line
+    # (its runtime memcpys, 1.6 % of op time, have a roofline of their own: their size over the host link)
+    assert "ops without a roofline (98.4% of op time) count at their measured time" in line
     if rep.data["findings"]:
         assert " ".join(line.split()) in " ".join(text.split())
 

@@ -8,6 +8,7 @@ import pytest
 
 import tracekit
 from conftest import CPU_CASES, cpu_fixture, shared_trace
+from tracekit.analysis import coverage
 from tracekit.model import chips
 from tracekit.model import identity, roofline
 from tracekit.ingest import synth
@@ -107,12 +108,13 @@ def test_chip_override_changes_peaks(tmp_path):
 
 
 def _coverage(path):
+    """Roofline coverage as tracekit.analysis.coverage defines it (the one definition), and the reasons of the
+    synchronous ops it leaves out."""
     tr = tracekit.load(path)
     o = roofline.join(tr)
-    d = o[~o["is_async"] & (o["source"] != "gpu_runtime")]
-    known = d["bound_by"].astype(str) != "unknown"
-    unknown_reasons = set(d.loc[~known, "unknown_reason"].astype(str))
-    return (d["duration_ps"] * known).sum() / d["duration_ps"].sum(), unknown_reasons
+    d = o[~o["is_async"]]
+    unknown_reasons = set(d.loc[~coverage.covered(d), "unknown_reason"].astype(str))
+    return coverage.summarize(coverage.parts(o))["overall"], unknown_reasons
 
 
 @pytest.mark.parametrize("rel", ["tpu/v6e-4_jax_inference.xplane.pb", "gpu/mi300x_jax_gemm.xplane.pb",

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tracekit import schema
+from tracekit.analysis import rule_schema
 from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS
 from tracekit.analysis.rule_model import RULE_FORMAT, Param, find_rule, matches, params_for
 from tracekit.analysis.rule_model import load_rules, parse_rule
@@ -242,24 +242,24 @@ def test_rule_frames_match_their_declared_schemas():
     frames["parallel_axes"] = parallelism.rule_frame(par)
     serving = tracekit.load(FIXTURES / "serving" / "decode_gqa")  # the serving frame, of a serving trace
     frames["serving"] = hostview.build(serving, Options()).frames.serving
-    assert set(frames) == set(schema.RULE_FRAMES)
+    assert set(frames) == set(rule_schema.RULE_FRAMES)
     checked = 0
     for name, df in frames.items():
         if not len(df):
             continue  # an empty frame (no offloading program here) is never read: the rule is not applicable
         checked += 1
-        declared = schema.RULE_FRAMES[name]
-        extra = schema.RULE_FRAME_EXTRA.get(name)
+        declared = rule_schema.RULE_FRAMES[name]
+        extra = rule_schema.RULE_FRAME_EXTRA.get(name)
         if extra:
             df = df[[c for c in df.columns if c in declared or not re.match(extra, c)]]
         assert not [c for c in df.columns if c not in declared], \
-            f"{name}: undeclared columns {[c for c in df.columns if c not in declared]} (declare them in schema.RULE_FRAMES)"
+            f"{name}: undeclared columns {[c for c in df.columns if c not in declared]} (declare them in rule_schema.RULE_FRAMES)"
         assert set(declared) == set(df.columns), f"{name}: declared but absent {set(declared) - set(df.columns)}"
         for c, (kind, meaning) in declared.items():
             assert KIND_OF[kind](df[c]), f"{name}.{c}: declared {kind}, is {df[c].dtype}"
             assert meaning, f"{name}.{c} has no meaning"
             if kind in ("int64", "int32", "float64", "float32") and c not in ("run_id", "step"):
-                assert schema.unit_of(c), f"{name}.{c}: a number without a unit"
+                assert rule_schema.unit_of(c), f"{name}.{c}: a number without a unit"
     assert checked >= 10
 
 

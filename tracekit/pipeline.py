@@ -116,7 +116,7 @@ def export(source, out, *, chip: str | None = None, run: str | None = None, step
     export_mod.check_devices(tr.ops, devices)
     window = export_mod.step_window(tr.steps, steps, devices)
     ops = with_roofline(tr, chip)
-    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events)
+    frames = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, kernel_profile=tr.kernel_profile)
     findings = rules.run_rules(frames, rule_list)
     d2s = hlo.done_to_start(tr.hlo) if len(tr.hlo) else {}
     return export_mod.write(out, ops, frames, findings, d2s, window=window, devices=devices)

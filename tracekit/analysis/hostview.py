@@ -76,7 +76,8 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     finally:
         tr.hosts, tr.paths = [host], paths
     progress.stage("timelines")
-    fr = rule_checks.frames_for_rules(j.ops, tr.steps, tr.host_events, modules=tr.modules, **options.timeline())
+    fr = rule_checks.frames_for_rules(j.ops, tr.steps, tr.host_events, modules=tr.modules,
+                                      kernel_profile=tr.kernel_profile, **options.timeline())
     step_source = tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ()
     mem = memory.build(tr, j.chips)
     parts = overview.device_parts(j.ops, fr.steps, j.chips)

@@ -41,8 +41,8 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
     (:data:`PROGRAM_COLUMNS`) and that device's own: its steps, their total time (``step_total_ps``), the runs'
     time (``run_total_ps``), the decode bound over its steps (``bound_total_ps``), the host gaps between its
     decode steps and the prefills interrupting them; ``span_ps``: first run start to last run end."""
-    from tracekit import schema
-    kinds = {c: k for c, (k, _) in schema.RULE_FRAMES["serving"].items() if k != "text"}
+    from tracekit.analysis import rule_schema
+    kinds = {c: k for c, (k, _) in rule_schema.RULE_FRAMES["serving"].items() if k != "text"}
     r, p = view.runs, view.programs
     if not len(r) or not len(p):
         return pd.DataFrame(columns=RULE_COLUMNS).astype(kinds)

@@ -26,7 +26,7 @@ step of its device: the ops frame's ``step`` >= 0):
   roofline, everything else hidden behind the busiest. A lower bound; ``bound_by`` names the resource. Unknown
   (NaN) on a device whose compute ops have no roofline at all: it would be their measured time, not a roofline.
 * **coverage** (``known_share``): the share of the compute ops' measured time whose FLOPs, bytes or roofline are
-  known. A trace without HLO has none: its FLOPs per step, HBM bytes and possible step time are unknown (NaN),
+  known (the roofline's: covered as :mod:`tracekit.analysis.coverage` defines it). A trace without HLO has none: its FLOPs per step, HBM bytes and possible step time are unknown (NaN),
   never zero; a partial count is a lower bound.
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ import pandas as pd
 
 from tracekit.columns import self_time
 from tracekit.grouping import row_parts
+from tracekit.analysis import coverage
 from tracekit.analysis import timeline as tl
 from tracekit.analysis import mfu as mfu_mod
 from tracekit.analysis import stepstats
@@ -151,6 +152,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     if conc is not None:
         num["roofline_ps"] = num["roofline_ps"] / conc
     own = self_time(ops)  # (a while or conditional whose body ops are traced: only the time outside them)
+    cov = coverage.covered(ops)
     dev_rows = row_parts(ops, ["host", "device"])  # one slice per device of a frame sorted by device
     dcol = "compute_dtype" if "compute_dtype" in ops.columns else "dtype" if "dtype" in ops.columns else None
     by_codes = dcol is not None and isinstance(ops[dcol].dtype, pd.CategoricalDtype)
@@ -172,7 +174,8 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         # how much of the compute path's measured time has a FLOP count, a byte count, a roofline (a trace without
         # HLO has none: its FLOPs, bytes and roofline are unknown, not zero)
         wd = own[ix][w]
-        known = {k: int(wd[~np.isnan(v[w])].sum()) for k, v in (("flops", nf), ("bytes", nb), ("roof", nr))}
+        known = {k: int(wd[~np.isnan(v[w])].sum()) for k, v in (("flops", nf), ("bytes", nb))}
+        known["roof"] = int(wd[cov[ix][w]].sum())  # covered: tracekit.analysis.coverage, the one definition
         work_ps = int(wd.sum())
         fl = nf[o & ~np.isnan(nf)]
         mf = nm[o]

@@ -14,7 +14,7 @@
 A check is ``fn(frames, params) -> DataFrame`` of evidence rows, registered with :func:`check` together with the
 columns it adds to the rule's frame (or, with ``replaces=True``, the only columns it returns); the engine then
 evaluates the rule's ``savings`` expression on those rows. The columns each frame has are declared in
-:data:`tracekit.schema.RULE_FRAMES`.
+:data:`tracekit.analysis.rule_schema.RULE_FRAMES`.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import pandas as pd
 
 from tracekit.analysis import gaps as idle, timeline as tl
 from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
+from tracekit.analysis import kernelprof
 from tracekit.analysis.opstats import op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.columns import with_columns
@@ -125,11 +126,13 @@ class RuleFrames(Mapping):
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
                      *, hidden: float = DEFAULTS.hidden, exposed: float = DEFAULTS.exposed,
                      min_gap_ps: int = DEFAULTS.min_gap_ps,
-                     modules: pd.DataFrame | None = None) -> RuleFrames:
+                     modules: pd.DataFrame | None = None, kernel_profile: pd.DataFrame | None = None) -> RuleFrames:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
     across devices of the same device_kind). ``modules``: the program executions per device, which split the
-    steps' idle time (see :func:`tracekit.analysis.timeline.step_breakdown`)."""
+    steps' idle time (see :func:`tracekit.analysis.timeline.step_breakdown`). ``kernel_profile``: what the trace
+    measured inside its kernels (``Trace.kernel_profile``), in ``op_stats`` (:func:`tracekit.analysis.kernelprof.annotate`;
+    NaN columns without it)."""
     steps = steps if steps is not None else pd.DataFrame(
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
@@ -153,7 +156,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
         lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
-    stats = done["op_stats"]
+    stats = kernelprof.annotate(done["op_stats"], kernel_profile)  # MXU counters, Mosaic stages
     stats["share"] = stats["total_ps"] / profiled
     xops = with_columns(ops, {**flags, "in_step": done["in_step"]})  # shares the columns: only the flags are new
     steps_frame = with_columns(done["steps"], {"collective_level": _step_levels(done["steps"])})

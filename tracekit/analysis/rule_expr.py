@@ -10,7 +10,7 @@ the rule's own parameters.
 
 Grammar (the allow-list)
 ------------------------
-* **values**: column names of the frame the rule reads (as declared in :data:`tracekit.schema.RULE_FRAMES`, plus
+* **values**: column names of the frame the rule reads (as declared in :data:`tracekit.analysis.rule_schema.RULE_FRAMES`, plus
   the rule's ``derive`` columns, plus what its ``check`` adds); in ``report_if`` the finding's aggregates instead
   (``count``, ``share``, ``sum_<column>``, ...). ``@name``: a parameter of the rule. Numbers, strings in quotes,
   ``True``/``False``. Integer columns are read as 64-bit integers (no silent 32-bit overflow).
@@ -202,7 +202,7 @@ class _Compiler:
             self.refuse(node, f"`{name}` is not a {self.names_are} here"
                               + (f" (did you mean {', '.join(close)}?)" if close else "")
                               + ("; parameters are written @name" if name in self.params else "")
-                              + ("; a frame's columns are declared in tracekit.schema.RULE_FRAMES (docs/rules.md#frames)"
+                              + ("; a frame's columns are declared in tracekit.analysis.rule_schema.RULE_FRAMES (docs/rules.md#frames)"
                                  if self.names_are == "column" and name not in self.params else ""))
         self.used.add(name)
         return lambda values, params: values[name]

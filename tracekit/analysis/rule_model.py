@@ -3,7 +3,7 @@
 
 Loading checks everything that can be checked without data: the fields, the parameters (kind and bounds), every
 expression against the grammar of :mod:`tracekit.analysis.rule_expr` and the columns the rule's frame declares
-(:data:`tracekit.schema.RULE_FRAMES`), the message/fix templates against the values a finding provides, and the
+(:data:`tracekit.analysis.rule_schema.RULE_FRAMES`), the message/fix templates against the values a finding provides, and the
 shape of the cases (those two in :mod:`tracekit.analysis.rule_fields`). The rule format has a version
 (:data:`RULE_FORMAT`); a file without ``version:`` is format 1 (expressions were pandas query/eval), read with the
 current grammar, and told how to update when refused.
@@ -20,8 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit import artefacts, schema
+from tracekit import artefacts
 from tracekit.errors import TraceError
+from tracekit.analysis import rule_schema
 from tracekit.analysis.rule_checks import CHECKS, check_columns
 from tracekit.analysis.rule_expr import ExprError, compile_expr, grammar_summary
 from tracekit.analysis.rule_fields import Refused, check_cases, check_template, value_names
@@ -288,7 +289,7 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
         p = Param(v["default"], v.get("min"), v.get("max"), str(v.get("doc", "")).strip(), kind)
         params[k] = Param(p.coerce(v["default"], f"{path}: {k}"), p.min, p.max, p.doc, kind)
     # expressions: checked against the columns the frame declares, in the order the engine runs them
-    columns = dict(schema.RULE_FRAMES[doc["frame"]])
+    columns = dict(rule_schema.RULE_FRAMES[doc["frame"]])
     exprs = {}
     derive = dict(doc.get("derive") or {})
     for name, text in derive.items():

@@ -73,11 +73,12 @@ def is_collective(ops: pd.DataFrame) -> np.ndarray:
 def is_matmul(ops: pd.DataFrame) -> np.ndarray:
     """dot/convolution ops, fusions the trace categorizes as convolution/dot/matmul, GPU GEMM kernels (cuBLAS/
     CUTLASS names, hipBLASLt/Tensile ``Cijk_*``), and custom calls priced by a GEMM or convolution model
-    (``cost_source`` ``model:gemm*``, ``model:grouped_gemm``, ``model:cudnn_conv``)."""
+    (``cost_source`` ``model:gemm*``, ``model:grouped_gemm``, ``model:cudnn_conv``, ``model:pallas_matmul``:
+    :data:`tracekit.model.custom_calls.MATMUL_MODELS`)."""
     return (cat_mask(_col(ops, "opcode"), _base_in({"dot", "convolution"}))
             | cat_mask(_col(ops, "category"), _has(r"convolution|\bdot\b|matmul"))
             | cat_mask(_col(ops, "kernel"), _has(r"gemm|matmul|cutlass|xmma|wgmma|^Cijk_"))
-            | cat_mask(_col(ops, "cost_source"), _has(r"^model:(?:gemm|grouped_gemm|cudnn_conv)")))
+            | cat_mask(_col(ops, "cost_source"), _has(r"^model:(?:gemm|grouped_gemm|cudnn_conv|pallas_matmul)")))
 
 
 def is_data_shuffle(ops: pd.DataFrame) -> np.ndarray:

@@ -69,6 +69,9 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     if limit:
         table = table.head(limit)
     table = opstats.with_names(table, tr.hlo)
+    if tr.kernel_profile is not None and len(tr.kernel_profile):  # measured in the kernels (TPU counters, stages)
+        from tracekit.analysis import kernelprof
+        table = kernelprof.annotate(table, tr.kernel_profile)
     if fmt == "csv":
         text = table.to_csv(index=False)
     elif fmt == "json":
@@ -100,9 +103,11 @@ OPS_COLUMNS = [
     ("bound_by", "bound_by", str, "text"),
     ("efficiency", "efficiency", "eff", "num"),  # "(!)": above its roofline, a model warning
     ("headroom", "headroom_ps", "time", "num"),
+    ("mxu", "mxu_util", "pct", "num"),  # measured MXU busy (TPU _counters_), beside the roofline's efficiency
+    ("dma_wait", "dma_wait_share", "pct", "num"),  # Mosaic pipeline: waiting on block DMAs
 ]
 #: left out first to last when the table does not fit the width
-OPS_DROP = ["op_name", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module"]
+OPS_DROP = ["op_name", "dma_wait", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module"]
 
 
 def _format_ops(t):
@@ -115,6 +120,8 @@ def _format_ops(t):
     for header, src, fmt, _kind in OPS_COLUMNS:
         if src == "op_name" and not (src in t.columns and t[src].astype(bool).any()):
             continue  # (no name stack in this trace's HLO)
+        if src in ("mxu_util", "dma_wait_share") and not (src in t.columns and t[src].notna().any()):
+            continue  # (nothing measured inside the kernels)
         if src in t.columns and (src not in ("flops", "bytes_accessed", "bound_by", "efficiency", "headroom_ps")
                                  or "roofline_ps" in t.columns):
             out[header] = t[src].map(fmts[fmt])

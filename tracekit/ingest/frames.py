@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.ingest import devclock
+from tracekit.ingest import copies, devclock, kernelprof
 from tracekit.ingest.events import Acc, Cat, intern, stat_floats, stat_ints, stat_strings
 from tracekit.ingest.wire import LineData, PlaneData
 from tracekit.ingest.xspace import as_float, as_int, device_of, stats_dict
@@ -159,6 +159,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
     odd: dict = {}  # stat name -> values stored with an unexpected type
     has_accel = any(device_of(p.name) and device_of(p.name)[0] in ("TPU", "GPU") for p in planes)
     seen: dict[str, int] = {}
+    profiles: list = []  # the TPU planes' kernel profiles (tracekit.ingest.kernelprof)
     for plane in planes:
         head = plane.head
         names = {k: v.name for k, v in head.stat_metadata.items()}
@@ -178,6 +179,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
         tpu = bool(dev) and dev[0] == "TPU"
         stage = {k: Acc() for k in ("ops", "async", "modules", "steps")} if tpu else acc  # one plane's TPU lines
         clock: list = []
+        prof = kernelprof.PlaneProfile(str(pstats.get("device_type_string") or "")) if tpu else None
         for i, line in enumerate(plane.lines):
             plane.lines[i] = None  # (read once: its columns are let go when this iteration's reads are done)
             if not _sanitize(line, issues):
@@ -187,6 +189,8 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
                 device = f"{dev[0]}:{dev[1]}"
                 if dev[0] == "TPU":
                     _tpu_line(head, line, names, host, device, stage, issues, odd, clock)
+                    if kernelprof.wanted(line.name):
+                        prof.read(head, line, names, odd)
                 elif dev[0] == "GPU":
                     _gpu_line(head, line, names, host, device, acc, issues, odd)
             elif not dev and n and plane.name.startswith("/host:") and plane.name != "/host:metadata":
@@ -210,6 +214,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
             acc["lines"].add(host=host, plane=plane.name, line=line.name or line.display_name,
                              events=np.array([n]), start_ps=np.array([first]), end_ps=np.array([last]))
         if tpu:  # op starts from the device clock where the ops carry it; then the staged rows join the rest
+            profiles.append(prof.frame(stage["ops"].chunks, host, f"{dev[0]}:{dev[1]}"))  # (host-clock starts)
             devclock.settle(stage, clock)
             for k, a in stage.items():
                 acc[k].chunks.extend(a.chunks)
@@ -218,7 +223,8 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
            "modules": acc["modules"].frame(schema.MODULES), "steps": acc["steps"].frame(schema.STEPS),
            "host_steps": acc["host_steps"].frame(schema.STEPS), "lines": acc["lines"].frame(schema.LINES),
            "host_events": acc["host_events"].frame(schema.HOST_EVENTS),
-           "memory_events": acc["memory_events"].frame(schema.MEMORY_EVENTS), "devices": devices}
+           "memory_events": acc["memory_events"].frame(schema.MEMORY_EVENTS), "devices": devices,
+           "kernel_profile": kernelprof.combine(profiles)}
     for name, k in seen.items():
         if k > 1 and (device_of(name) or name == "/host:metadata"):
             warnings.append(f"{host}: plane {name!r} appears {k} times in the file: their events are taken together")
@@ -328,9 +334,10 @@ def _gpu_line(head, line, names, host, device, acc, issues=None, odd=None):
         src = np.where(~op_named, 2, src)
     source = Cat(src.astype(np.int32), ["gpu_kernel", "gpu_memcpy", "gpu_runtime"])
     opcode = Cat(op.codes, [opcode_from_name(c) if c else "" for c in op.categories])
+    runtime = copies.columns(line, names, kernel, is_memcpy & ~op_named, device, odd, ~op_named)  # size, direction
     acc["ops"].add(host=host, device=device, line=line.name, source=source, op=op, opcode=opcode, module=mod,
                    program_id=pid.astype(np.uint64), kernel=kernel, start_ps=_start(line),
-                   duration_ps=line.event_duration_ps, is_async=np.zeros(line.n_events, bool))
+                   duration_ps=line.event_duration_ps, is_async=np.zeros(line.n_events, bool), **runtime)
 
 
 #: allocator events on host threads (xprof's memory-profile data): name -> kind

@@ -35,7 +35,7 @@ def per_host(tr: Trace) -> list[Trace]:
         hl = schema.conform(hlo.hlo_frame(mods), schema.HLO) if len(mods) != len(tr.hlo_modules) else tr.hlo
         out.append(Trace(ops=rows(tr.ops), hlo=hl, modules=rows(tr.modules), steps=rows(tr.steps),
                          lines=rows(tr.lines), devices=rows(tr.devices), host_events=rows(tr.host_events),
-                         memory_events=rows(tr.memory_events), hlo_modules=mods,
+                         memory_events=rows(tr.memory_events), kernel_profile=rows(tr.kernel_profile), hlo_modules=mods,
                          device_stats={k: v for k, v in tr.device_stats.items() if str(k[0]) == h}, hosts=[h],
                          paths=[paths[i]], warnings=list(tr.warnings) if i == 0 else []))
     return out

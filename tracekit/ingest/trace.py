@@ -13,6 +13,7 @@ import pandas as pd
 
 from tracekit import collector, schema
 from tracekit.ingest import frames
+from tracekit.ingest import kernelprof
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import steps as steps_mod
@@ -36,6 +37,7 @@ class Trace:
     devices: pd.DataFrame
     host_events: pd.DataFrame = None
     memory_events: pd.DataFrame = None  #: allocator events (schema.MEMORY_EVENTS), when the trace has them
+    kernel_profile: pd.DataFrame = None  #: MXU counters and Mosaic stages per kernel (schema.KERNEL_PROFILE)
     hlo_modules: list = field(default_factory=list)
     device_stats: dict = field(default_factory=dict)
     hosts: list = field(default_factory=list)
@@ -102,6 +104,7 @@ class HostFrames:
     memory_events: pd.DataFrame
     hlo_modules: list
     device_stats: dict
+    kernel_profile: pd.DataFrame = None  #: :mod:`tracekit.ingest.kernelprof`'s rows of this host
 
 
 def load_host(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES,
@@ -167,7 +170,7 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     _consistency_warnings(ops, h, host, warnings)
     return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
                       host_events=ex["host_events"], memory_events=ex["memory_events"], hlo_modules=mods,
-                      device_stats=dstats)
+                      device_stats=dstats, kernel_profile=ex["kernel_profile"])
 
 
 def _self_ps(ops: pd.DataFrame) -> np.ndarray | pd.Series:
@@ -424,6 +427,7 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
+                 kernel_profile=kernelprof.combine([p.kernel_profile for p in parts]),
                  hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings,
                  module_hosts={k: tuple(v) for k, v in owners.items()})
 

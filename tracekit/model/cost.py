@@ -9,7 +9,10 @@ execution of its instruction; control-flow rows (while, conditional, call, async
 run, so the module's cost is the sum of the entry computation's rows (:func:`module_totals`). Each row also says
 how often its instruction runs per run of the module (``executions``: while bodies trip-count times, NaN when
 unknown) and which control-flow instruction runs its computation (``parent``), and the peak class it computes at
-(``compute_dtype``: for dots and convolutions from the operands, see :mod:`tracekit.model.precision`).
+(``compute_dtype``: for dots and convolutions from the operands, see :mod:`tracekit.model.precision`). A custom
+call priced by a model whose FLOPs are a range keeps the upper end in ``flops_hi`` (NaN otherwise), and one whose
+author states a FLOP count in the instruction (a Pallas ``cost_estimate``) keeps it in ``stated_flops`` with
+``stated_source`` (:mod:`tracekit.model.stated` weighs it against the shapes).
 :func:`computation_kinds` says which role each computation has.
 
 Conventions follow XLA's ``compiled.cost_analysis()`` on CPU (measured, see ``tests/test_cost_oracle.py``) so the
@@ -50,7 +53,8 @@ from tracekit.proto import hlo_pb2
 
 COLUMNS = ["module", "computation", "name", "opcode", "dtype", "compute_dtype", "flops", "transcendentals",
            "bytes_read", "bytes_written", "bytes_accessed", "net_bytes", "group_size", "collective", "cost_known",
-           "unknown_reason", "note", "cost_model", "executions", "parent"]
+           "unknown_reason", "note", "cost_model", "executions", "parent", "flops_hi", "stated_flops",
+           "stated_source"]
 _METRICS = ("flops", "transcendentals", "bytes_read", "bytes_written", "net_bytes")
 _CONTROL = ("while", "conditional", "call", "async-start")
 
@@ -289,11 +293,12 @@ def _frame(module, num_devices) -> tuple[pd.DataFrame, str | None]:
             recs.append((module.name, cname, inst.name, inst.opcode, dt, cdt or result_compute_dtype(dt),
                          float(c.flops), float(c.transcendentals), float(c.bytes_read), float(c.bytes_written),
                          float(c.bytes_read + c.bytes_written), float(c.net_bytes), int(c.group_size),
-                         c.collective, bool(c.known), c.reason, c.note, c.model, n, parent))
+                         c.collective, bool(c.known), c.reason, c.note, c.model, n, parent, float(c.flops_hi),
+                         float(c.stated_flops), c.stated_source))
     df = pd.DataFrame.from_records(recs, columns=COLUMNS)
     df = df.astype({"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
                     "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool,
-                    "executions": float})
+                    "executions": float, "flops_hi": float, "stated_flops": float})
     return df, (model.entry.name if model.entry is not None else None)
 
 

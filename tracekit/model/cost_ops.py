@@ -59,6 +59,13 @@ class Cost:
     #: tracekit.model.precision), else empty
     compute_dtype: str = ""
     dtype_flops: float = 0.0  #: flops of the op that decided ``compute_dtype`` (the largest matmul inside)
+    #: the upper end when the shapes give a range of FLOPs (attention whose causality is unknown: ``flops`` is
+    #: the causal, lower end); NaN when ``flops`` is exact
+    flops_hi: float = NAN
+    #: the kernel author's own FLOP figure carried by the instruction (a Pallas ``cost_estimate``), NaN if none,
+    #: and where it was read (:mod:`tracekit.model.stated` compares it with the shapes' figure)
+    stated_flops: float = NAN
+    stated_source: str = ""
 
     def unknown(self, reason: str, *metrics: str) -> "Cost":
         """Mark ``metrics`` (all five when none are named) NaN, with ``reason``."""

@@ -19,6 +19,7 @@ Padding masks and packed (THD) sequences are priced at the padded/maximum length
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -32,10 +33,11 @@ ASSUMPTIONS = {
                   "from the Q/K/V element counts; causal when mask_type is CAUSAL or PADDING_CAUSAL; FLOPs "
                   "2*B*H*S_q*S_kv*(D_qk+D_v) forward, 2*B*H*S_q*S_kv*(3*D_qk+2*D_v) backward (2.5x), halved when "
                   "causal; bytes from Q, K, V, O (dO, dQ, dK, dV) and the softmax statistics, no S x S matrix",
-    "te_fused_attn": "B, H, S_q, S_kv, D from the FFI attributes input_batch, attn_heads, q_max_seqlen, "
-                     "kv_max_seqlen, head_dim; causal for NVTE mask types 2-5; window_size_left/right cap the "
-                     "keys per query; same FLOP and byte formulas as cudnn_fmha; padded/packed sequences priced at "
-                     "their maximum lengths",
+    "te_fused_attn": "B, H, S_q, S_kv, D_qk, D_v from the Q/K/V operand shapes for the qkv_layout (packed QKV, "
+                     "KV-packed or separate), else the FFI attributes input_batch, attn_heads, q_max_seqlen, "
+                     "kv_max_seqlen, qk_head_dim/v_head_dim (older TE: head_dim); causal for NVTE mask types 2-5; "
+                     "window_size_left/right cap the keys per query; same FLOP and byte formulas as cudnn_fmha; "
+                     "padded/packed sequences priced at their maximum lengths",
     "pallas_attention": "a Pallas forward kernel named like attention (flash, splash, mha, attention) with Q, K, V "
                         "as its first three operands; layout assumed [B, S, H, D] on GPU (JAX's Pallas GPU ops) "
                         "and [B, H, S, D] on TPU; causality unknown unless the name says causal (range shown)",
@@ -46,8 +48,6 @@ ASSUMPTIONS = {
 _TE_CAUSAL, _TE_NOT_CAUSAL = {2, 3, 4, 5}, {0, 1}
 #: NVTE_QKV_Layout values of the packed THD formats (T3HD .. THD_THD_THD, THD_BSHD_BSHD, THD_SBHD_SBHD, paged THD)
 _TE_THD = {10, 11, 12, 13, 14, 17, 18, 23, 24}
-_PALLAS_TARGETS = {"__gpu$xla.gpu.triton": "gpu", "triton_kernel_call": "gpu", "mosaic_gpu": "gpu",
-                   "mosaic_gpu_v2": "gpu", "tpu_custom_call": "tpu"}
 _ATTN_NAME = re.compile(r"attention|attn|flash|splash|\bmha|_mha|mha_|sdpa", re.I)
 _BWD_NAME = re.compile(r"bwd|backward|grad|_dq|_dkv|dkv_|dq_", re.I)
 
@@ -67,14 +67,13 @@ class Attention:
 
 
 def cost(inst, oshapes) -> Cost | None:
-    """The attention model for ``inst`` when it is a fused-attention custom call, else None."""
+    """The attention model for ``inst`` when it is a cuDNN or TransformerEngine fused-attention custom call, else
+    None (Pallas kernels reach :func:`pallas_attention` through :func:`tracekit.model.custom_calls.pallas_kernel`)."""
     t = inst.custom_call_target
     if t.startswith("__cudnn$fmha"):
         return cudnn_fmha(inst, oshapes)
     if t.startswith("te_fused_attn_") and ("forward" in t or "backward" in t):
         return te_fused_attn(inst, oshapes)
-    if t in _PALLAS_TARGETS:
-        return pallas_attention(inst, oshapes, _PALLAS_TARGETS[t])
     return None
 
 
@@ -98,7 +97,8 @@ def attention_cost(a: Attention, read: float, written: float, model: str, dtype:
     if note:
         parts.append(note)
     return Cost(flops=full * frac, transcendentals=pairs * frac, bytes_read=read, bytes_written=written,
-                model=model, compute_dtype=dtype, note="; ".join(parts))
+                model=model, compute_dtype=dtype, note="; ".join(parts),
+                flops_hi=full if a.causal is None and not windowed else float("nan"))
 
 
 def _bytes(arrays, skip: set[int], limit: float) -> float:
@@ -121,7 +121,10 @@ def cudnn_fmha(inst, oshapes) -> Cost:
     ``sliding_window_length`` (field 24, ignored when <= 0). Operands, as JAX lowers them
     (jax/_src/cudnn/fused_attention_stablehlo.py): forward (Q, K, V, bias?, seqlens?...), results (O, softmax
     statistics when training, workspace); backward (Q, K, V, statistics, dO, bias?, O, seqlens?...), results (dQ,
-    dK, dV, dbias?, workspace). D_qk = |Q| / (B·H·S_q), K/V heads = |K| / (B·S_kv·D_qk), D_v = |V| / (B·H_kv·S_kv):
+    dK, dV, dbias?, workspace) (``_dot_product_attention_fwd_cuda_lowering`` / ``..._bwd_cuda_lowering`` @ jax
+    0.10.2; the config from ``create_dot_product_attention_backend_config``; fields from
+    openxla/xla xla/service/gpu/backend_configs.proto @ 01631ca8, targets from xla/service/gpu/cublas_cudnn.cc
+    @ 06db3c83). D_qk = |Q| / (B·H·S_q), K/V heads = |K| / (B·S_kv·D_qk), D_v = |V| / (B·H_kv·S_kv):
     element counts, so any Q/K/V layout reads."""
     t = inst.custom_call_target
     cfg = bc.sub(bc.json_config(inst), "cudnn_fmha_backend_config")
@@ -157,24 +160,89 @@ def cudnn_fmha(inst, oshapes) -> Cost:
 
 
 # --- TransformerEngine --------------------------------------------------------------------------------------
+# Read as TransformerEngine's JAX extension lowers its fused attention (NVIDIA/TransformerEngine
+# transformer_engine/jax/cpp_extensions/attention.py @ d0067d0d, FusedAttnFwdPrimitive / FusedAttnBwdPrimitive
+# ``lowering`` and ``FusedAttnHelper.parse_qkv_aval``; enums from transformer_engine/common/include/
+# transformer_engine/fused_attn.h @ d0067d0d). Three generations of the FFI call are in use:
+#   * 2024-10 (18c2234c) .. 2025-06: attribute ``head_dim`` (one head dim for Q·K and P·V), forward operands
+#     (q, k, v, bias, seed, q_cu_seqlen, kv_cu_seqlen, q_seq_offsets, k_seq_offsets, q/kv segment ids, q/kv
+#     segment pos) = 13, backward (q, k, v, bias, softmax_aux, rng_state, output, doutput, seqlens...) = 16;
+#   * 2025-06 (1ddfa0c6, MLA): ``qk_head_dim`` and ``v_head_dim`` instead of ``head_dim``;
+#   * 2025-11 (15cefbc5, attention sinks): a ``softmax_offset`` operand after ``bias`` (forward 14 operands,
+#     backward 17: every later fixed index moves by one), attribute ``softmax_type``.
+# Results: forward (output, softmax_aux, rng_state, workspace); backward (dq, dk, dv, dbias[, dsoftmax_offset],
+# workspace). The layout (``qkv_layout``, NVTE_QKV_Layout) says where Q, K, V are: packed QKV (3HD: BS3HD, T3HD)
+# puts all three in operand 0 as [..., S, 3, H, D] with empty ``[0]`` K and V operands; KV-packed (HD_2HD) puts K
+# and V in operand 1 as [..., S_kv, 2, H_kv, D]; separate layouts have [..., S, H, D] each. JAX's TE raises on
+# SBHD, so every layout it lowers is batch-first (THD layouts keep the [b, s, h, d] shape).
+_TE_3HD, _TE_H3D, _TE_HD_2HD, _TE_HD_H2D = {0, 5, 10}, {1, 6, 11}, {2, 7, 12}, {3, 8, 13}
+_TE_SBHD = {0, 1, 2, 3, 4, 15, 18, 20, 21, 22, 24}  #: layouts whose Q (or K/V) is sequence-first
+
+
+def te_shapes(oshapes, layout) -> tuple | None:
+    """(B, H, H_kv, S_q, S_kv, D_qk, D_v) read from the Q/K/V operand shapes for the NVTE layout ``layout``, or
+    None when the layout is not one JAX's TE lowers batch-first or the shapes do not fit it."""
+    if not isinstance(layout, int) or layout in _TE_SBHD or len(oshapes) < 3:
+        return None
+    q, k, v = (list(s.dimensions) for s in oshapes[:3])
+    try:
+        if layout in _TE_3HD | _TE_H3D:  # [*b, S, 3, H, D] (or [*b, S, H, 3, D])
+            *b, s, x, y, d = q
+            three, h = (x, y) if layout in _TE_3HD else (y, x)
+            if three != 3:
+                return None
+            return math.prod(b), h, h, s, s, d, d
+        *bq, s_q, h, d_qk = q
+        if layout in _TE_HD_2HD | _TE_HD_H2D:  # K and V together in operand 1
+            *bk, s_kv, x, y, d_v = k
+            two, h_kv = (x, y) if layout in _TE_HD_2HD else (y, x)
+            if two != 2 or bk != bq:
+                return None
+        else:  # separate: [*b, S, H, D] each
+            *bk, s_kv, h_kv, d_k = k
+            *bv, s_v, h_v, d_v = v
+            if bk != bq or bv != bq or d_k != d_qk or s_v != s_kv or h_v != h_kv:
+                return None
+    except ValueError:  # too few dimensions for the layout
+        return None
+    return math.prod(bq), h, h_kv, s_q, s_kv, d_qk, d_v
+
+
+def te_attribute_sizes(a: dict) -> tuple | None:
+    """(B, H, H_kv, S_q, S_kv, D_qk, D_v) from the FFI attributes, the old ``head_dim`` or the new ``qk_head_dim``
+    / ``v_head_dim``; None when they are not all readable."""
+    d_qk = a.get("qk_head_dim", a.get("head_dim"))
+    d_v = a.get("v_head_dim", a.get("head_dim"))
+    vals = (a.get("input_batch"), a.get("attn_heads"), a.get("num_gqa_groups", a.get("attn_heads")),
+            a.get("q_max_seqlen"), a.get("kv_max_seqlen"), d_qk, d_v)
+    return vals if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in vals) else None
+
+
 def te_fused_attn(inst, oshapes) -> Cost:
     """TransformerEngine JAX fused attention, typed FFI (``te_fused_attn_forward_ffi`` /
-    ``te_fused_attn_backward_ffi``; transformer_engine/jax/cpp_extensions/attention.py).
+    ``te_fused_attn_backward_ffi``), as the comment above this function describes the lowering.
 
-    FFI attributes (an MLIR dictionary in the backend config): ``input_batch`` (B), ``attn_heads`` (H),
-    ``num_gqa_groups`` (K/V heads), ``q_max_seqlen`` (S_q), ``kv_max_seqlen`` (S_kv), ``head_dim`` (D, for Q·K and
-    P·V alike), ``mask_type`` (NVTE_Mask_Type), ``window_size_left`` / ``window_size_right`` (-1: unbounded),
-    ``qkv_layout`` (NVTE_QKV_Layout; THD = packed sequences). Operands: forward (q, k, v, bias, seed, seqlens,
-    offsets, segment ids/pos), results (output, softmax_aux, rng_state, workspace); backward (q, k, v, bias,
-    softmax_aux, rng_state, output, doutput, seqlens, ...), results (dq, dk, dv, dbias, workspace). softmax_aux is
-    the softmax statistics ([B, H, S_q, 1] f32) or, for the max-512 backend, the S×S softmax (not counted)."""
+    Sizes from the Q/K/V operand shapes for the ``qkv_layout`` (:func:`te_shapes`), else from the FFI attributes
+    ``input_batch``, ``attn_heads``, ``num_gqa_groups``, ``q_max_seqlen``, ``kv_max_seqlen`` and ``qk_head_dim`` /
+    ``v_head_dim`` (older TE: ``head_dim`` for both); when both read and differ, the shapes win and the note says
+    so. ``mask_type`` (NVTE_Mask_Type: 2-5 causal), ``window_size_left`` / ``window_size_right`` (-1: unbounded)
+    cap the keys per query. Bytes: every operand and result but the workspace (the last result) and an S×S-sized
+    softmax_aux (the max-512 backend's softmax; the arbitrary-seqlen backend's is [B, H, S_q, 1]): forward result
+    1, backward operand 4 (older) or 5 (with ``softmax_offset``: 17 operands)."""
     t = inst.custom_call_target
     a = bc.ffi_attributes(inst)
-    need = ("input_batch", "attn_heads", "q_max_seqlen", "kv_max_seqlen", "head_dim")
-    if not all(isinstance(a.get(n), int) and a[n] > 0 for n in need):
-        return _unknown(inst, oshapes, "FFI attributes input_batch/attn_heads/q_max_seqlen/kv_max_seqlen/head_dim "
-                                       "not readable")
-    b, h, s_q, s_kv, d = (a[n] for n in need)
+    from_shapes = te_shapes(oshapes, a.get("qkv_layout"))
+    from_attrs = te_attribute_sizes(a)
+    sizes = from_shapes or from_attrs
+    if sizes is None:
+        return _unknown(inst, oshapes, "neither the Q/K/V shapes for its qkv_layout nor the FFI attributes "
+                                       "input_batch/attn_heads/q_max_seqlen/kv_max_seqlen/qk_head_dim (head_dim) "
+                                       "give the attention sizes")
+    b, h, _h_kv, s_q, s_kv, d_qk, d_v = sizes
+    notes = []
+    if from_shapes and from_attrs and tuple(from_shapes) != tuple(from_attrs):
+        notes.append(f"the FFI attributes say (B, H, H_kv, S_q, S_kv, D_qk, D_v) = {tuple(from_attrs)}, the "
+                     f"operand shapes {tuple(from_shapes)}: the shapes are used")
     mask = a.get("mask_type")
     causal = True if mask in _TE_CAUSAL else False if mask in _TE_NOT_CAUSAL else None
     left, right = a.get("window_size_left", -1), a.get("window_size_right", -1)
@@ -184,13 +252,13 @@ def te_fused_attn(inst, oshapes) -> Cost:
     arrays = list(leaves(inst.shape))
     outs = arrays[:-1] if len(arrays) > 1 else arrays  # the last result is the workspace
     limit = float(b) * h * s_q * s_kv
-    read = _bytes(oshapes, {4} if backward else set(), limit)
+    aux = 5 if len(oshapes) >= 17 else 4  # softmax_aux follows bias (and softmax_offset, in newer TE)
+    read = _bytes(oshapes, {aux} if backward else set(), limit)
     written = _bytes(outs, set() if backward else {1}, limit)
-    notes = []
     if mask in (1, 3, 5) or a.get("qkv_layout") in _TE_THD:
         notes.append("padded/packed sequences: FLOPs at the maximum lengths")
     dtype = dtype_name(oshapes[0].element_type) if oshapes else ""
-    return attention_cost(Attention(b, h, s_q, s_kv, d, d, causal, window, backward), read, written,
+    return attention_cost(Attention(b, h, s_q, s_kv, d_qk, d_v, causal, window, backward), read, written,
                           "te_fused_attn", dtype, "; ".join(notes))
 
 

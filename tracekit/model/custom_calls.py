@@ -9,9 +9,14 @@ the models it used with these lines). A model also sets ``compute_dtype``: the o
 the FLOPs run at (a bf16 x bf16 -> f32 GEMM runs at the bf16 peak, an FP8 one at the FP8 peak).
 
 The backend configs are read as XLA writes them (see :mod:`tracekit.ingest.backend_config`): GPU custom calls carry a
-``xla.gpu.GpuBackendConfig`` (``xla/service/gpu/backend_configs.proto``) as JSON. Targets are XLA's own names
-(``xla/service/gpu/cublas_cudnn.cc``; on ROCm XLA emits hipBLASLt GEMMs under the same ``__cublas$...`` targets).
+``xla.gpu.GpuBackendConfig`` (openxla/xla ``xla/service/gpu/backend_configs.proto`` @ 01631ca8) as JSON. Targets are
+XLA's own names (``xla/service/gpu/cublas_cudnn.cc`` @ 06db3c83; on ROCm XLA emits hipBLASLt GEMMs under the same
+``__cublas$...`` targets, as the MI300X traces in ../shared/traces show). The GEMM operands are the rewrite's:
+(A, B[, C][, bias]) and for FP8 (A, B, a_scale, b_scale[, C][, d_scale]) with the non-batch dimensions padded to
+multiples of 16 (``xla/service/gpu/transforms/gemm_rewriter.cc`` @ 01631ca8, ``CreateF8CustomCall``), results the
+output (and FP8's amax) and a trailing s8/u8 workspace. Pallas kernels: see :data:`PALLAS_TARGETS`.
 Any other target stays unknown (NaN FLOPs, operand/result bytes kept) with the reason ``opaque custom call <target>``.
+``fixtures/capture_kernels.py`` builds a fixture per family from these lowerings (``tests/test_kernel_fixtures.py``).
 """
 from __future__ import annotations
 
@@ -39,9 +44,18 @@ TOPK_TARGETS = {"TopK", "__gpu$TopK"}
 SORT_TARGETS = {"__cub$DeviceRadixSort"}
 #: models whose ops are matrix multiplications (every matmul rule sees them: ``is_matmul``)
 MATMUL_MODELS = ("gemm", "gemm_fp8", "gemm_mx", "grouped_gemm", "cudnn_conv", "pallas_matmul")
-#: models whose FLOPs come from the op's own shapes: they win over a flops stat the trace states for the op (a
-#: kernel author's estimate is evidence, not truth), and their bytes are a floor under the trace's bytes
-SHAPE_MODELS = ("pallas_matmul",)
+#: models whose FLOPs come from the op's own shapes (and the library's config of them): they win over a flops
+#: figure the kernel's author states (the trace's ``flops`` stat, a Pallas ``cost_estimate``): an author's
+#: estimate is evidence, not truth (:mod:`tracekit.model.stated` names the two when they disagree); their bytes
+#: are a floor under the stated bytes
+SHAPE_MODELS = ("gemm", "gemm_fp8", "gemm_mx", "grouped_gemm", "cudnn_conv", "cudnn_fmha", "te_fused_attn",
+                "pallas_matmul", "pallas_attention")
+#: hand-written kernel targets (Pallas on TPU through Mosaic, on GPU through Triton or Mosaic GPU, jax-triton)
+#: -> platform; JAX lowers them in jax/_src/tpu_custom_call.py (``tpu_custom_call``, backend config JSON with the
+#: optional ``cost_estimate``) and jax/_src/pallas/triton/pallas_call_registration.py (``__gpu$xla.gpu.triton``,
+#: typed-FFI attributes name/ir/grid_x../num_warps/num_stages; the CostEstimate is dropped) @ jax 0.10.2
+PALLAS_TARGETS = {"tpu_custom_call": "tpu", "__gpu$xla.gpu.triton": "gpu", "triton_kernel_call": "gpu",
+                  "mosaic_gpu": "gpu", "mosaic_gpu_v2": "gpu"}
 
 ASSUMPTIONS = {
     "gemm": "FLOPs 2*batch*M*N*K from GemmBackendConfig.dot_dimension_numbers and the operand shapes; bytes = "
@@ -85,8 +99,7 @@ def cost(inst, oshapes) -> Cost:
             return topk(inst, oshapes)
         if t in SORT_TARGETS:
             return cub_radix_sort(inst, oshapes)
-        c = pallas_kernel(inst, oshapes) if t == "tpu_custom_call" else None
-        c = c if c is not None else attn.cost(inst, oshapes)
+        c = pallas_kernel(inst, oshapes, PALLAS_TARGETS[t]) if t in PALLAS_TARGETS else attn.cost(inst, oshapes)
         if c is not None:
             return c
     except (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
@@ -242,33 +255,49 @@ def shape_matmul(oshapes, outs) -> tuple[float, tuple] | None:
     return 2.0 * batch * m * k * n, (batch, m, k, n)
 
 
-def pallas_kernel(inst, oshapes) -> Cost | None:
-    """A Pallas/Mosaic TPU kernel (``tpu_custom_call``): FLOPs from its shapes when they are a matmul
-    (:func:`shape_matmul`, model ``pallas_matmul``), else the author's ``cost_estimate``
-    (:func:`pallas_cost_estimate`); bytes never below one read of the operands and one write of the results.
-    compute dtype = the operands' (a Pallas kernel picks its own precision: f32 operands run at the f32 peak).
-    The note names the author's flops beside the shapes' when they differ by more than 2x. None when neither."""
+def pallas_kernel(inst, oshapes, platform: str = "tpu") -> Cost | None:
+    """A Pallas kernel (``tpu_custom_call``, a Triton or Mosaic GPU call): FLOPs from its shapes when they are a
+    matmul (:func:`shape_matmul`, model ``pallas_matmul``) or, named like attention, Q/K/V
+    (:func:`tracekit.model.custom_attention.pallas_attention`); else the author's ``cost_estimate``
+    (:func:`pallas_cost_estimate`, TPU only: JAX's Triton lowering drops it); bytes never below one read of the
+    operands and one write of the results. compute dtype = the operands' (a Pallas kernel picks its own
+    precision: f32 operands run at the f32 peak). With both, the author's figure is kept as ``stated_flops``;
+    where the shapes give a range (attention of unknown causality) and the author's figure lies inside it, that
+    figure is used; the note names it when it is more than 2x off. None when neither reads."""
     outs = results(inst, workspace=False)
     est = pallas_cost_estimate(inst, oshapes)
     mm = shape_matmul(oshapes, outs)
-    if mm is None:
-        return est
-    flops, (batch, m, k, n) = mm
-    c = _io(oshapes, outs, model="pallas_matmul", compute_dtype=wider_dtype(oshapes[0], oshapes[1]))
-    c.flops = flops
-    c.note = f"pallas matmul from shapes: 2*{batch}*{m}*{k}*{n} flops"
+    if mm is not None:
+        flops, (batch, m, k, n) = mm
+        c = _io(oshapes, outs, model="pallas_matmul", compute_dtype=wider_dtype(oshapes[0], oshapes[1]))
+        c.flops = flops
+        c.note = f"pallas matmul from shapes: 2*{batch}*{m}*{k}*{n} flops"
+    else:
+        c = attn.pallas_attention(inst, oshapes, platform)
+    if c is None or not c.known:
+        return est if est is not None else c
     if est is not None:
+        c.stated_flops, c.stated_source = est.flops, STATED_IN_CONFIG
         c.bytes_read = max(c.bytes_read, est.bytes_read + est.bytes_written - c.bytes_written)
-        if disagrees(est.flops, flops):
+        if c.flops <= est.flops <= c.flops_hi:  # (NaN: no range) inside the range: it settles the causality
+            c.note += f"; the kernel's cost_estimate ({est.flops:.4g} flops) lies in that range: used"
+            c.flops = est.flops
+        elif disagrees(est.flops, c.flops, hi=c.flops_hi):
             c.note += f"; the kernel's cost_estimate says {est.flops:.4g} flops, more than 2x off: not used"
     return c
 
 
-def disagrees(stated: float, derived: float, factor: float = 2.0) -> bool:
-    """Whether a stated cost and one derived from shapes differ by more than ``factor`` (either way)."""
+#: where :func:`pallas_kernel` read the author's own figure (``Cost.stated_source``)
+STATED_IN_CONFIG = "the kernel's cost_estimate (backend config)"
+
+
+def disagrees(stated: float, derived: float, factor: float = 2.0, hi: float = math.nan) -> bool:
+    """Whether a stated cost and one derived from shapes differ by more than ``factor`` (either way); ``hi``: the
+    upper end when the shapes give a range ``derived`` .. ``hi`` (a stated figure up to ``factor`` x ``hi`` agrees)."""
     if not (math.isfinite(stated) and math.isfinite(derived)) or derived <= 0:
         return False
-    return stated <= 0 or stated * factor < derived or stated > derived * factor
+    top = hi if math.isfinite(hi) and hi > derived else derived
+    return stated <= 0 or stated * factor < derived or stated > top * factor
 
 
 def pallas_cost_estimate(inst, oshapes) -> Cost | None:

@@ -13,9 +13,12 @@ from tracekit.ingest.trace import Trace
 from tracekit.model import execution, precision
 from tracekit.schema import CostSource
 
+#: what an op's unknown reason says when no chip is known (no peak FLOP/s and no bandwidth)
+CHIP_UNKNOWN = "chip unknown — pass --chip NAME"
 #: the columns of :func:`costs` beside (program_id, op)
 COST_COLUMNS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "compute_dtype", "collective",
-                "cost_known", "unknown_reason", "cost_model", "executions", "parent"]
+                "cost_known", "unknown_reason", "cost_model", "executions", "parent", "flops_hi", "stated_flops",
+                "stated_source"]
 
 
 def costs(tr: Trace) -> pd.DataFrame:
@@ -56,6 +59,14 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
     nbytes = np.where(known, pd.to_numeric(j["bytes_accessed"], errors="coerce").to_numpy(float), np.nan)
     net = np.where(known, pd.to_numeric(j["net_bytes"], errors="coerce").fillna(0).to_numpy(float), np.nan)
+    # what an author's figure is weighed against (tracekit.model.stated): the upper end of a model's FLOP range,
+    # the figure the instruction itself states, and for a custom call the bytes of one read of its operands and
+    # one write of its results, known even where its FLOPs are not (a floor under any stated bytes)
+    flops_hi = _num(j, "flops_hi")
+    stated_flops = _num(j, "stated_flops")
+    stated_source = j["stated_source"].fillna("").astype(str).to_numpy(dtype=object) if "stated_source" in j \
+        else np.full(n, "", dtype=object)
+    floor_bytes = np.where(opc == "custom-call", _num(j, "bytes_accessed"), np.nan)
     model = j["cost_model"].fillna("").astype(str).to_numpy(dtype=object)
     models = sorted(set(model[known]) - {""})
     src = np.where(known, CostSource.HLO, CostSource.UNKNOWN)
@@ -95,6 +106,9 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
         hostw[m] = ch.host_link_bw_bytes_per_s
         for dt in set(cdtype[m]):
             peak_f[m & (cdtype == dt)] = precision.peak(ch, dt)[0]
+    # an op without a chip (a trace-viewer JSON export names none) says so beside its own reason
+    no_chip = np.isnan(peak_f) & np.isnan(bw) & (reason != "")
+    reason[no_chip] = [f"{r}; {CHIP_UNKNOWN}" for r in reason[no_chip]]
     cm = _collectives(tr, dchips, topology, u, opname, coll)
     for k in ("coll_ps", "net_fast"):  # markers and expanded control flow carry no network time of their own
         cm[k][done | start_marker | expanded] = np.nan
@@ -113,9 +127,15 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
             "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
             "executions": executions, "done": done,
             "d2s": hlo.done_to_start(tr.hlo) if done.any() and tr.has_hlo else {},
-            "models": [f"model:{m}" for m in models],
+            "models": [f"model:{m}" for m in models], "flops_hi": flops_hi, "stated_flops": stated_flops,
+            "stated_source": stated_source, "floor_bytes": floor_bytes,
             "colls": colls, "coll_codes": np.array([colls.index(x) for x in coll], np.int32),
             **{col: narrow_int(hx[col].to_numpy(np.int64)) for col in ("dot_m", "dot_n", "dot_k")}}
+
+
+def _num(j: pd.DataFrame, col: str) -> np.ndarray:
+    """A numeric cost column of the merged frame as float (NaN where absent)."""
+    return pd.to_numeric(j[col], errors="coerce").to_numpy(float) if col in j else np.full(len(j), np.nan)
 
 
 def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) -> np.ndarray:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, custom_calls, execution, peaks, sharing
+from tracekit.model import calibrate, chips, execution, identity, peaks, runtime_copies, sharing, stated
 from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
                               with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -104,7 +104,7 @@ class Joined:
     ops: pd.DataFrame  #: ``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns
     chips: dict  #: (host, device) -> the Chip its ops are priced on (:func:`device_chips`)
     model: object  #: the collective model (:class:`tracekit.model.collective_model.Model`) the collectives were priced on
-    disagreements: tuple = ()  #: model warnings: trace-stated flops the ops' shapes contradict (:func:`cost_disagreements`)
+    disagreements: tuple = ()  #: model warnings: author-stated flops the ops' shapes contradict (:func:`tracekit.model.stated.disagreements`)
 
 
 def joined(tr: Trace, chip: str | None = None, topology: str | None = None,
@@ -172,14 +172,15 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
-    disagreements = _disagreements(ops, p["src"], p["flops"], tf, u)
+    disagreements = stated.disagreements(ops, inv, tf, u)
+    to_host_copies = runtime_copies.price(ops, p, u, dchips, tb, len(EXTRA_REASONS))  # memcpy/memset: size, path
     del tf, tb, share, rows
     if release_trace_costs:
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
     _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
     sharing.host_terms(ops, p, dchips)
-    to_host = _to_rows(u["to_host"], inv)  # (held once when no copy goes to host memory: most traces)
+    to_host = runtime_copies.mark_to_host(_to_rows(u["to_host"], inv), to_host_copies)  # (held once: most traces)
     del inv, first
     new: dict = {}
     roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
@@ -194,7 +195,8 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
     new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=labels(CostSource) + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p.pop("reason").astype(np.int32),
-                                                      categories=u["reasons"] + list(EXTRA_REASONS))
+                                                      categories=u["reasons"] + list(EXTRA_REASONS)
+                                                      + u.get("late_reasons", []))
     new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
         p["compute"], p["memory"], p["network"], roof
     new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])
@@ -213,27 +215,6 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     return constant_columns(schema.conform(out, sch)), u.get("model"), disagreements
 
 
-def _disagreements(ops, src, flops, tf, u) -> list[dict]:
-    """Cost disagreements (:attr:`Joined.disagreements`): ops whose trace-stated flops the op's own shapes
-    contradict by more than 2x (the shapes' figure was used), one per (module, op), with both numbers."""
-    codes = [len(CostSource) + i for i, m in enumerate(u["models"])
-             if m.removeprefix("model:") in custom_calls.SHAPE_MODELS]
-    rows = np.flatnonzero(np.isin(src, codes) & ~np.isnan(tf)) if codes else np.array([], int)
-    out, seen = [], set()
-    for r in rows:
-        stated, derived = float(tf[r]), float(flops[r])
-        key = (str(ops["module"].iat[r]), str(ops["op"].iat[r]))
-        if key in seen or not custom_calls.disagrees(stated, derived):
-            continue
-        seen.add(key)
-        model = u["models"][int(src[r]) - len(CostSource)]
-        out.append({"module": key[0], "op": key[1], "stated_flops": stated, "derived_flops": derived,
-                    "message": f"model: {key[1]} ({key[0]}): the trace's flops stat (the kernel author's estimate) "
-                               f"says {stated:.4g} FLOPs, its shapes {derived:.4g} ({model}), more than 2x apart: "
-                               "the shapes' figure is used"})
-    return out
-
-
 def _result_schema(release_trace_costs: bool) -> dict:
     """The columns :func:`join` returns: the ops' and the roofline's, less the trace's own costs when released."""
     return {k: v for k, v in {**schema.OPS, **schema.ROOFLINE}.items()
@@ -241,10 +222,15 @@ def _result_schema(release_trace_costs: bool) -> dict:
 
 
 #: the reasons :func:`_predict` gives an unknown op that has none of its own: no work at all; work but no chip
-#: (no FLOP/s and no bandwidth: a trace-viewer JSON export names none); work but no peak for what it does
-CHIP_UNKNOWN = "chip unknown — pass --chip NAME"
+#: (no FLOP/s and no bandwidth: a trace-viewer JSON export names none); work but no peak for what it does; a
+#: custom call whose trace stats are 0 flops and 0 bytes (a kernel without a cost estimate: no kernel moves
+#: nothing, so its 0 flops are no count either), without and with a chip
+CHIP_UNKNOWN = identity.CHIP_UNKNOWN
+ZERO_STATS = "custom call whose flops and bytes_accessed stats are both 0 (a kernel without a cost estimate): " \
+             "FLOPs unknown"
 EXTRA_REASONS = ("no work (zero flops and bytes)", CHIP_UNKNOWN,
-                 "no peak FLOP/s or HBM bandwidth for its work on this chip")
+                 "no peak FLOP/s or HBM bandwidth for its work on this chip", ZERO_STATS,
+                 f"{ZERO_STATS}; {CHIP_UNKNOWN}")
 
 
 #: the trace's own cost stats: :func:`join` reads them and nothing after it does (the pipeline has it release them)
@@ -271,18 +257,26 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     flops, nbytes, net, src, reason = b("flops"), b("nbytes"), b("net"), b("src").astype(np.int8), b("reason")
     # the trace's own cost stats win where present (TPU), except on async markers (costed as their async op)
     has_t = ~np.isnan(tf) & ~np.isnan(tb) & ~(b("done") | b("start_marker"))
-    # a custom call priced by a cost model (a kernel whose author states its cost): the stated bytes never fall
-    # below its operands read and results written once; a model whose FLOPs come from the shapes keeps them
+    # a custom call (a kernel whose author states its cost): the stated bytes never fall below its operands read
+    # and results written once; a model whose FLOPs come from the shapes keeps them, unless they are a range
+    # (attention of unknown causality) the stated figure lies in (tracekit.model.stated: evidence, not truth)
+    floor = b("floor_bytes")  # (NaN: not a custom call)
+    # a custom call that states 0 flops and 0 bytes states nothing (no kernel moves nothing: a kernel without a
+    # cost estimate): its model's figures stand, else its FLOPs are unknown and its bytes the floor
+    zero = has_t & ~np.isnan(floor) & (tf == 0) & (tb == 0)
+    has_t &= ~zero
     modeled = has_t & (src >= len(CostSource)) & ~np.isnan(nbytes)
-    shaped = modeled & np.isin(src, [len(CostSource) + i for i, m in enumerate(u["models"])
-                                     if m.removeprefix("model:") in custom_calls.SHAPE_MODELS])
+    shaped = modeled & stated.shape_model(src, u["models"])
+    inside = shaped & (tf >= flops) & (tf <= b("flops_hi"))  # (NaN: no range)
     nbytes[modeled] = np.fmax(tb[modeled], nbytes[modeled])
-    take = has_t & ~shaped
-    flops[take], src[take], reason[has_t] = tf[take], CostSource.TRACE, 0
+    take = has_t & ~(shaped & ~inside)
+    flops[take], src[take & ~inside], reason[has_t] = tf[take], CostSource.TRACE, 0
     take &= ~modeled
-    nbytes[take] = tb[take]
-    del modeled, shaped, take
-    net[has_t & np.isnan(net)] = 0.0
+    nbytes[take] = np.fmax(tb[take], floor[take])  # (NaN floor: the stat stands)
+    zero &= np.isnan(flops)  # (no model priced it)
+    nbytes[zero] = floor[zero]
+    del modeled, shaped, inside, take
+    net[(has_t | zero) & np.isnan(net)] = 0.0
     del has_t
     if share is not None:
         flops *= share
@@ -335,11 +329,12 @@ def _predict(b, tf: np.ndarray, tb: np.ndarray, share, n: int, u: dict) -> dict:
     best[unknown] = Bound.UNKNOWN
     roof[unknown] = np.nan
     # an unknown op without a reason of its own: say what is missing (never "no work" for an op that has work)
-    bare = unknown & (reason == 0)
+    bare = unknown & ((reason == 0) | zero)
     if bare.any():
         work = (flops > 0) | (nbytes > 0)
         no_chip = np.isnan(b("peak_f")) & np.isnan(b("bw"))
-        reason[bare] = len(u["reasons"]) + np.where(~work[bare], 0, np.where(no_chip[bare], 1, 2))
+        reason[bare] = len(u["reasons"]) + np.where(zero[bare], np.where(no_chip[bare], 4, 3), np.where(
+            ~work[bare], 0, np.where(no_chip[bare], 1, 2)))
     network[hx] = hostlink
     return {"flops": flops, "bytes_accessed": nbytes, "net": net, "gsize": gsize, "src": src, "reason": reason,
             "compute": compute, "memory": memory, "network": network, "roofline_ps": roof, "best": best,

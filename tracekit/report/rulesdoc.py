@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from tracekit import schema
+from tracekit.analysis import rule_schema
 from tracekit.analysis import rule_functions
 from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS
 from tracekit.analysis.rule_safety import MAX_PRECISION, MAX_WIDTH
@@ -134,16 +134,16 @@ def reference_sections() -> list[str]:
             "| `t_VALUE` | any value above formatted as a duration (`{t_sum_exposed_ps}` -> `1.5 ms`) |", ""]
     out += ["## Frames", "",
             "The frames a rule may read (`frame:`, `needs:`), with their declared columns",
-            "(`tracekit.schema.RULE_FRAMES`). Kind text: categorical or string; times are integer picoseconds.", ""]
-    for name, cols in schema.RULE_FRAMES.items():
+            "(`tracekit.analysis.rule_schema.RULE_FRAMES`). Kind text: categorical or string; times are integer picoseconds.", ""]
+    for name, cols in rule_schema.RULE_FRAMES.items():
         out += [f"### `{name}`", "", f"Each row's own time (the cap on its savings): `{TIME_COLUMN[name]}`.", "",
                 "| column | kind | unit | meaning |", "|---|---|---|---|"]
-        out += [f"| `{c}` | {k} | {schema.unit_of(c)} | {_cell(m)} |" for c, (k, m) in cols.items()]
+        out += [f"| `{c}` | {k} | {rule_schema.unit_of(c)} | {_cell(m)} |" for c, (k, m) in cols.items()]
         out.append("")
     out += ["### Columns added by checks", "", "| check | column | kind | unit | meaning |", "|---|---|---|---|---|"]
     for name in sorted(CHECKS):
         cols, replaces = CHECK_COLUMNS.get(name, ({}, False))
-        out += [f"| `{name}`{' (returns only these)' if replaces else ''} | `{c}` | {k} | {schema.unit_of(c)} | "
+        out += [f"| `{name}`{' (returns only these)' if replaces else ''} | `{c}` | {k} | {rule_schema.unit_of(c)} | "
                 f"{_cell(m)} |" for c, (k, m) in cols.items()]
     return out + [""]
 

@@ -71,6 +71,7 @@ def annotate(d: dict, rules=()) -> dict:
         s["trust"] = {"profiled_ps": "measured", "busy_ps": "measured", "idle_ps": "measured",
                       "op_time_ps": "measured", "collective_exposed_ps": "measured", "op_executions": "exact",
                       "steps": "exact", "time_by_bound_ps": rough, "roofline_coverage": "exact",
+                      "roofline_coverage_by_device": "exact",
                       "claimed_savings_ps": _claims_class(d.get("findings") or [], rules, rough),
                       "above_roofline_floor_ps": rough}
     frame_of = {r.id: r.frame for r in rules}

@@ -29,10 +29,10 @@ def reduce(parts: list, ctx) -> dict:
     from tracekit.report.envelope import clean
     mw = peaks.finish_warnings([g for p in parts for g in p.groups], float(ctx.totals.op_time_ps), limit=None)
     seen, dis = set(), []
-    for p in parts:  # (one per (module, op): the first host's)
+    for p in parts:  # (one per (module, op, stated source): the first host's)
         for d in p.disagreements:
-            if (d["module"], d["op"]) not in seen:
-                seen.add((d["module"], d["op"]))
+            if (key := (d["module"], d["op"], d.get("stated_source"))) not in seen:
+                seen.add(key)
                 dis.append(d)
     mw = dis + mw  # author estimates the shapes contradict
     missing = sorted({h for (h, _), c in ctx.chips.items() if c.family == "cpu" and c.notes.startswith("no record")})

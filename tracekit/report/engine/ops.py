@@ -1,6 +1,9 @@
 """Section ``ops``: every op aggregated over the pod (``top_ops[]``, the roofline chart, ``Report.ops_frame()``)
 and the totals the summary reads (sync op time and executions, time by bound, collectives and their exposed
-time)."""
+time). What the trace measured inside its kernels (TPU ``_counters_``, Mosaic pipeline stages:
+``Trace.kernel_profile``, a row per profiled (device, program, op)) travels in each host's part; the reduce joins
+the hosts' rows to the merged op statistics (:func:`tracekit.analysis.kernelprof.annotate`), the same arithmetic
+on one host as on many."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,10 +29,12 @@ class Totals:
     hosts: int = 0
     collectives: int = 0
     collective_exposed_ps: int = 0
+    coverage: tuple = ()  #: per device (host, device, op time, covered op time): tracekit.analysis.coverage.parts
 
 
 def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
     """The :class:`Totals` of an ops frame and its collectives frame."""
+    from tracekit.analysis import coverage
     from tracekit.columns import self_time
     sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
     dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
@@ -41,7 +46,7 @@ def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
                 by_bound[str(c)] = v
     return Totals(int(dur.sum(where=sync_m)), int(sync_m.sum()), by_bound,
                   int(ops["host"].nunique()) if len(ops) else 0, int(len(coll)),
-                  int(coll["exposed_ps"].sum()) if len(coll) else 0)
+                  int(coll["exposed_ps"].sum()) if len(coll) else 0, coverage.parts(ops))
 
 
 def _add(parts: list) -> Totals:
@@ -51,7 +56,7 @@ def _add(parts: list) -> Totals:
             bound[k] = bound.get(k, 0) + v
     return Totals(sum(t.op_time_ps for t in parts), sum(t.op_executions for t in parts), bound,
                   sum(t.hosts for t in parts), sum(t.collectives for t in parts),
-                  sum(t.collective_exposed_ps for t in parts))
+                  sum(t.collective_exposed_ps for t in parts), tuple(c for t in parts for c in t.coverage))
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Part:
     busy_ps: int  #: the host's sync op self time
     source: pd.DataFrame  #: :data:`SOURCE_COLUMNS` of the host's ops' HLO instructions
     hlo_present: bool
+    kernel_profile: pd.DataFrame | None = None  #: the host's ``Trace.kernel_profile`` (schema.KERNEL_PROFILE)
 
 
 def summarize(hv) -> Part:
@@ -74,11 +80,12 @@ def summarize(hv) -> Part:
                                              src["name"].astype(str)]).isin(keys)].reset_index(drop=True)
     else:
         src = pd.DataFrame(columns=SOURCE_COLUMNS)
-    return Part(totals(hv.ops, hv.frames.collectives), sums, int(busy), src, bool(len(h)))
+    return Part(totals(hv.ops, hv.frames.collectives), sums, int(busy), src, bool(len(h)), hv.trace.kernel_profile)
 
 
 def reduce(parts: list, ctx) -> dict:
-    from tracekit.analysis import opstats
+    from tracekit.analysis import kernelprof, opstats
+    from tracekit.ingest.kernelprof import combine
     from tracekit.columns import stack
     from tracekit.report import sourcepath
     from tracekit.report.envelope import OP_COLUMNS, clean, records, unplotted
@@ -87,6 +94,7 @@ def reduce(parts: list, ctx) -> dict:
     dev = ctx.devices
     stats = opstats.finish(opstats.merge_sums([p.sums for p in parts]), busy,
                            float(dev["span_ps"].sum()) if len(dev) else np.nan)
+    stats = kernelprof.annotate(stats, combine([p.kernel_profile for p in parts]))  # MXU counters, Mosaic stages
     ctx.op_stats = ctx.frames["op_stats"] = stats
     ctx.shared["hlo_present"] = any(p.hlo_present for p in parts)
     srcs = [p.source for p in parts if len(p.source)]
@@ -105,6 +113,7 @@ def reduce(parts: list, ctx) -> dict:
                "total_ps": r["total_ps"], "intensity_flops_per_byte": r["flops"] / r["bytes_accessed"],
                "achieved_flops_per_s": r["flops"] / (r["total_ps"] / 1e12) if r["total_ps"] else None}
               for r in records(pts)]
+    ctx.shared["kernel_trust"] = kernelprof.trust(top)  # (measured in the kernel: counters, pipeline stages)
     return {"top_ops": records(top, OP_COLUMNS),
             "roofline": {"points": clean(points), "roofs": ctx.shared["chip_entries"],
                          "unplotted": unplotted(stats, len(points))}}

@@ -19,6 +19,7 @@ def report(summaries: list, failures: list, rules: list, options: Options, *, fi
     """The Report of the analyzed hosts' :class:`~tracekit.report.engine.context.HostSummary` (in host order).
     ``failures``: (host, path, reason) of the hosts left out (named in the warnings); ``rules``: [(rule, resolved
     params)] of every rule; ``files``: host files of the run (default: analyzed + left out)."""
+    from tracekit.analysis import coverage
     from tracekit.report import engine, invariants, trust
     from tracekit.report.envelope import Report, clean, display_path, version
     ctx = Reduction(summaries=list(summaries), failures=list(failures), options=options, rules=list(rules),
@@ -31,7 +32,7 @@ def report(summaries: list, failures: list, rules: list, options: Options, *, fi
     span = int(dev["span_ps"].sum()) if len(dev) else 0
     busy = int(dev["busy_ps"].sum()) if len(dev) else 0
     by_bound = dict(sorted(tot.time_by_bound_ps.items()))
-    known = sum(v for c, v in by_bound.items() if c != "unknown")
+    cover = coverage.summarize(tot.coverage)  # (one definition: tracekit.analysis.coverage)
     resolved = {r.id: p for r, p in ctx.rules}
     data.update({
         "schema": SCHEMA,
@@ -42,7 +43,7 @@ def report(summaries: list, failures: list, rules: list, options: Options, *, fi
             "step_rows_in_report": int(min(ss.rows, STEP_ROWS)), "step_source": list(ctx.step_source),
             "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": tot.op_time_ps,
             "op_executions": tot.op_executions,
-            "roofline_coverage": known / tot.op_time_ps if tot.op_time_ps and by_bound else 0.0,
+            "roofline_coverage": cover["overall"], "roofline_coverage_by_device": cover["devices"],
             "time_by_bound_ps": {k: int(v) for k, v in by_bound.items()},
             "collectives": tot.collectives, "collective_exposed_ps": tot.collective_exposed_ps,
             "hlo_present": bool(ctx.shared["hlo_present"]), "findings": len(data["findings"]),
@@ -53,11 +54,14 @@ def report(summaries: list, failures: list, rules: list, options: Options, *, fi
                          "rules": resolved}),
         "gate": {"fail_on": options.fail_on, "failed": False},
         "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
-                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
+                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction",
+                  "mxu_util": "fraction of the matrix units' cycles (mxu_util_source)",
+                  "dma_wait_share": "fraction of the Mosaic pipeline's wait + body time spent waiting on DMAs"},
         "provenance": PROVENANCE,
     })
     rule_objs = tuple(r for r, _ in ctx.rules)
     trust.annotate(data, rule_objs)
+    data["top_ops_trust"].update(ctx.shared.get("kernel_trust") or {})
     rep = Report(data, rules=rule_objs, op_table=ctx.op_stats)
     data["gate"]["failed"] = rep.fails(options.fail_on)
     rep = invariants.self_checked(rep)
@@ -69,7 +73,8 @@ PROVENANCE = {
     "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
     "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
                    "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
-                   "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
+                   "assumptions under custom_calls.models; 'model:runtime_copy': a GPU runtime copy priced "
+                   "from its size and direction), 'unknown' (with unknown_reason)",
     "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
     "collectives": "interconnect.collectives: predicted_ps from the topology-aware collective model (chip "
                    "table links, interconnect.topology.source), measured from trace events; skew = wait for "

@@ -20,6 +20,7 @@ import json
 import math
 
 from tracekit.report.render import collectives as coll_section, inference as inference_section
+from tracekit.report.render import kernels
 from tracekit.report.render import sections
 from tracekit.report.trust import legend, tag
 from tracekit.report.render import timeline_html as tlh
@@ -383,7 +384,7 @@ def body(d: dict, *, top: int = 25) -> str:
         f"{custom_calls_html(d.get('custom_calls') or {})}"
         f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
-        f"click a header to sort. {e(EFF_MARKS_NOTE)}</p></section>\n"
+        f"click a header to sort. {e(EFF_MARKS_NOTE)}</p>{kernels.html_list(d, top)}</section>\n"
         f"{coll_section.html_section(d)}")
 
 

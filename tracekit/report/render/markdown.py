@@ -10,6 +10,7 @@ import html
 
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import inference as inference_section
+from tracekit.report.render import kernels
 from tracekit.report.render import sections
 from tracekit.report.trust import legend, tag
 from tracekit.units import EFF_MARKS_NOTE, eff_mark, fmt_num, fmt_pct, fmt_time
@@ -246,6 +247,9 @@ def render(report, *, top: int = 12, **_) -> str:
                 OPS_NOTE, "", *top_ops_table(ops), ""]
         if any(eff_mark(o.get("efficiency")) for o in ops):
             out += [esc(EFF_MARKS_NOTE, None), ""]
+        measured = kernels.lines(d, top)  # the trace's own counters and pipeline stages, beside the roofline
+        if measured:
+            out += [f"**{kernels.TITLE}**", "", *[f"- {code(op, False)}: {esc(text, None)}" for op, text in measured], ""]
     out += custom_calls_section(d.get("custom_calls") or {})
     out += coll_section.markdown_lines(d, esc, table)
     for w in d.get("warnings") or []:

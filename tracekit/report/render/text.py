@@ -15,6 +15,7 @@ import re
 
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import inference as inference_section
+from tracekit.report.render import kernels
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.report.trust import legend, tag
@@ -194,10 +195,12 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
            f"over {s['devices']} device(s); busy {fmt_time(s['busy_ps'])} ({busy}), idle {fmt_time(s['idle_ps'])}; "
            f"{sections.steps_phrase(s)}")
     if s["time_by_bound_ps"]:
+        from tracekit.analysis import coverage  # (here: `tracekit info` renders text without pandas)
         tot = sum(s["time_by_bound_ps"].values()) or 1
         o.para("op time by bound: " + ", ".join(f"{k} {fmt_pct(v / tot)}" for k, v in
                                                 sorted(s["time_by_bound_ps"].items(), key=lambda kv: -kv[1]))
                + f"; roofline known for {fmt_pct(s['roofline_coverage'])} of op time"
+               + "".join(f" ({x})" for x in [coverage.spread({"devices": s.get("roofline_coverage_by_device")})] if x)
                + ("; chip unknown — pass --chip NAME" if any(_no_peaks(c) for c in d.get("chips") or []) else "")
                + tag((s.get("trust") or {}).get("time_by_bound_ps")))
     if not s["hlo_present"]:
@@ -263,6 +266,11 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
             right={2, 3, 4, 5, 6, 8, 9}, shrink=(0, 1), drop=(10, 1, 6, 5, 9))
     if any(ABOVE_MARK in r[8] or WITHIN_MARK in r[8] for r in rows):
         o.para(EFF_MARKS_NOTE)
+    measured = kernels.lines(d, top)  # the trace's own counters and pipeline stages, beside the roofline
+    if measured:
+        o.para(kernels.TITLE + ":")
+        for op, text in measured:
+            o.para(f"{_safe(op)}: ", _safe(text), indent=2)
 
 
 def _collectives(o: _Out, d: dict) -> None:
