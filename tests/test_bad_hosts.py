@@ -93,6 +93,20 @@ def _analyze(folder: Path, path: str, request):
 
 
 @pytest.fixture(scope="module")
+def analyzed(runs, request):
+    """``analyzed(kind, path)``: the report of ``runs[kind]``'s folder on ``path``, analyzed once per module and
+    shared by the tests that read it (the 200-host folder took ~1 min per path, and two tests read it on every
+    path: issue 40, the suite's time). Each test still makes all of its own assertions on it."""
+    done: dict = {}
+
+    def get(kind: str, path: str):
+        if (kind, path) not in done:
+            done[(kind, path)] = _analyze(runs[kind][0], path, request)
+        return done[(kind, path)]
+    return get
+
+
+@pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Per kind: (run folder, the good hosts alone, good names, bad names); the good hosts' report, in process."""
     out = {}
@@ -128,12 +142,12 @@ def _alone_error(path: Path) -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("path", PATHS)
-def test_good_hosts_reported_bad_ones_named(runs, kind, path, request):
+def test_good_hosts_reported_bad_ones_named(runs, kind, path, analyzed):
     if kind not in runs:
         shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")
         shared_trace("bad/v6e-4_jax_inference.utf8_mangled.xplane.pb")
     folder, alone, good, bads = runs[kind]
-    rep = _analyze(folder, path, request)
+    rep = analyzed(kind, path)
     d = json.loads(rep.to_json())
     assert _core(d) == _core(alone)  # the good hosts' report, as if analysed alone
     notice = " was left out of the analysis "
@@ -151,21 +165,19 @@ def test_good_hosts_reported_bad_ones_named(runs, kind, path, request):
     assert [w for w in d["warnings"] if " was left out of the analysis " in w] == want
 
 
-def test_device_ids_that_clash_stay_distinct(runs, request):
-    folder, _, _, _ = runs["clash"]
+def test_device_ids_that_clash_stay_distinct(analyzed):
     for path in PATHS:
-        d = json.loads(_analyze(folder, path, request).to_json())
+        d = json.loads(analyzed("clash", path).to_json())
         devs = {(r["host"], r["device"]): r["busy_ps"] for r in d["devices"]}
         # the construction is the oracle: host file a holds synthetic host 1, c holds 2; 8 devices each
         assert devs == {(f, f"TPU:{dev}"): OPS * (BASE_PS + STEP_PS * h + dev)
                         for f, h in (("a", 1), ("c", 2)) for dev in range(8)}, path
 
 
-def test_many_tiny_hosts_totals(runs, request):
-    folder, _, good, _ = runs["many"]
+def test_many_tiny_hosts_totals(analyzed):
     want = OPS * sum(BASE_PS + STEP_PS * h for h in range(MANY))  # from the construction
     for path in PATHS:
-        s = json.loads(_analyze(folder, path, request).to_json())["summary"]
+        s = json.loads(analyzed("many", path).to_json())["summary"]
         assert (s["hosts"], s["op_executions"], s["op_time_ps"]) == (MANY, OPS * MANY, want), path
 
 

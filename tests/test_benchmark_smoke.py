@@ -24,9 +24,22 @@ def test_benchmark_quick_prints_table(tmp_path):
     # the source trace as it is (size 0) also measures the hook's analysis child and the import floor
     assert table.count("tracekit hook child") == 1 and table.count("import numpy, pandas") == 1
     assert "linearity tracekit analyze" in out
-    goals = out[out.index("goals (issue 18):"):].splitlines()[1:]
-    assert len([g for g in goals if "info/analyze CPU" in g and "met" in g]) == 3, goals  # info at each size
-    assert any(g.startswith("  hook analysis child") and "CPU-s (goal <= 0.3 CPU-s)" in g for g in goals), goals
+    code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    goals = out[out.index("goals (issue 40), code "):].splitlines()
+    assert code and code in goals[0], goals[0]  # the code revision measured
+    assert goals[1].split() == ["what", "measured", "goal", "verdict", "load", "avg", "(1", "min)"], goals[1]
+    rows = goals[3:goals.index(next(g for g in goals[3:] if g.startswith("load average at start")))]
+    # every row of issue 40's goal table, measured or saying how to measure it
+    assert len([g for g in rows if "info / analyze CPU" in g and g.split("<= 0.5x")[1].split()[0] in ("met", "NOT")]) \
+        == 3, rows  # info at each size, with its verdict and the load average after it
+    hook = next(g for g in rows if g.startswith("  hook analysis child"))
+    assert "CPU-s = floor " in hook and "<= floor + 0.3 CPU-s" in hook and (" met " in hook or " NOT met " in hook)
+    assert float(hook.split()[-1].split("-")[-1]) >= 0  # the load average
+    assert any("(analyze - floor) / xprof get_hlo_stats CPU" in g and "needs xprof" in g for g in rows), rows
+    assert any("1.5 M device events" in g and "not measured (--sizes 0,1.5e6)" in g for g in rows), rows
+    assert any("memory per event" in g and "<= 150 B/event" in g for g in rows), rows
+    assert any(g.startswith("  pytest") and "not measured (--pytest runs it)" in g for g in rows), rows
     for stage in ("decode", "roofline", "timeline", "rules", "report", "total in-process"):
         assert stage in out
     assert (tmp_path / "results.json").exists() and (tmp_path / "table.txt").exists()
