@@ -69,8 +69,8 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     collect the hosts of a run folder that cannot be read, as ``(host, path, reason)``, each tried
     :data:`tracekit.ingest.badhosts.ATTEMPTS` times, instead of raising (:mod:`tracekit.ingest.badhosts`; when no
     host is left, its one error)."""
-    files = _load.resolve(path, run)
-    warnings: list[str] = []
+    chosen = _load.choose(path, run)  # (which run of a logdir was taken, in one warning: locate.choose)
+    files, warnings = chosen.files, [chosen.note] if chosen.note else []
     kw = {"max_bytes": max_bytes, "max_events": max_events, "use_hostname": len(files) == 1}
     if left_out is None or len(files) == 1:
         parts, kept = [load_host(hf, warnings, **kw) for hf in files], files

@@ -234,11 +234,14 @@ def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
          max_bytes: int | None = _load.DEFAULT_MAX_BYTES, max_events: int | None = None):
     """:func:`tracekit.load` with the hosts loaded in parallel: the same :class:`tracekit.ingest.trace.Trace`."""
     from tracekit.ingest import trace
-    files = _load.resolve(path, run)
+    chosen = _load.choose(path, run)
+    files = chosen.files
     if len(files) == 1:
         return trace.load(path, run=run, max_bytes=max_bytes, max_events=max_events)
     parts = load_parts(files, jobs=jobs, dask=dask, max_bytes=max_bytes, max_events=max_events, roofline=False)
-    return _combine(parts, files)[0]
+    tr = _combine(parts, files)[0]
+    tr.warnings[:0] = [chosen.note] if chosen.note else []  # which run was taken (locate.choose), as trace.load
+    return tr
 
 
 def analyze(source, *, jobs: int | None = None, dask=None, run: str | None = None, max_bytes=None, max_events=None,

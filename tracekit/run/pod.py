@@ -194,7 +194,8 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
     rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
     params = rules.check_params(rule_list, params)
     resolved = [(r, r.resolve(rule_model.params_for(r, params))) for r in rule_list]
-    files = paths.resolve(source, run)
+    chosen = paths.choose(source, run)  # (the one chooser of trace.load too: the same note on both paths)
+    files = chosen.files
     opt = Options(max_bytes=max_bytes, max_events=max_events, chip=chip, topology=topology,
                   host_order=tuple(f.host for f in files) if len(files) > 1 else (),
                   rules_dirs=tuple(str(d) for d in rules_dirs or ()), select=tuple(select or ()),
@@ -208,4 +209,4 @@ def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, 
     if progress is not None:
         progress.stage("reducing")
     return podreport.report(summaries, failures, files, resolved, opt, fail_on=fail_on,
-                            model_flops_per_step=model_flops_per_step)
+                            model_flops_per_step=model_flops_per_step, notes=(chosen.note,) if chosen.note else ())

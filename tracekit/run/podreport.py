@@ -9,7 +9,7 @@ from tracekit.run import podreduce as rd
 
 
 def report(summaries: list, failures: list, files: list, resolved: list, opt, *, fail_on: str = "never",
-           model_flops_per_step: float | None = None):
+           model_flops_per_step: float | None = None, notes: tuple = ()):
     """The Report of the analyzed hosts (``summaries``, in host order); ``failures`` [(host, path, reason)]
     become warnings; ``resolved``: [(rule, resolved params)] of every rule; ``opt``: the map's Options."""
     from tracekit import pipeline
@@ -42,7 +42,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     findings, driver_rules = rd.findings(summaries, resolved, dict(frames), span, profiled, opt.max_evidence)
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
-    warnings = fold_warnings([w for s in summaries for w in s.warnings])  # (as trace.combine folds them)
+    warnings = list(notes) + fold_warnings([w for s in summaries for w in s.warnings])  # (as trace.combine folds them)
     left_out = badhosts.notices(failures, len(summaries))
     warnings += left_out
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
