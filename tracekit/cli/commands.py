@@ -268,11 +268,13 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
     if port is None and not command:
         raise TraceError("nothing to capture", hint="give --port PORT (a running job) or -- python script.py ARGS")
     out_fmts = [_out_format(render, out, None, False) for out in outputs]  # bad names fail before capturing
-    rc = 0
+    rc, own_note = 0, None
     if port is not None:
         run_dir = cap.remote(port, duration_ms, logdir, host=host)
     else:
-        rc, run_dir, d = cap.run_script(list(command), logdir)
+        rc, run_dir, d, own_note = cap.run_script(list(command), logdir)
+        if own_note and not quiet:
+            click.echo(f"tracekit: {safe_terminal(own_note)}", err=True)
         if run_dir is None:
             if rc:
                 click.echo(f"tracekit: error: the command exited with status {rc} and wrote no trace", err=True)
@@ -286,6 +288,7 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         from tracekit.ingest.trace import load
         from tracekit.model import machine
         source = load(str(run_dir))
+        source.warnings += [own_note] if own_note and run_dir is not None else []  # the script's own trace
         if machine.is_cpu_trace(source):
             machine.record_run(run_dir)
     rep = pipeline.analyze(source, chip=chip, fail_on=fail_on)
