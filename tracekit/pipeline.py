@@ -98,7 +98,7 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         findings = [no_device_ops()] + findings
     progress.stage("report")
     from tracekit.model import peaks
-    from tracekit.analysis import claims
+    from tracekit.analysis import claims, hostcheck
     dchips = roofline.device_chips(tr, chip)
     model_warnings = peaks.model_warnings(ops, dchips, limit=None)  # every op above its roofline is named
     model_warnings = roofline.cost_disagreements(tr) + model_warnings  # author estimates the shapes contradict
@@ -121,7 +121,8 @@ def analyze(source, *, chip: str | None = None, topology: str | None = None, run
         chips=tuple(roofline.chips_used(tr, chip)), ops=ops, frames=frames, step_stats=step_stats,
         findings=tuple(findings), hlo=tr.hlo,
         params={"hidden": hidden, "exposed": exposed, "min_gap_ps": min_gap_ps, "rules": resolved},
-        warnings=tuple(tr.warnings) + notices + tuple(w["message"] for w in model_warnings),
+        warnings=tuple(tr.warnings) + tuple(hostcheck.warnings(tr.profile_spans, hostcheck.programs_by_host(ops)))
+        + notices + tuple(w["message"] for w in model_warnings),
         step_source=tuple(step_source), fail_on=fail_on, rules=tuple(rule_list), custom_calls=custom, overview=ov,
         memory=mem, interconnect=interconnect(tr, ops, chip, topology), model_warnings=tuple(model_warnings),
         headline=head))

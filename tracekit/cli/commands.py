@@ -68,8 +68,10 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     if limit:
         table = table.head(limit)
     table = opstats.with_names(table, tr.hlo)
+    table.attrs["hosts"] = len(tr.hosts)  # a trace of several hosts shows each row's hosts
     if fmt == "csv":
-        text = table.to_csv(index=False)
+        text = table.assign(hosts=table["hosts"].map(",".join)).to_csv(index=False) if "hosts" in table else \
+            table.to_csv(index=False)
     elif fmt == "json":
         text = table.to_json(orient="records", indent=1) + "\n"
     else:
@@ -87,6 +89,7 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
 #: short. Add a column here (and, for a narrow terminal, to OPS_DROP).
 OPS_COLUMNS = [
     ("module", "module", str, "name"),
+    ("hosts", "hosts", "hosts", "name"),  # only for a trace of several hosts: tells same-named programs apart
     ("op", "op", str, "name"),
     ("op_name", "op_name", "opname", "name"),
     ("category", "category", str, "text"),
@@ -101,7 +104,7 @@ OPS_COLUMNS = [
     ("headroom", "headroom_ps", "time", "num"),
 ]
 #: left out first to last when the table does not fit the width
-OPS_DROP = ["op_name", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module"]
+OPS_DROP = ["op_name", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module", "hosts"]
 
 
 def _format_ops(t):
@@ -109,11 +112,14 @@ def _format_ops(t):
     from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
     from tracekit.analysis.hloview import short_op_name
     fmts = {"time": fmt_time, "pct": fmt_pct, "eff": fmt_eff, "num": fmt_num, "bytes": lambda b: fmt_num(b, "B"),
-            "count": lambda n: f"{int(n):,}", str: str, "opname": lambda n: short_op_name(n, 32)}
+            "count": lambda n: f"{int(n):,}", str: str, "opname": lambda n: short_op_name(n, 32),
+            "hosts": lambda h: ",".join(h)}
     out = pd.DataFrame(index=t.index)
     for header, src, fmt, _kind in OPS_COLUMNS:
         if src == "op_name" and not (src in t.columns and t[src].astype(bool).any()):
             continue  # (no name stack in this trace's HLO)
+        if src == "hosts" and t.attrs.get("hosts", 1) < 2:
+            continue  # (one host)
         if src in t.columns and (src not in ("flops", "bytes_accessed", "bound_by", "efficiency", "headroom_ps")
                                  or "roofline_ps" in t.columns):
             out[header] = t[src].map(fmts[fmt])

@@ -40,6 +40,7 @@ class Trace:
     hosts: list = field(default_factory=list)
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    profile_spans: dict = field(default_factory=dict)  #: host -> (profile start, stop) in wall-clock ns, where known
 
     def __repr__(self) -> str:
         ops = self.ops
@@ -99,6 +100,7 @@ class HostFrames:
     memory_events: pd.DataFrame
     hlo_modules: list
     device_stats: dict
+    profile_span: tuple | None = None  #: (start, stop) wall-clock ns of the profile (Task Environment plane)
 
 
 def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
@@ -120,7 +122,21 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
         raise limits.out_of_memory(str(hf.path), need) from None
 
 
+def profile_span(planes) -> tuple[int, int] | None:
+    """(start, stop) in wall-clock ns of the profile, from the ``Task Environment`` plane's
+    ``profile_start_time``/``profile_stop_time`` stats (the profiler writes them); None without them."""
+    from tracekit.ingest.xspace import stat_names, stats_dict
+    for p in planes:
+        if p.name == "Task Environment":
+            st = stats_dict(p.head.stats, stat_names(p.head))
+            a, b = st.get("profile_start_time"), st.get("profile_stop_time")
+            if isinstance(a, int) and isinstance(b, int) and 0 < a <= b:
+                return a, b
+    return None
+
+
 def _host(planes, host: str, warnings: list[str]) -> HostFrames:
+    span = profile_span(planes)
     ex = frames.extract(planes, host, warnings)
     mods = _hlo_modules(planes, warnings)
     for p in planes:  # the decoded event columns are in the frames now: free them before the joins
@@ -164,7 +180,7 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     _consistency_warnings(ops, h, host, warnings)
     return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
                       host_events=ex["host_events"], memory_events=ex["memory_events"], hlo_modules=mods,
-                      device_stats=dstats)
+                      device_stats=dstats, profile_span=span)
 
 
 def _self_ps(ops: pd.DataFrame) -> np.ndarray | pd.Series:
@@ -420,4 +436,5 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                  steps=cat("steps", schema.STEPS), lines=cat("lines", schema.LINES), devices=devs,
                  host_events=cat("host_events", schema.HOST_EVENTS),
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
-                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings)
+                 hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings,
+                 profile_spans={p.host: p.profile_span for p in parts if p.profile_span})

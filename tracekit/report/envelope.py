@@ -155,7 +155,8 @@ class Report:
 OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences", "devices", "total_ps", "mean_ps",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
-              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line", "op_name", "source"]
+              "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line", "op_name", "source",
+              "hosts"]
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class HostSummary:
     device_stats: dict = field(default_factory=dict)
     step_source: tuple = ()
     seconds: float = 0.0  #: wall time the worker spent on this host
+    profile_span: tuple | None = None  #: (start, stop) wall-clock ns of this host's profile, where the trace says
 
 
 def summarize(path: str, host: str, opt: Options) -> HostSummary:
@@ -142,7 +143,7 @@ def summarize(path: str, host: str, opt: Options) -> HostSummary:
         chips=chips_used, memory=mem, custom_calls=customcalls.parts(ops, tr.hlo, cost_table),
         warning_groups=tuple(peaks.warning_groups(ops, dchips)), hlo_source=hlo_src.reset_index(drop=True),
         hlo_present=bool(len(tr.hlo)), modules=mods, trace_devices=tr.devices, device_stats=dict(tr.device_stats),
-        step_source=step_source, seconds=time.perf_counter() - t0)
+        step_source=step_source, seconds=time.perf_counter() - t0, profile_span=tr.profile_spans.get(host))
 
 
 def _op_sums(ops: pd.DataFrame):

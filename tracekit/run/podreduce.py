@@ -78,6 +78,9 @@ def memory_view(summaries: list):
     if "executions" in every.columns and len(every):  # a program's runs in the window: on every host together
         runs = every.groupby(key, sort=False, observed=True)["executions"].sum()
         progs["executions"] = runs.reindex(pd.MultiIndex.from_frame(progs[key])).to_numpy()
+    if "hosts" in every.columns and len(every):  # the hosts a program ran on: every host's, together
+        ran = every.groupby(key, sort=False, observed=True)["hosts"].agg(lambda s: tuple(sorted(set().union(*s))))
+        progs["hosts"] = list(ran.reindex(pd.MultiIndex.from_frame(progs[key])))
     bufs = pd.concat([v.buffers for v in views], ignore_index=True)
     bufs = bufs.drop_duplicates([c for c in ("module", "program_id", "instruction", "allocation", "kind")
                                  if c in bufs.columns]).sort_values("size_bytes", ascending=False, kind="stable",

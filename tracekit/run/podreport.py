@@ -13,7 +13,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     """The Report of the analyzed hosts (``summaries``, in host order); ``failures`` [(host, path, reason)]
     become warnings; ``resolved``: [(rule, resolved params)] of every rule; ``opt``: the map's Options."""
     from tracekit import pipeline
-    from tracekit.analysis import evidence, memory, overview
+    from tracekit.analysis import evidence, hostcheck, memory, overview
     from tracekit.analysis import stepstats
     from tracekit.analysis.rule_checks import RuleFrames, overlap_advice
     from tracekit.model import roofline
@@ -43,6 +43,7 @@ def report(summaries: list, failures: list, files: list, resolved: list, opt, *,
     if not tot.op_executions:
         findings = [pipeline.no_device_ops()] + findings
     warnings = list(notes) + fold_warnings([w for s in summaries for w in s.warnings])  # (as trace.combine folds them)
+    warnings += hostcheck.warnings(*hostcheck.of_summaries(summaries))  # (the in-process pipeline's call too)
     left_out = badhosts.notices(failures, len(summaries))
     warnings += left_out
     mw = rd.model_warnings(summaries, dchips, tot.op_time_ps)
