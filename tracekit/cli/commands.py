@@ -364,7 +364,7 @@ def diff_cmd(base, new, run, threshold, min_time_ps, alpha, outputs, fmt, top, m
     d = diff_report.build(c, *_diff_context(base_tr, new_tr))
     write_reports([(out, diff_report.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
     if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
-        echo_out(diff_report.render(d, render.format_for(None, fmt), top=top))
+        echo_out(diff_report.render(d, render.format_for(None, fmt), top=top, width=term_width()))
     if d.failed:
         for line in [] if quiet else regression_lines(d.data):
             click.echo(line, err=True)
