@@ -49,8 +49,9 @@ def program_hosts(ops) -> dict[tuple[str, int], tuple[str, ...]]:
 
 
 def hosts_label(hosts, n_hosts: int) -> str:
-    """'hostB', 'hostA,hostB', or 'all 8 hosts' for the hosts a row's program ran on."""
-    hosts = [str(h) for h in hosts or ()]
+    """'hostB', 'hostA,hostB', or 'all 8 hosts' for the hosts a row's program ran on (comma-separated text or a
+    sequence)."""
+    hosts = [h for h in hosts.split(",") if h] if isinstance(hosts, str) else [str(h) for h in hosts or ()]
     if n_hosts > 2 and len(hosts) == n_hosts:
         return f"all {n_hosts} hosts"
     return ",".join(hosts) if len(hosts) <= NAMED else f"{len(hosts)} of {n_hosts} hosts"

@@ -145,7 +145,7 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
                          "largest_temp_source": f"{top['source_file']}:{top['source_line']}"
                          if top and top["source_file"] else "",
                          "undonated_bytes": undonated, "undonated_parameters": params, "executions": 0,
-                         "hosts": ()})
+                         "hosts": ""})
     out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
     return out.astype({"program_id": "uint64", **{c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}), \
         curves
@@ -326,7 +326,7 @@ def build(tr, chip: str | None = None) -> MemoryView:
     runs = donation.executions(tr)  # (a program that never ran in the window holds nothing there)
     progs["executions"] = [runs.get((str(m), int(p)), 0) for m, p in zip(progs["module"], progs["program_id"])]
     ran_on = hostcheck.program_hosts(tr.ops) if len(tr.ops) else {}  # the hosts each program ran on
-    progs["hosts"] = [ran_on.get((str(m), int(p)), ()) for m, p in zip(progs["module"], progs["program_id"])]
+    progs["hosts"] = [",".join(ran_on.get((str(m), int(p)), ())) for m, p in zip(progs["module"], progs["program_id"])]
     chips = roofline.device_chips(tr, chip)
     capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
     ran = set(distinct_values(tr.ops["program_id"].to_numpy(np.uint64))) if len(tr.ops) else set()

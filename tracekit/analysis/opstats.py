@@ -79,6 +79,7 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     devices = np.zeros(ng_all, np.int64)
     on_host: dict = {}  # host -> which groups ran on it
     for (h, _d), ix in row_parts(ops, ["host", "device"]).items():
+        h = str(h)
         g = gi[ix]
         if ng_all <= 4 * len(g) + 1024:
             seen = np.bincount(g, minlength=ng_all) > 0
@@ -102,14 +103,14 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)
 
 
-def _hosts_per_group(on_host: dict, keep: np.ndarray) -> list[tuple]:
-    """Per kept group, the sorted hosts it ran on (from host -> bool per group)."""
-    names = sorted(on_host)
-    if not names:
-        return [()] * len(keep)
+def _hosts_per_group(on_host: dict, keep: np.ndarray) -> list[str]:
+    """Per kept group, the hosts it ran on, sorted and comma-separated (from host -> bool per group)."""
+    names = sorted(map(str, on_host))
+    if not names or not len(keep):
+        return [""] * len(keep)
     m = np.stack([on_host[h][keep] for h in names], axis=1)  # groups x hosts
     pats, inv = np.unique(m, axis=0, return_inverse=True)
-    labels_ = [tuple(h for h, on in zip(names, p) if on) for p in pats]
+    labels_ = [",".join(h for h, on in zip(names, p) if on) for p in pats]
     return [labels_[i] for i in np.asarray(inv).reshape(-1)]
 
 
@@ -178,8 +179,8 @@ def merge_sums(parts: list) -> pd.DataFrame:
     if "hosts" in allp.columns:  # the parts' hosts, together
         hosts: list = [set() for _ in range(n)]
         for g, hs in zip(gi.tolist(), allp["hosts"]):
-            hosts[g].update(hs)
-        out["hosts"] = [tuple(sorted(h)) for h in hosts]
+            hosts[g].update(h for h in str(hs).split(",") if h)
+        out["hosts"] = [",".join(sorted(h)) for h in hosts]
     return out
 
 

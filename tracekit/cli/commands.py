@@ -9,7 +9,7 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
+from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, fit_lines, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
                                   term_width, terminal, topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
@@ -70,8 +70,7 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     table = opstats.with_names(table, tr.hlo)
     table.attrs["hosts"] = len(tr.hosts)  # a trace of several hosts shows each row's hosts
     if fmt == "csv":
-        text = table.assign(hosts=table["hosts"].map(",".join)).to_csv(index=False) if "hosts" in table else \
-            table.to_csv(index=False)
+        text = table.to_csv(index=False)
     elif fmt == "json":
         text = table.to_json(orient="records", indent=1) + "\n"
     else:
@@ -113,7 +112,7 @@ def _format_ops(t):
     from tracekit.analysis.hloview import short_op_name
     fmts = {"time": fmt_time, "pct": fmt_pct, "eff": fmt_eff, "num": fmt_num, "bytes": lambda b: fmt_num(b, "B"),
             "count": lambda n: f"{int(n):,}", str: str, "opname": lambda n: short_op_name(n, 32),
-            "hosts": lambda h: ",".join(h)}
+            "hosts": str}
     out = pd.DataFrame(index=t.index)
     for header, src, fmt, _kind in OPS_COLUMNS:
         if src == "op_name" and not (src in t.columns and t[src].astype(bool).any()):
@@ -393,7 +392,6 @@ def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, ma
     lim = limits(max_size, max_events)
     out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
                           rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
-    click.echo(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, "
-               f"{out.steps:,} step rows, "
-               f"{out.finding_windows:,} windows of {out.findings} finding(s), {out.gaps:,} idle gaps, "
-               f"{out.exposed_windows:,} exposed-collective windows", err=True)
+    click.echo(fit_lines(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, "
+                         f"{out.steps:,} step rows, {out.finding_windows:,} windows of {out.findings} finding(s), "
+                         f"{out.gaps:,} idle gaps, {out.exposed_windows:,} exposed-collective windows"), err=True)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt
+from tracekit.cli.options import fit_lines, guarded, limit_opts, limits, path_arg, run_opt
 
 
 @click.command("hlo")
@@ -28,4 +28,4 @@ def hlo_cmd(path, op, run, module, fmt, max_size, max_events):
     if fmt == "json":
         click.echo(json.dumps(v, indent=1, ensure_ascii=False))
     else:
-        click.echo(hloview.view_text(v), nl=False)
+        click.echo(fit_lines(hloview.view_text(v), hang=4), nl=False)  # a long instruction wraps between words

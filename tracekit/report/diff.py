@@ -264,7 +264,7 @@ MEMORY_HEADERS = ["program", "bytes", "base", "new", "change"]
 def _memory_cells(r: dict) -> list[str]:
     label = dict(MEMORY_FIELDS).get(r["what"], "device peak")
     pct = r["change_bytes"] / r["base_bytes"] if r["base_bytes"] else None
-    return [r["program"] or "(any device)", label, _bytes(r["base_bytes"]), _bytes(r["new_bytes"]),
+    return [r["program"] or "—", label, _bytes(r["base_bytes"]), _bytes(r["new_bytes"]),
             ("+" if r["change_bytes"] > 0 else "-") + _bytes(abs(r["change_bytes"]))
             + (f" ({_signed_pct(pct)})" if pct is not None else "")]
 

@@ -79,7 +79,8 @@ def memory_view(summaries: list):
         runs = every.groupby(key, sort=False, observed=True)["executions"].sum()
         progs["executions"] = runs.reindex(pd.MultiIndex.from_frame(progs[key])).to_numpy()
     if "hosts" in every.columns and len(every):  # the hosts a program ran on: every host's, together
-        ran = every.groupby(key, sort=False, observed=True)["hosts"].agg(lambda s: tuple(sorted(set().union(*s))))
+        ran = every.groupby(key, sort=False, observed=True)["hosts"].agg(
+            lambda s: ",".join(sorted({h for x in s for h in str(x).split(",") if h})))
         progs["hosts"] = list(ran.reindex(pd.MultiIndex.from_frame(progs[key])))
     bufs = pd.concat([v.buffers for v in views], ignore_index=True)
     bufs = bufs.drop_duplicates([c for c in ("module", "program_id", "instruction", "allocation", "kind")

@@ -210,7 +210,7 @@ OP_COLUMNS = (("op", "op", "text"), ("module", "module", "text"), ("category", "
 
 def ops_table(ops: list[dict], n_hosts: int = 1) -> str:
     rows = [dict(o, source=f"{o['source_file']}:{o.get('source_line')}" if o.get("source_file") else None,
-                 hosts=",".join(o.get("hosts") or ()) or None) for o in ops]
+                 hosts=o.get("hosts") or None) for o in ops]
     cols = [c for c in OP_COLUMNS if any(r.get(c[1]) not in (None, "") for r in rows)]
     if n_hosts > 1:  # a trace of several hosts: which hosts ran the row's program
         cols.insert(2, ("hosts", "hosts", "text"))

@@ -189,7 +189,7 @@ def top_ops_table(ops: list[dict], n_hosts: int = 1) -> list[str]:
             if kind == "text":
                 cells.append(esc(v) if v not in (None, "") else "—")
             elif kind == "hosts":
-                cells.append(esc(",".join(v)) if v else "—")
+                cells.append(esc(v) if v else "—")
             elif kind == "source":
                 cells.append(esc(f"{_basename(v)}:{r.get('source_line')}") if v else "—")
             elif kind == "int":
