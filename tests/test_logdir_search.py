@@ -103,3 +103,18 @@ def test_the_logdir_below_is_named(tmp_path):
     rep = _report(tmp_path)
     assert ("took the logdir exp1/logs, the only one below this folder; took the run 2026_02, the newest (last by "
             "name) of 2 under plugins/profile; the others: 2026_01; --run NAME takes another") in rep["warnings"]
+
+
+def test_commands_without_a_report_say_it_on_stderr(tmp_path):
+    """ops, memory, collectives, hlo and diff print no report: the line goes to stderr, stdout stays the table."""
+    import json
+    _runs(tmp_path / "logs", ("2026_01", "2026_03", "2026_02"))
+    for args in (["ops", "--format", "json"], ["memory", "--format", "json"], ["collectives", "--format", "json"],
+                 ["hlo", "--format", "json"]):
+        extra = ["ynn_fusion.3"] if args[0] == "hlo" else []
+        r = CliRunner().invoke(main, [args[0], str(tmp_path / "logs"), *extra, *args[1:]], env={"COLUMNS": "300"})
+        assert r.exit_code == 0, r.output
+        assert f"tracekit: warning: {TOOK}" in r.stderr and "took the" not in r.stdout
+        json.loads(r.stdout)
+    r = CliRunner().invoke(main, ["diff", str(tmp_path / "logs"), str(tmp_path / "logs")], env={"COLUMNS": "300"})
+    assert r.stderr.count(TOOK) == 2

@@ -6,7 +6,7 @@ import json
 import click
 
 from tracekit.cli.console import output_format, output_opt, write_output
-from tracekit.cli.options import (frame_table, guarded, limit_opts, limits, path_arg, run_opt, term_width,
+from tracekit.cli.options import (frame_table, guarded, limit_opts, limits, load_trace, path_arg, run_opt, term_width,
                                   topology_opt)
 
 COLUMNS = ["module", "op", "kind", "group_size", "groups", "span", "global_bytes", "size_bytes", "executions",
@@ -31,9 +31,8 @@ def collectives_cmd(path, run, chip, topology, fmt, output, executions, limit, m
     bandwidth (nccl-tests convention), the time predicted on the topology's links and the level that bounds it."""
     fmt = output_format(fmt, output, ("csv", "json"), "table")  # a bad -o path fails before the trace is read
     from tracekit import pipeline
-    from tracekit.ingest.trace import load
     from tracekit.analysis import collectives
-    tr = load(path, run=run, **limits(max_size, max_events))
+    tr = load_trace(path, run=run, **limits(max_size, max_events))
     ops = pipeline.with_roofline(tr, chip=chip, topology=topology)
     model, summary, ex = collectives.view(tr, ops, chip, topology)
     df = ex if executions else summary[COLUMNS]

@@ -9,8 +9,9 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, fit_lines, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
-                                  term_width, terminal, topology_opt)
+from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, fit_lines, frame_table, guarded,
+                                  limit_opts, limits, load_trace, path_arg, run_opt, term_width, terminal,
+                                  topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
 
@@ -56,9 +57,8 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     and the roofline columns when the chip and costs are known."""
     fmt = output_format(fmt, output, ("csv", "json"), "table")  # a bad -o path fails before the trace is read
     from tracekit import pipeline
-    from tracekit.ingest.trace import load
     from tracekit.analysis import opstats
-    tr = load(path, run=run, **limits(max_size, max_events))
+    tr = load_trace(path, run=run, **limits(max_size, max_events))
     o = pipeline.with_roofline(tr, chip=chip, topology=topology)
     if device:
         o = o[o["device"].astype(str) == device]
@@ -353,12 +353,11 @@ def diff_cmd(base, new, run, threshold, min_time_ps, alpha, outputs, fmt, top, m
     are never called changed (too few executions).
 
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
-    from tracekit.ingest.trace import load
     from tracekit.analysis import diff as diff_mod
     from tracekit.report import diff as diff_report
     from tracekit.report import render
     formats = [diff_report.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
-    base_tr, new_tr = (load(p, run=run, **limits(max_size, max_events)) for p in (base, new))
+    base_tr, new_tr = (load_trace(p, run=run, **limits(max_size, max_events)) for p in (base, new))
     c = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, alpha=alpha, run=run)
     d = diff_report.build(c, *_diff_context(base_tr, new_tr))
     write_reports([(out, diff_report.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)

@@ -188,3 +188,14 @@ def fit_lines(text: str, width: int | None = None, hang: int = 2) -> str:
         lead = len(line) - len(line.lstrip(" "))
         out.append(fit_para(line.lstrip(" "), width=w, indent=lead, hang=hang))
     return "\n".join(out)
+
+
+def load_trace(path, run=None, **lim):
+    """:func:`tracekit.ingest.trace.load` for a command that prints no report: the line saying which run or
+    sub-folder of ``path`` was taken, when there was a choice, goes to stderr (a report carries it in its
+    warnings)."""
+    from tracekit.ingest.trace import load
+    tr = load(path, run=run, **lim)
+    if tr.path_note:
+        click.echo(fit_lines(f"tracekit: warning: {safe(tr.path_note)}"), err=True)
+    return tr

@@ -41,6 +41,7 @@ class Trace:
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     profile_spans: dict = field(default_factory=dict)  #: host -> (profile start, stop) in wall-clock ns, where known
+    path_note: str | None = None  #: which run / sub-folder of the path was taken (locate.choose), when there was a choice
 
     def __repr__(self) -> str:
         ops = self.ops
@@ -80,6 +81,7 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
         parts, kept = badhosts.load_each(files, load_host, warnings, left_out, **kw)
     tr = combine(parts, warnings)
     tr.paths = [str(f.path) for f in kept]
+    tr.path_note = chosen.note
     return tr
 
 

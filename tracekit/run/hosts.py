@@ -241,6 +241,7 @@ def load(path, run: str | None = None, *, jobs: int | None = None, dask=None,
     parts = load_parts(files, jobs=jobs, dask=dask, max_bytes=max_bytes, max_events=max_events, roofline=False)
     tr = _combine(parts, files)[0]
     tr.warnings[:0] = [chosen.note] if chosen.note else []  # which run was taken (locate.choose), as trace.load
+    tr.path_note = chosen.note
     return tr
 
 
