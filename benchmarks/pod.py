@@ -37,32 +37,48 @@ def build(src: Path, out: Path, hosts: int, events: int) -> Path:
     return out
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM (Linux; ``ru_maxrss`` would also hold the peak of the process
+    that started this one before its exec: the parent that tiled the trace), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def drive(folder: str, workers: int, scheduler: str | None) -> dict:
-    """(in a fresh process) map on the cluster, reduce here; the driver's numbers."""
+    """(in a fresh process) map on the cluster, reduce here (the engine's own two steps, as
+    :func:`tracekit.pipeline.analyze` runs them with the pod's mapper); the driver's numbers."""
     from dask.distributed import Client, LocalCluster
 
-    from tracekit.analysis import rule_model
+    from tracekit.analysis import hostrules
     from tracekit.ingest import paths
-    from tracekit.run import pod, podreport
-    from tracekit.run.podmap import Options
+    from tracekit.options import Options
+    from tracekit.report.engine import reduce
+    from tracekit.run import pod
     cluster = None if scheduler else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                                   dashboard_address=None, host="127.0.0.1")
     client = Client(scheduler or cluster)
     files = paths.resolve(folder)
-    rules = rule_model.load_rules()
-    resolved = [(r, r.resolve(rule_model.params_for(r, {}))) for r in rules]
-    opt = Options(host_order=tuple(f.host for f in files))
+    opt = Options(dask=client)
+    rules = hostrules.rule_items(opt, fresh=True)
     t0 = time.perf_counter()
-    summaries, failures = pod.map_hosts(files, opt, dask=client)
+    summaries, failures = pod.map_hosts(files, opt, tuple(f.host for f in files))
     t1 = time.perf_counter()
-    rep = podreport.report(summaries, failures, files, resolved, opt)
+    rss_map = peak_rss_mb()
+    rep = reduce.report(summaries, failures, rules, opt, files=len(files))
     t2 = time.perf_counter()
     client.close()
     if cluster is not None:
         cluster.close()
     return {"workers": workers, "hosts": len(files), "failed": len(failures),
             "events_per_host": rep.data["summary"]["op_executions"] // max(len(summaries), 1),
-            "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "driver_peak_rss_mb": peak_rss_mb(),
+            "driver_rss_after_map_mb": rss_map,
             "map_wall_s": t1 - t0, "reduce_s": t2 - t1, "reduce_ms_per_host": 1e3 * (t2 - t1) / len(files),
             "worker_s_per_host": sum(s.seconds for s in summaries) / max(len(summaries), 1),
             "findings": len(rep.findings)}
@@ -82,6 +98,9 @@ def main():
         print(json.dumps(drive(a._drive[0], int(a._drive[1]), a.scheduler)))
         return
     folder = build(Path(a.src), Path(a.out) / f"h{a.hosts}_e{a.events}", a.hosts, a.events)
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "?"
+    print(f"code revision {rev}; load average {os.getloadavg()[0]:.2f} (1 min) at the start", flush=True)
     for w in a.workers:
         cmd = [sys.executable, __file__, a.src, "--_drive", str(folder), str(w)] + \
             (["--scheduler", a.scheduler] if a.scheduler else [])
@@ -92,9 +111,10 @@ def main():
             sys.exit(1)
         r = json.loads(line)
         print(f"{r['hosts']} hosts x ~{r['events_per_host']:,} op executions, {w} worker(s): driver peak RSS "
-              f"{r['driver_peak_rss_mb']:.0f} MB, map {r['map_wall_s']:.1f} s, reduce {r['reduce_s']:.2f} s "
+              f"{r['driver_peak_rss_mb']:.0f} MB ({r['driver_rss_after_map_mb']:.0f} MB after the map), map "
+              f"{r['map_wall_s']:.1f} s, reduce {r['reduce_s']:.2f} s "
               f"({r['reduce_ms_per_host']:.1f} ms/host), worker {r['worker_s_per_host']:.1f} s/host, "
-              f"{r['failed']} failed, {r['findings']} findings", flush=True)
+              f"{r['failed']} failed, {r['findings']} findings; load average {os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

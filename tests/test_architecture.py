@@ -20,7 +20,7 @@ PKG = ROOT / "tracekit"
 STAGES = ("ingest", "model", "analysis", "report", "run", "cli")
 #: the modules at the top of tracekit/ that every stage may use (besides the generated ``proto`` package)
 SPINE = ("errors", "units", "schema", "columns", "grouping", "fileio", "threads", "collector", "progress", "version",
-         "artefacts")
+         "artefacts", "options")
 #: import layers: a module may import its own layer and those below it
 LAYER = {"proto": 0, **{m: 0 for m in SPINE}, "ingest": 1, "model": 2, "analysis": 3, "report": 4, "pipeline": 5,
          "run": 6, "cli": 7}
@@ -255,3 +255,126 @@ def test_no_pandas_query_or_eval():
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
              and node.func.attr in ("query", "eval")]
     assert calls == []
+
+
+# ---- one engine (issue 34) ---------------------------------------------------------------------------------------
+
+ENGINE = PKG / "report" / "engine"
+
+
+def _defs(path: Path) -> dict:
+    """A module's top-level functions, classes and assigned names -> their nodes."""
+    out = {}
+    for n in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+            out[n.name] = n
+        elif isinstance(n, ast.Assign):
+            out.update({t.id: n for t in n.targets if isinstance(t, ast.Name)})
+    return out
+
+
+def test_exactly_one_module_builds_the_report():
+    """The report envelope (its schema) is assembled in one module, the engine's reduce; no other module builds a
+    Report from an analysis (a Report read back from its JSON takes one argument); each section is one module of
+    the engine with NAME, summarize and reduce, registered once."""
+    schema_in = [name for name, path in MODULES.items() if '"tracekit.report/1"' in path.read_text(encoding="utf-8")]
+    assert schema_in == ["tracekit.report.engine.reduce"]
+    built = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Report" \
+                    and (len(node.args) > 1 or node.keywords):
+                built.append(name)
+    assert built == ["tracekit.report.engine.reduce"]
+    init = ast.parse((ENGINE / "__init__.py").read_text(encoding="utf-8"))
+    (sections,) = [ast.literal_eval(n.value) for n in init.body if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", "") == "SECTIONS" for t in n.targets)]
+    assert len(set(sections)) == len(sections)
+    names = []
+    for s in sections:
+        d = _defs(ENGINE / f"{s}.py")
+        assert {"NAME", "summarize", "reduce"} <= set(d), s
+        names.append(ast.literal_eval(d["NAME"].value))
+    assert len(set(names)) == len(names)
+
+
+def test_the_second_engine_and_the_old_loader_are_gone():
+    run = PKG / "run"
+    assert not (run / "podreduce.py").exists() and not (run / "podreport.py").exists()
+    assert "build" not in _defs(PKG / "report" / "envelope.py")
+    assert not (run / "hosts.py").exists()
+    for name, path in MODULES.items():
+        d = _defs(path)
+        assert "load_parts" not in d, name
+        assert not (name.endswith(".hosts") and "load" in d), name
+
+
+def _option_names() -> set:
+    tree = ast.parse((PKG / "options.py").read_text(encoding="utf-8"))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Options"]
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+
+
+def _from_options(node, aliases: set) -> bool:
+    """A default that is None or names a value of tracekit.options (``DEFAULTS.x``, ``options.DEFAULTS.x``, a
+    name imported from it)."""
+    if isinstance(node, ast.Constant) and node.value is None:
+        return True
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in aliases
+
+
+def option_defaults(path: Path, options: set) -> list[str]:
+    """Where a module outside tracekit/options.py gives an option (a field of Options) a default of its own: a
+    function parameter or a click option named like one, with a default that is not None and not taken from
+    tracekit.options."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "tracekit.options":
+            aliases |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "tracekit":
+            aliases |= {a.asname or a.name for a in node.names if a.name == "options"}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == "tracekit.options" and a.asname}
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            pos = a.posonlyargs + a.args
+            pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + \
+                [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            for arg, default in pairs:
+                if arg.arg in options and not _from_options(default, aliases):
+                    bad.append(f"{_where(path)}:{node.lineno} {getattr(node, 'name', 'lambda')}({arg.arg}=...)")
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "option":
+            flags = [c.value for c in node.args if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            dest = next((f for f in flags if not f.startswith("-")), None) or \
+                next((f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")), "")
+            for kw in node.keywords:
+                if kw.arg == "default" and dest in options and not _from_options(kw.value, aliases):
+                    bad.append(f"{_where(path)}:{node.lineno} --{dest} default")
+    return bad
+
+
+#: parameters named like an option that are not one: the pure-Python decoder mirrors the C decoder's signature,
+#: where -1 means "no limit" (tracekit.ingest._wire.read_space)
+NOT_OPTIONS = {"tracekit/ingest/pywire.py read_space(max_events=...)"}
+
+
+def test_no_option_default_outside_the_options_module():
+    options = _option_names()
+    assert {"chip", "hidden", "fail_on", "max_evidence", "jobs"} <= options
+    bad = [b for name, path in MODULES.items() if name != "tracekit.options" for b in option_defaults(path, options)]
+    assert [b for b in bad if f"{b.split(':')[0]} {b.split(' ', 1)[1]}" not in NOT_OPTIONS] == []
+
+
+def test_the_option_default_finder_finds_them(tmp_path):
+    """(The check above can fail: a parameter, a keyword-only parameter and a click option.)"""
+    src = tmp_path / "probe.py"
+    src.write_text("import click\nfrom tracekit.options import DEFAULTS\n"
+                   "def f(x, hidden=0.9, chip=None, exposed=DEFAULTS.exposed, *, fail_on='never'):\n    pass\n"
+                   "opt = click.option('--max-evidence', default=10)\nok = click.option('--jobs', default=DEFAULTS.jobs)\n")
+    found = option_defaults(src, _option_names())
+    assert [f.split(" ", 1)[1] for f in found] == ["f(hidden=...)", "f(fail_on=...)", "--max_evidence default"]

@@ -14,7 +14,8 @@ import pytest
 
 import tracekit
 from tracekit import pipeline
-from tracekit.analysis import collectives
+from tracekit.analysis import interconnect
+from tracekit.model import roofline
 from conftest import FIXTURES
 
 CASES = FIXTURES / "collectives"
@@ -106,8 +107,8 @@ def _trace(case: str):
 def test_capture_priced_as_the_book_says(case, chip, topo):
     info = _index()[case]
     tr = _trace(case)
-    ops = pipeline.with_roofline(tr, chip=chip, topology=topo)
-    model, summary, ex = collectives.view(tr, ops, chip, topo)
+    j = roofline.joined(tr, chip=chip, topology=topo)
+    model, (summary, ex) = j.model, interconnect.view(j.ops, j.model)
     assert len(summary) == len(info["collectives"])  # one op per collective the program ran, nothing else
     for c in info["collectives"]:
         if c["label"] not in EXPECT[(case, chip, topo)]:
@@ -200,8 +201,8 @@ def test_view_complete_for_every_collective_in_the_traces():
     seen = 0
     for path in _every_trace_with_collectives():
         tr = _trace(path.name) if path.parent == CASES else tracekit.load(path)
-        ops = pipeline.with_roofline(tr)
-        _, summary, _ = collectives.view(tr, ops)
+        j = roofline.joined(tr)
+        summary, _ = interconnect.view(j.ops, j.model)
         for r in summary.itertuples(index=False):
             seen += 1
             assert r.algbw_bytes_per_s > 0 and r.busbw_bytes_per_s > 0, (path, r.op)
@@ -222,8 +223,8 @@ def test_8_device_captures_priced_as_a_v5e_ring_of_8(case, want):
     wraparound, one way at 4.5e10 B/s per link), against the book's V(N-1)/N / W (all-reduce twice that)."""
     from conftest import cpu_fixture
     tr = tracekit.load(cpu_fixture(case))
-    ops = pipeline.with_roofline(tr, chip="TPU v5e", topology="8")
-    _, summary, ex = collectives.view(tr, ops, "TPU v5e", "8")
+    j = roofline.joined(tr, chip="TPU v5e", topology="8")
+    summary, ex = interconnect.view(j.ops, j.model)
     got: dict = {}
     for r in summary.itertuples():
         got.setdefault(r.kind, []).append(r.predicted_ps / 1e12)

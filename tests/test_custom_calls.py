@@ -391,7 +391,7 @@ def test_pallas_matmul_flops_from_shapes_not_the_authors_estimate(tmp_path, cfg)
     f32_peak = precision.peak(ch, "f32")[0]  # the chip's f32 peak, as chips.yaml defines it for the part
     assert f32_peak > 0
     assert o["compute_ps"] == pytest.approx(2 * 2048 * 1024 * 2048 / f32_peak * 1e12, rel=1e-6)
-    w = roofline.cost_disagreements(tr)  # the trace's flops stat and the shapes' figure, both named
+    w = roofline.joined(tr).disagreements  # the trace's flops stat and the shapes' figure, both named
     assert [(x["op"], x["stated_flops"], x["derived_flops"]) for x in w] == [("mm", 1.08e9, 2 * 2048 * 1024 * 2048)]
     assert "1.08e+09" in w[0]["message"] and "8.59e+09" in w[0]["message"] and "flops stat" in w[0]["message"]
     if cfg is not None:  # the author's number, from the kernel's config, named beside the shapes'

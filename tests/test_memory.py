@@ -13,6 +13,7 @@ from conftest import CPU_CASES, FIXTURES, cpu_fixture, shared_trace
 
 import tracekit
 from tracekit.analysis import memory
+from tracekit.model import roofline
 
 CASES = json.loads((FIXTURES / "cpu" / "cases.json").read_text())["cases"]
 GIB = 1024 ** 3
@@ -31,7 +32,7 @@ def views():
     def get(case):
         if case not in cache:
             tr = tracekit.load(cpu_fixture(case))
-            cache[case] = (tr, memory.build(tr))
+            cache[case] = (tr, memory.build(tr, roofline.device_chips(tr)))
         return cache[case]
     return get
 
@@ -123,7 +124,8 @@ def _allocations(hlo_proto: bytes) -> list[dict]:
 
 def test_v6e_byte_counts_equal_the_buffer_assignment_decoded_by_hand():
     path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
-    mv = memory.build(tracekit.load(path))
+    tr = tracekit.load(path)
+    mv = memory.build(tr, roofline.device_chips(tr))
     payloads = _hlo_payloads(path)
     assert len(payloads) == 4
     checked = 0
@@ -217,7 +219,7 @@ def test_memory_command_bad_path():
 def test_allocator_events_over_time():
     path = shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")
     tr = tracekit.load(path)
-    mv = memory.build(tr)
+    mv = memory.build(tr, roofline.device_chips(tr))
     a = mv.allocators.set_index("allocator")
     assert len(a) == 8 and set(a["device"]) == {f"GPU:{i}" for i in range(8)}
     ev = tr.memory_events[tr.memory_events["allocator"].astype(str) == "GPU_0_bfc"]

@@ -20,7 +20,8 @@ from conftest import ROOT, cpu_fixture, shared_trace, varint
 from tracekit import pipeline
 from tracekit.cli import main as cli_main
 from tracekit.fileio import write_atomic
-from tracekit.run import hosts
+from tracekit.options import Options
+from tracekit.report.engine.host import summarize_file
 from tracekit.ingest import paths as loader
 from tracekit.report import render
 from tracekit.errors import TraceError
@@ -100,7 +101,7 @@ def test_event_limit_library_and_host_workers():
     with pytest.raises(TraceError, match=r"--max-events \(or max_events=None\)"):
         tracekit.load(trace_file(), max_events=10)
     with pytest.raises(TraceError, match="--max-events"):  # what each worker of a multi-host load runs
-        hosts.load_part(str(trace_file()), "h", max_events=10)
+        summarize_file(str(trace_file()), "h", Options(max_events=10))
     with pytest.raises(TraceError, match="--max-events"):
         pipeline.analyze(trace_file(), max_events=10)
 

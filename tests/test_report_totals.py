@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model import peaks
-from tracekit.report import envelope
+from tracekit.report.engine import ops as ops_section
 
 
 def _ops(self_ps, bound, is_async):
@@ -20,7 +20,7 @@ def test_totals_are_exact_integer_sums_past_float_precision():
     big = 1 << 53  # float64 cannot hold big + 1
     ops = _ops([big, 1, 7, 5, 3], ["host_link", "host_link", "memory", None, "memory"],
                [False, False, False, False, True])
-    t = envelope.totals(ops, pd.DataFrame({"exposed_ps": []}))
+    t = ops_section.totals(ops, pd.DataFrame({"exposed_ps": []}))
     assert t.op_time_ps == big + 1 + 7 + 5  # sync rows only, the async window left out
     assert t.time_by_bound_ps == {"memory": 7, "host_link": big + 1}  # no bound (missing) and no time: absent
     assert t.op_executions == 4

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from tracekit import schema
-from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS, frames_for_rules
+from tracekit.analysis.rule_checks import CHECK_COLUMNS, CHECKS
 from tracekit.analysis.rule_model import RULE_FORMAT, Param, find_rule, matches, params_for
 from tracekit.analysis.rule_model import load_rules, parse_rule
 from tracekit.analysis.rules import run_rules
@@ -229,14 +228,13 @@ KIND_OF = {"text": lambda s: isinstance(s.dtype, pd.CategoricalDtype) or s.dtype
 
 def test_rule_frames_match_their_declared_schemas():
     import tracekit
-    from tracekit import pipeline
+    from tracekit.analysis import hostview
+    from tracekit.options import Options
     tr = tracekit.load(cpu_fixture("allreduce_exposed"))
     events = pd.DataFrame({"host": pd.Categorical(["h"]), "line": pd.Categorical(["main"]), "name": ["XlaCompile"],
                            "start_ps": [0], "duration_ps": [10]})
-    ops = pipeline.with_roofline(tr, None)
-    frames = frames_for_rules(ops, tr.steps, events, modules=tr.modules)
-    mem, ov = pipeline.memory_and_overview(tr, ops, frames["steps"])
-    frames = replace(frames, **pipeline.rule_frames(mem, ov, frames["devices"]))
+    tr.host_events = events
+    frames = hostview.build(tr, Options()).frames  # the frames the engine's rules read, one host's
     assert set(frames) == set(schema.RULE_FRAMES)
     checked = 0
     for name, df in frames.items():

@@ -2,7 +2,7 @@
 from tracekit.errors import TraceError
 from tracekit.version import __version__
 
-__all__ = ["Trace", "TraceError", "capture", "load", "profile"]
+__all__ = ["Options", "Trace", "TraceError", "analyze", "capture", "load", "profile"]
 
 
 def __getattr__(name):
@@ -11,6 +11,12 @@ def __getattr__(name):
     if name in ("Trace", "load"):
         from tracekit.ingest import trace
         return getattr(trace, name)
+    if name == "analyze":  # tracekit.analyze(path, options=None, **options) -> Report (jobs/dask honoured)
+        from tracekit.run.pod import analyze
+        return analyze
+    if name == "Options":
+        from tracekit.options import Options
+        return Options
     if name == "capture":  # tracekit.capture(fn, *args, ...) -> Report
         from tracekit.run.capture import capture
         return capture

@@ -232,3 +232,37 @@ def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
         if v is not None:
             new[c] = np.broadcast_to(np.array([v], dtype=a.dtype), a.shape)
     return with_columns(df, new) if new else df
+
+
+def stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Many small frames (one per host) as one, fast: one array per column, built with one ``np.concatenate``
+    (pandas' concat pays per frame and per categorical column: seconds at hundreds of hosts). Categorical columns
+    become their values (objects); a column missing from a frame is missing there (None, NaN for numbers). Columns
+    follow the first frame, then the others' new ones."""
+    frames = [f for f in frames if f is not None]
+    if not frames:
+        return pd.DataFrame()
+    cols = list(dict.fromkeys(c for f in frames for c in f.columns))
+    data = {}
+    for c in cols:
+        parts = []
+        for f in frames:
+            if c not in f.columns:
+                parts.append(np.full(len(f), None, object))
+                continue
+            s = f[c]
+            if isinstance(s.dtype, pd.CategoricalDtype):
+                codes = s.array.codes
+                vals = np.append(s.cat.categories.to_numpy(dtype=object), None)
+                parts.append(vals[codes])
+            else:
+                parts.append(s.to_numpy())
+        full = [p for p in parts if len(p)]
+        kinds = {p.dtype.kind for p in full}
+        if not full:
+            data[c] = parts[0][:0]
+        elif len(kinds) == 1 or kinds in ({"i", "f"}, {"u", "f"}):
+            data[c] = np.concatenate(full)
+        else:
+            data[c] = np.concatenate([p.astype(object) for p in full])
+    return pd.DataFrame(data, copy=False)

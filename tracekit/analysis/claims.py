@@ -11,6 +11,8 @@ share of the finding's savings): the union is exact for claims on the same rows 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -122,7 +124,13 @@ def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
     """Profiled time above the roofline floor: per device its span minus the time its sync ops would take at
     their rooflines (ops without a known roofline count at their measured self time: no fix is promised for
     them), summed. None without roofline columns."""
-    if "roofline_ps" not in ops or not len(devices):
+    return above_floor(floor_per_device(ops), devices)
+
+
+def floor_per_device(ops: pd.DataFrame) -> dict | None:
+    """(host, device) -> the time its sync ops would take at their rooflines (their self time where the roofline
+    is unknown): the floors of disjoint devices merge by union. None without roofline columns."""
+    if "roofline_ps" not in ops:
         return None
     sync = ~ops["is_async"].to_numpy(bool)
     roof = ops["roofline_ps"].to_numpy()  # (float32: a view; each device's part is summed in float64 below)
@@ -132,6 +140,13 @@ def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
         s = sync[ix]
         r, ti = roof[ix][s], t[ix][s].astype(np.float64)
         per[k] = float(np.fmin(r, ti, out=ti).sum())  # (the roofline, or the self time where it is unknown)
+    return per
+
+
+def above_floor(per: dict | None, devices: pd.DataFrame) -> int | None:
+    """:func:`above_floor_ps` from the devices' floors (:func:`floor_per_device`) and the devices frame."""
+    if per is None or not len(devices):
+        return None
     total = 0.0
     for h, d, span in zip(devices["host"].astype(str), devices["device"].astype(str), devices["span_ps"]):
         total += max(float(span) - per.get((h, d), 0.0), 0.0)
@@ -150,3 +165,67 @@ def headline(findings: list, devices: pd.DataFrame, ops: pd.DataFrame) -> dict:
     profiled = sum(span.values())
     return {"claims_union_ps": int(min(union, profiled) if profiled else union),
             "above_roofline_floor_ps": above_floor_ps(ops, devices)}
+
+
+@dataclass(frozen=True)
+class Atoms:
+    """The claims of several rules on one host's devices, in a form the reduce unions for any set of rules:
+    per device, each stretch of time labelled by the set of rules that claim it (a mask), the stretches of one
+    label summed. The union of the claims of rules ``F`` on a device is the sum over labels that meet ``F``: what
+    :func:`union_ps` gives for those rules' claims, whichever rules the pod's findings turn out to be."""
+
+    rules: tuple  #: rule ids, in mask column order
+    with_claims: frozenset  #: rules whose claims are not empty (a device's zero-length claim counts)
+    devices: dict  #: (host, device) -> (masks: bool [labels, rules], summed ps per label: int64 [labels])
+
+
+def atoms(claims: dict) -> Atoms:
+    """:class:`Atoms` of ``claims``: rule id -> :func:`claim_intervals` of its evidence."""
+    rules = tuple(sorted(r for r, c in claims.items() if c))
+    per: dict = {}
+    for i, r in enumerate(rules):
+        for k, (s, e) in claims[r].items():
+            per.setdefault(k, []).append((i, *merge(s[e > s], e[e > s])))
+    out = {}
+    for k, parts in per.items():
+        pts = np.unique(np.concatenate([x for _, ms, me in parts for x in (ms, me)]))
+        if len(pts) < 2:
+            out[k] = (np.zeros((0, len(rules)), bool), np.zeros(0, np.int64))
+            continue
+        lo, length = pts[:-1], np.diff(pts).astype(np.int64)
+        code = np.zeros(len(lo), np.int64) if len(rules) <= 62 else None
+        cover = None if code is not None else np.zeros((len(lo), len(rules)), bool)
+        for i, ms, me in parts:
+            if not len(ms):  # (this rule's claims on the device have no length)
+                continue
+            j = np.searchsorted(ms, lo, "right") - 1
+            on = (j >= 0) & (me[np.maximum(j, 0)] > lo)
+            if code is not None:
+                code[on] |= np.int64(1) << i
+            else:
+                cover[:, i] |= on
+        if code is not None:
+            labels, inv = np.unique(code, return_inverse=True)
+            masks = ((labels[:, None] >> np.arange(len(rules))) & 1).astype(bool)
+        else:
+            masks, inv = np.unique(cover, axis=0, return_inverse=True)
+        sums = np.zeros(len(masks), np.int64)
+        np.add.at(sums, inv.ravel(), length)
+        keep = masks.any(axis=1)
+        out[k] = (masks[keep], sums[keep])
+    return Atoms(rules, frozenset(rules), out)
+
+
+def atoms_union(parts: list, rules: set, span: dict) -> int:
+    """The union of the claims of ``rules`` over the devices of every host's :class:`Atoms` (``parts``), each device
+    at most its span (``span``: (host, device) -> ps), as :func:`union_ps` of those rules' claims gives it."""
+    total = 0
+    for a in parts:
+        cols = [i for i, r in enumerate(a.rules) if r in rules]
+        if not cols:
+            continue
+        for k, (masks, sums) in a.devices.items():
+            u = int(sums[masks[:, cols].any(axis=1)].sum()) if len(sums) else 0
+            if u:
+                total += min(u, int(span.get(k, u))) if span else u
+    return total

@@ -1,4 +1,5 @@
-"""Measured vs predicted, per collective: ``tracekit collectives`` and the collectives section of every report.
+"""Measured vs predicted, per collective execution: ``tracekit collectives --executions``, and what the
+interconnect section (:mod:`tracekit.analysis.interconnect`) sums per op.
 
 For each execution of a collective on a device (a sync op, or an async ``-start``..``-done`` window):
 
@@ -39,11 +40,6 @@ BUSBW = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1
 EXEC_COLUMNS = ["host", "device", "module", "program_id", "op", "kind", "step", "start_ps", "duration_ps",
                 "is_async", "group_size", "traced_participants", "skew_ps", "transfer_ps", "size_bytes",
                 "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "bound", "efficiency"]
-#: one row per collective op (module, op), executions aggregated
-SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
-                   "size_bytes", "executions", "devices", "time_ps", "total_ps", "skew_ps", "transfer_ps",
-                   "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound", "phases",
-                   "pattern", "note"]
 
 
 def busbw_factor(kind: str, n: int) -> float:
@@ -64,15 +60,17 @@ def _members(o, g: int, model) -> tuple:
     return o.group_of(g) if o.groups else tuple(range(model.topology.size))
 
 
-def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
+def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataFrame:
     """One row per collective execution of the roofline-joined ``ops`` whose op the collective ``model``
-    (:class:`tracekit.model.collective_model.Model`) knows; columns :data:`EXEC_COLUMNS`."""
+    (:class:`tracekit.model.collective_model.Model`) knows; columns :data:`EXEC_COLUMNS` (``instances``: and the
+    instance each belongs to, ``_group`` and ``_k``: see :func:`tracekit.analysis.collparts.host_part`)."""
+    cols = EXEC_COLUMNS + (["_group", "_k"] if instances else [])
     if model is None or not model.ops or not len(ops):
-        return pd.DataFrame(columns=EXEC_COLUMNS)
+        return pd.DataFrame(columns=cols)
     rows = ops[(tl.is_collective(ops) | cat_apply(ops["opcode"], lambda v: str(v).lower() in ("send", "recv")))
                & ~tl.is_async_marker(ops)]
     if not len(rows):
-        return pd.DataFrame(columns=EXEC_COLUMNS)
+        return pd.DataFrame(columns=cols)
     # the model is asked once per distinct (program, op) and (host, device), not once per execution
     oinv, pairs = unique_rows(rows, ["program_id", "op"])
     okey = [_START.sub(lambda m: "-start" + (m.group(1) or ""), _text(o)) for _, o in pairs]
@@ -80,7 +78,7 @@ def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
     known = np.array([o is not None for o in omodel], bool)[oinv]
     rows, oinv = rows[known], oinv[known]
     if not len(rows):
-        return pd.DataFrame(columns=EXEC_COLUMNS)
+        return pd.DataFrame(columns=cols)
     out = pd.DataFrame({
         "host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
         "module": rows["module"].astype(str).to_numpy(),
@@ -122,65 +120,4 @@ def executions(ops: pd.DataFrame, model) -> pd.DataFrame:
         out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"].to_numpy(float) / (tr / 1e12), np.nan)
         out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * factor
         out["efficiency"] = np.where(tr > 0, out["predicted_ps"].to_numpy(float) / tr, np.nan)
-    return out.sort_values(["start_ps", "host", "device"], kind="stable")[EXEC_COLUMNS].reset_index(drop=True)
-
-
-def summary(execs: pd.DataFrame, model, ops_meta=None) -> pd.DataFrame:
-    """One row per collective op (module, op): executions aggregated (means per execution; bandwidths from the
-    mean transfer time), the model's description (groups, span, phases with their formulas), a note when the
-    op ran faster than the model allows. Sorted by total time."""
-    if not len(execs):
-        return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    g = execs.groupby(["module", "program_id", "op", "kind"], sort=False)
-    out = g.agg(executions=("start_ps", "size"), devices=("device", "nunique"), time_ps=("duration_ps", "mean"),
-                total_ps=("duration_ps", "sum"), skew_ps=("skew_ps", "mean"), transfer_ps=("transfer_ps", "mean"),
-                size_bytes=("size_bytes", "first"), group_size=("group_size", "max"),
-                predicted_ps=("predicted_ps", "mean"), bound=("bound", "first")).reset_index()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["algbw_bytes_per_s"] = np.where(out["transfer_ps"] > 0, out["size_bytes"] / (out["transfer_ps"] / 1e12),
-                                            np.nan)
-        out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * [busbw_factor(k, int(n)) for k, n in
-                                                               zip(out["kind"], out["group_size"])]
-        out["efficiency"] = np.where(out["transfer_ps"] > 0, out["predicted_ps"] / out["transfer_ps"], np.nan)
-    groups, spans, phases, patterns, vbytes, notes = [], [], [], [], [], []
-    for r in out.itertuples(index=False):
-        op = model.op(int(r.program_id), r.op)
-        first = execs[(execs["program_id"] == r.program_id) & (execs["op"] == r.op)].iloc[0]
-        pred = model.predict(op.program_id, op.name, first["host"], first["device"])
-        groups.append(_groups_text(op))
-        spans.append(pred.span if pred is not None else "")
-        phases.append(pred.formula if pred is not None and pred.phases else (pred.reason if pred is not None else ""))
-        patterns.append(op.pattern)
-        vbytes.append(op.global_bytes)
-        note = []
-        if np.isfinite(r.efficiency) and r.efficiency > 1.05:
-            note.append("faster than the model allows: check --topology and the chip's link figures")
-        if not np.isfinite(r.skew_ps):
-            note.append(f"skew unknown: the trace holds one device of each {r.group_size}-device group (skew compares "
-                        "the members' start times)")
-        if pred is not None and pred.reason:
-            note.append(pred.reason)
-        notes.append("; ".join(note))
-    out["groups"], out["span"], out["phases"], out["pattern"] = groups, spans, phases, patterns
-    out["global_bytes"], out["note"] = vbytes, notes
-    return out.sort_values(["total_ps", "module", "op"], ascending=[False, True, True],
-                           kind="stable")[SUMMARY_COLUMNS].reset_index(drop=True)
-
-
-def _groups_text(op) -> str:
-    if op.pairs:
-        return f"{len(op.pairs)} source->target pair(s)"
-    if not op.groups:
-        return "all devices"
-    sizes = {len(g) for g in op.groups}
-    head = ", ".join("{" + ",".join(map(str, g)) + "}" for g in op.groups[:2])
-    more = f", ... ({len(op.groups)} groups)" if len(op.groups) > 2 else ""
-    return f"{len(op.groups)} x {'/'.join(map(str, sorted(sizes)))}: {head}{more}"
-
-
-def view(tr, ops: pd.DataFrame, chip: str | None = None, topology: str | None = None):
-    """(topology dict, summary frame, executions frame) of a trace and its roofline-joined ops."""
-    from tracekit.model import collective_model, roofline
-    model = collective_model.build(tr, roofline.device_chips(tr, chip), topology)
-    ex = executions(ops, model)
-    return model, summary(ex, model), ex
+    return out.sort_values(["start_ps", "host", "device"], kind="stable")[cols].reset_index(drop=True)

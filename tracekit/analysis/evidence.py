@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding
+from tracekit.columns import stack
 from tracekit.grouping import unique_rows
 from tracekit.errors import TraceError
+from tracekit.options import DEFAULTS
 from tracekit.units import fmt_time
 
 AGGS = ("sum", "mean", "min", "max", "median")
@@ -106,7 +108,7 @@ def merge(parts: list, k: int) -> Evidence | None:
         return None
     if len(parts) == 1:
         return parts[0]
-    rows = pd.concat([p.top for p in parts], ignore_index=True)
+    rows = stack([p.top for p in parts])
     top = rows.take(top_rows(rows["savings_ps"].to_numpy(), max(k, 1))).reset_index(drop=True)
     per: dict = {}
     for p in parts:
@@ -153,7 +155,7 @@ class Values(dict):
         raise KeyError(key)
 
 
-def findings(items: list, span: dict, profiled: float, max_evidence: int = 10) -> list:
+def findings(items: list, span: dict, profiled: float, max_evidence: int = DEFAULTS.max_evidence) -> list:
     """Findings from ``items`` [(rule, resolved params, :class:`Evidence` or None)]: each summary's savings
     capped per device at its span (``span``: (host, device) -> ps) and in total at ``profiled``, report_if and
     the templates evaluated, then sorted by savings and claimed greedily (see :mod:`tracekit.analysis.rules`)."""

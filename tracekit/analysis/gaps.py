@@ -13,6 +13,7 @@ import pandas as pd
 
 from tracekit.analysis.intervals import cut_points, device_index
 from tracekit.analysis.timeline import windows
+from tracekit.options import DEFAULTS
 
 #: the gaps frame's columns (host, device and kind are categorical when there are gaps)
 COLUMNS = {"host": object, "device": object, "start_ps": "int64", "duration_ps": "int64", "kind": object,
@@ -21,7 +22,7 @@ COLUMNS = {"host": object, "device": object, "start_ps": "int64", "duration_ps":
 CHUNK = 1 << 16
 
 
-def gaps(ops, steps=None, min_gap_ps: int = 0) -> pd.DataFrame:
+def gaps(ops, steps=None, min_gap_ps: int = DEFAULTS.min_gap_ps) -> pd.DataFrame:
     """Idle gaps per device. ``kind`` is ``before_first_op`` (ends at or before the device's first sync op, or
     the device has none), else ``inside_step``, else on a device with steps ``before_first_step`` (ends at or
     before its first step starts: setup), ``after_last_step`` (starts at or after its last step ends) or

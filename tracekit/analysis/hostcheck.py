@@ -1,10 +1,11 @@
 """Hosts told apart: whether the hosts of one report were profiled together and ran the same programs, and the
 host label of a program's rows.
 
-:func:`warnings` is the one place the two checks are made; the in-process pipeline and the pod path
-(``--jobs``/``--dask``) both call it with what they hold: each host's profile window (the ``Task Environment``
-plane's ``profile_start_time``/``profile_stop_time``, wall-clock ns; unknown for a trace without it) and the
-names of the programs that ran on it. Program *names* are compared, not program ids: on CPU and GPU each process
+:func:`warnings` is the one place the two checks are made; the engine's ``warnings`` section
+(:mod:`tracekit.report.engine.modelwarnings`) calls it once in its reduce, whatever engine mapped the hosts, with
+each host's part: its profile window (the ``Task Environment`` plane's ``profile_start_time``/
+``profile_stop_time``, wall-clock ns; unknown for a trace without it) and the names of the programs that ran on
+it. Program *names* are compared, not program ids: on CPU and GPU each process
 numbers its programs itself.
 """
 from __future__ import annotations
@@ -15,28 +16,17 @@ import datetime as _dt
 NAMED = 4
 
 
-def programs_by_host(frame, host: str | None = None) -> dict[str, set[str]]:
-    """host -> names of the programs with synchronous op executions there: from an ops frame (``host``,
-    ``module``, ``is_async`` columns), or, with ``host``, from one host's op sums (``module``)."""
+def programs_by_host(ops) -> dict[str, set[str]]:
+    """host -> names of the programs with synchronous op executions there, from an ops frame (``host``,
+    ``module``, ``is_async`` columns)."""
     from tracekit.grouping import unique_rows
-    if not len(frame):
+    if not len(ops):
         return {}
-    if host is not None:
-        return {str(host): {str(m) for m in frame["module"].unique()}}
     out: dict[str, set[str]] = {}
-    for h, m, a in unique_rows(frame, ["host", "module", "is_async"])[1]:
+    for h, m, a in unique_rows(ops, ["host", "module", "is_async"])[1]:
         if not a:
             out.setdefault(str(h), set()).add(str(m))
     return out
-
-
-def of_summaries(summaries) -> tuple[dict, dict]:
-    """(spans, programs) for :func:`warnings` from the pod's host summaries."""
-    spans = {s.host: s.profile_span for s in summaries if s.profile_span}
-    programs: dict[str, set[str]] = {}
-    for s in summaries:
-        programs.update(programs_by_host(s.op_sums, s.host))
-    return spans, programs
 
 
 def program_hosts(ops) -> dict[tuple[str, int], tuple[str, ...]]:

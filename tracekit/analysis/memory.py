@@ -318,16 +318,15 @@ def aliases(modules: list) -> dict:
             for m in modules}
 
 
-def build(tr, chip: str | None = None) -> MemoryView:
-    """The memory view of a loaded trace (``chip``: the chip name to use instead of the detected one)."""
-    from tracekit.model import roofline
+def build(tr, chips: dict) -> MemoryView:
+    """The memory view of a loaded trace; ``chips``: (host, device) -> Chip (the roofline join's,
+    :attr:`tracekit.model.roofline.Joined.chips`: their HBM capacities)."""
     tables = buf.tables(tr.hlo_modules)
     progs, curves = programs(tables, aliases(tr.hlo_modules))
     runs = donation.executions(tr)  # (a program that never ran in the window holds nothing there)
     progs["executions"] = [runs.get((str(m), int(p)), 0) for m, p in zip(progs["module"], progs["program_id"])]
     ran_on = hostcheck.program_hosts(tr.ops) if len(tr.ops) else {}  # the hosts each program ran on
     progs["hosts"] = [",".join(ran_on.get((str(m), int(p)), ())) for m, p in zip(progs["module"], progs["program_id"])]
-    chips = roofline.device_chips(tr, chip)
     capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
     ran = set(distinct_values(tr.ops["program_id"].to_numpy(np.uint64))) if len(tr.ops) else set()
     caps = [v for v in capacity.values() if v == v]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import self_time
+from tracekit.columns import self_time, stack
 from tracekit.grouping import cat_from, group_index, row_parts, unique, unique_rows
 from tracekit.schema import Bound, labels
 
@@ -163,7 +163,7 @@ def merge_sums(parts: list) -> pd.DataFrame:
             {"is_async": bool, "start_ps": "int64", "duration_ps": "int64"}))[0]
     if len(parts) == 1:
         return parts[0]
-    allp = pd.concat(parts, ignore_index=True)
+    allp = stack(parts)
     gi, first = group_index(allp, list(KEY_COLUMNS))
     out = allp.iloc[first].reset_index(drop=True)
     n = len(first)

@@ -39,6 +39,7 @@ import pandas as pd
 from tracekit.columns import self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
+from tracekit.analysis import stepstats
 from tracekit.analysis.stepstats import closed_steps
 from tracekit.model import precision
 from tracekit.model import sharing as host_sharing
@@ -115,7 +116,7 @@ def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_so
           model_flops_per_step: float | None = None) -> Overview:
     """The headline from the roofline-joined ops, the steps breakdown (:func:`tracekit.analysis.timeline.
     step_breakdown`) and each device's :class:`tracekit.model.chips.Chip` ((host, device) -> Chip)."""
-    return finish(steps, device_parts(ops, steps, device_chips), step_source=step_source,
+    return finish(stepstats.summary(steps), device_parts(ops, steps, device_chips), step_source=step_source,
                   model_flops_per_step=model_flops_per_step)
 
 
@@ -280,16 +281,17 @@ def slowest_device_steps(steps: pd.DataFrame, column: str = "step_ps") -> tuple[
     return steps[column][mine].astype("float64"), f"{key[0]}/{key[1]}"
 
 
-def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
+def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str = "",
            model_flops_per_step: float | None = None) -> Overview:
-    """The headline from the steps breakdown and the devices' :func:`device_parts`."""
-    if steps is None or not len(steps):
+    """The headline from the steps breakdown's :class:`tracekit.analysis.stepstats.StepSummary` and the devices'
+    :func:`device_parts` (of one host, or of every host merged)."""
+    if not ss.rows:
         return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
-    per_step, slow = slowest_device_steps(steps)
-    t_mean = float(per_step.mean())
-    step = {"steps": int(steps["step"].nunique()), "timed_steps": int(len(per_step)), "mean_ps": t_mean, "p50_ps": float(per_step.quantile(0.5)),
-            "p90_ps": float(per_step.quantile(0.9)), "min_ps": float(per_step.min()), "max_ps": float(per_step.max()),
-            "source": step_source, "device": slow,
+    times = ss.slowest[4]  # (the slowest device's step-time statistics, worked out where its steps are)
+    t_mean = times["mean_ps"]
+    step = {"steps": ss.steps, "timed_steps": times["timed_steps"], "mean_ps": t_mean, "p50_ps": times["p50_ps"],
+            "p90_ps": times["p90_ps"], "min_ps": times["min_ps"], "max_ps": times["max_ps"],
+            "source": step_source, "device": f"{ss.slowest[2]}/{ss.slowest[3]}",
             "definition": "the step times of the slowest device (the largest median step time)"}
     tot = {}
     for k in TOTALS:
@@ -349,8 +351,8 @@ def finish(steps: pd.DataFrame, parts: pd.DataFrame, *, step_source: str = "",
             "unknown), collectives' network time and host transfers' host-link time per step (each resource at its "
             "roofline, the rest hidden); devices that share one chip (XLA:CPU's virtual devices of a host) add "
             "theirs up; unknown when no compute op has a roofline"}
-    bd = {c: int(steps[c].sum()) for c in BUCKETS if c in steps.columns}
-    bd["step_ps"] = int(steps["step_ps"].sum())
-    bd["collective_levels"] = {c[len("collective_exposed_"):-3]: int(steps[c].sum()) for c in steps.columns
+    bd = {c: ss.sums[c] for c in BUCKETS if c in ss.sums}
+    bd["step_ps"] = ss.sums["step_ps"]
+    bd["collective_levels"] = {c[len("collective_exposed_"):-3]: v for c, v in ss.sums.items()
                                if c.startswith("collective_exposed_") and c != "collective_exposed_ps"}
     return Overview(step=step, flops=flops, bandwidth=band, roofline=roof, breakdown=bd, devices=dev)

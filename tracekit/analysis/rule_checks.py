@@ -30,6 +30,7 @@ from tracekit.analysis.opstats import op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.columns import with_columns
 from tracekit.grouping import cat_apply
+from tracekit.options import DEFAULTS
 
 CHECKS: dict = {}
 #: check name -> (columns: name -> (kind, meaning), replaces): what its evidence rows hold beyond the frame's own
@@ -118,7 +119,8 @@ class RuleFrames(Mapping):
 
 
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
-                     *, hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0,
+                     *, hidden: float = DEFAULTS.hidden, exposed: float = DEFAULTS.exposed,
+                     min_gap_ps: int = DEFAULTS.min_gap_ps,
                      modules: pd.DataFrame | None = None) -> RuleFrames:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z

@@ -347,13 +347,14 @@ def params_for(rule: Rule, overrides: dict | None) -> dict:
     return out
 
 
-def load_rules(extra_dirs=(), select=(), ignore=()) -> list[Rule]:
+def load_rules(extra_dirs=(), select=None, ignore=None) -> list[Rule]:
     """Built-in rules plus every ``*.yaml``/``*.yml`` in ``extra_dirs``, sorted by id. ``select`` keeps rules
     matching any entry, ``ignore`` drops them (see :func:`matches`; ids in any case). A folder named twice (the
     built-in one included) is read once; duplicate ids or names raise :class:`TraceError`. The rules' cases are
     not run here (see :mod:`tracekit.analysis.rule_cases`)."""
     rules, seen, folders = [], {}, set()
-    for d in (builtin_rules_dir(), *map(Path, extra_dirs)):
+    select, ignore = select or (), ignore or ()
+    for d in (builtin_rules_dir(), *map(Path, extra_dirs or ())):
         if not d.is_dir():
             raise TraceError("rules directory not found", str(d))
         if d.resolve() in folders:  # the built-in folder named again (`rules test rules`), or a folder twice

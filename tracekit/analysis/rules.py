@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.errors import TraceError
+from tracekit.options import DEFAULTS
 from tracekit.analysis import evidence
 from tracekit.analysis.evidence import top_rows
 from tracekit.analysis.rule_checks import CHECKS
@@ -101,7 +102,8 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
     return df[cols] if len(cols) < len(df.columns) else df
 
 
-def run_rules(frames: dict, rules: list, params_override: dict | None = None, *, max_evidence: int = 10) -> list:
+def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
+              max_evidence: int = DEFAULTS.max_evidence) -> list:
     """Run ``rules`` over ``frames`` (name -> DataFrame, as :func:`tracekit.analysis.rule_checks.frames_for_rules` builds). ``params_override``
     maps a rule id or name to {param: value}. Rules whose frames are missing or empty are skipped (see
     :func:`applicable`). Returns findings sorted by savings, largest first."""

@@ -3,6 +3,9 @@
 (:mod:`tracekit.ingest.steps`); a device's last run has no next start (``open_end``) and no step time."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import KEYS
@@ -27,3 +30,68 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
     return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
                  min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """What the reduce reads of a steps breakdown (:func:`tracekit.analysis.timeline.step_breakdown`) beyond its
+    per-device rows: the distinct step numbers, the slowest device's step times (the device with the largest
+    median step time over its :func:`closed_steps`, then the largest mean, then the first in (host, device) text
+    order) and every time column summed. Summaries of disjoint devices merge (:func:`merge`) into their union's."""
+
+    runs: np.ndarray  #: the distinct step numbers as runs of consecutive numbers: [first, last + 1) per row
+    rows: int  #: step rows (devices x steps)
+    slowest: tuple | None  #: (median, mean, host, device, its step times' statistics) or None without steps
+    sums: dict  #: time column (``*_ps``) -> its sum over every row
+
+    @property
+    def steps(self) -> int:
+        """How many distinct step numbers."""
+        return int((self.runs[:, 1] - self.runs[:, 0]).sum()) if len(self.runs) else 0
+
+
+def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
+    """The :class:`StepSummary` of a steps breakdown (one host's, or any set of devices')."""
+    if steps is None or not len(steps):
+        return StepSummary(np.zeros((0, 2), np.int64), 0, None, {})
+    closed = closed_steps(steps)
+    host, dev = closed["host"].astype(str).to_numpy(), closed["device"].astype(str).to_numpy()
+    g = closed[column].groupby([host, dev], sort=True)
+    rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
+    key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
+    mine = (host == key[0]) & (dev == key[1])
+    t = pd.Series(closed[column][mine].astype("float64").to_numpy())
+    stats = {"timed_steps": int(len(t)), "mean_ps": float(t.mean()), "p50_ps": float(t.quantile(0.5)),
+             "p90_ps": float(t.quantile(0.9)), "min_ps": float(t.min()), "max_ps": float(t.max())}
+    slow = (float(rank.loc[key, "median"]), float(rank.loc[key, "mean"]), str(key[0]), str(key[1]), stats)
+    sums = {c: int(steps[c].sum()) for c in steps.columns
+            if c.endswith("_ps") and steps[c].dtype.kind in "iu" and c != "start_ps"}
+    return StepSummary(_runs(np.unique(steps["step"].to_numpy(np.int64))), int(len(steps)), slow, sums)
+
+
+def _runs(sorted_unique: np.ndarray) -> np.ndarray:
+    """Runs of consecutive numbers of a sorted distinct array, as [first, last + 1) rows."""
+    if not len(sorted_unique):
+        return np.zeros((0, 2), np.int64)
+    cut = np.flatnonzero(np.diff(sorted_unique) != 1) + 1
+    starts = sorted_unique[np.r_[0, cut]]
+    ends = sorted_unique[np.r_[cut - 1, len(sorted_unique) - 1]] + 1
+    return np.stack([starts, ends], axis=1)
+
+
+def merge(parts: list) -> StepSummary:
+    """The :class:`StepSummary` of the union of disjoint summaries (in host order)."""
+    parts = [p for p in parts if p is not None]
+    if len(parts) == 1:
+        return parts[0]
+    slow = [p.slowest for p in parts if p.slowest is not None]
+    best = min(slow, key=lambda s: (-s[0], -s[1], s[2], s[3])) if slow else None
+    sums: dict = {}
+    for p in parts:
+        for k, v in p.sums.items():
+            sums[k] = sums.get(k, 0) + v
+    from tracekit.analysis.intervals import merge as merge_runs
+    runs = np.concatenate([p.runs for p in parts]) if parts else np.zeros((0, 2), np.int64)
+    order = np.argsort(runs[:, 0], kind="stable")
+    s, e = merge_runs(runs[order, 0], runs[order, 1])
+    return StepSummary(np.stack([s, e], axis=1), sum(p.rows for p in parts), best, sums)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import spread_mask
+from tracekit.options import DEFAULTS
 from tracekit.analysis.intervals import covered, device_index, merge, rows_view, sync_rows, union
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
@@ -325,7 +326,7 @@ def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
     return out
 
 
-def collective_overlap(ops, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+def collective_overlap(ops, hidden: float = DEFAULTS.hidden, exposed: float = DEFAULTS.exposed) -> pd.DataFrame:
     """One row per collective (sync op, async window, or NCCL/RCCL kernel): span_ps, covered_ps (its
     intersection with the union of compute ops on the same device), exposed_ps = span − covered,
     overlap_ratio = covered / span (1.0 for an empty span), overlap_class: ``hidden`` when ratio ≥ ``hidden``,
@@ -335,7 +336,8 @@ def collective_overlap(ops, hidden: float = 0.9, exposed: float = 0.1) -> pd.Dat
     return _overlap(ops, is_collective(ops) & ~is_async_marker(ops), compute_mask(ops), hidden, exposed)
 
 
-def async_overlap(ops: pd.DataFrame, hidden: float = 0.9, exposed: float = 0.1) -> pd.DataFrame:
+def async_overlap(ops: pd.DataFrame, hidden: float = DEFAULTS.hidden,
+                  exposed: float = DEFAULTS.exposed) -> pd.DataFrame:
     """xprof's async-overlap view: every async window (collectives and copies alike) against the union of the
     synchronous ops on its device that do work (:func:`compute_mask`, plus sync collectives). Columns as
     :func:`collective_overlap`."""

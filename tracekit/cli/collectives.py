@@ -30,11 +30,12 @@ def collectives_cmd(path, run, chip, topology, fmt, output, executions, limit, m
     """Every collective: measured time, start skew (waiting for the last participant), algorithm and bus
     bandwidth (nccl-tests convention), the time predicted on the topology's links and the level that bounds it."""
     fmt = output_format(fmt, output, ("csv", "json"), "table")  # a bad -o path fails before the trace is read
-    from tracekit import pipeline
-    from tracekit.analysis import collectives
+    from tracekit.analysis import interconnect
+    from tracekit.model import roofline
     tr = load_trace(path, run=run, **limits(max_size, max_events))
-    ops = pipeline.with_roofline(tr, chip=chip, topology=topology)
-    model, summary, ex = collectives.view(tr, ops, chip, topology)
+    j = roofline.joined(tr, chip=chip, topology=topology)
+    model = j.model
+    summary, ex = interconnect.view(j.ops, model)
     df = ex if executions else summary[COLUMNS]
     if limit:
         df = df.head(limit)

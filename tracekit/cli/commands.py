@@ -13,6 +13,7 @@ from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_op
                                   limit_opts, limits, load_trace, path_arg, run_opt, term_width, terminal,
                                   topology_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
+from tracekit.options import DEFAULTS, FAIL_ON
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
 
 
@@ -157,7 +158,7 @@ def _params(values: tuple[str, ...]) -> dict:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default=None,
               help="Format of stdout (or of -o when its extension does not say).")
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
-@click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default=DEFAULTS.fail_on,
               show_default=True, help="Exit 1 when a finding reaches this severity (for CI).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
               help="A folder of extra rule files (*.yaml). Repeatable.")
@@ -172,7 +173,7 @@ def _params(values: tuple[str, ...]) -> dict:
                    "stats, else the HLO's executed FLOPs, reported as hardware FLOPs utilization).")
 @topology_opt
 @limit_opts
-@click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=DEFAULTS.jobs, show_default=True,
               help="Analyze the hosts of a run folder in this many processes, each host summarized by its worker (0 = one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDR",
               help="Analyze the hosts on this Dask cluster, e.g. tcp://HOST:8786, or `local` for a local cluster (needs tracekit[dask]).")
@@ -183,17 +184,17 @@ def analyze(path, run, outputs, fmt, chip, fail_on, rules_dirs, select, ignore, 
     """Analyze a trace: roofline per op, timelines, and the rules' findings ranked by the time they would win back.
 
     Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 for bad input or usage."""
-    from tracekit.run import hosts
+    from tracekit.options import Options
+    from tracekit.run import pod
     from tracekit.report import render
     from tracekit.progress import Progress
     out_fmts = [_out_format(render, out, fmt, len(outputs) == 1) for out in outputs]  # bad names fail first
+    opt = Options(chip=chip, topology=topology, run=run, rules_dirs=rules_dirs, select=select, ignore=ignore,
+                  params=_params(param_values), fail_on=fail_on, max_bytes=max_size * 2**20 if max_size else None,
+                  max_events=max_events, model_flops_per_step=model_flops, jobs=jobs, dask=dask_address)
     progress = Progress(enabled=False if quiet else None)  # a status line on a terminal only
     try:
-        rep = hosts.analyze(path, jobs=jobs, dask=dask_address, chip=chip, topology=topology, run=run,
-                            rules_dirs=rules_dirs,
-                            select=select, ignore=ignore, params=_params(param_values), fail_on=fail_on,
-                            max_bytes=max_size * 2**20 if max_size else None, max_events=max_events,
-                            progress=progress, model_flops_per_step=model_flops)
+        rep = pod.analyze(path, opt, progress=progress)
     finally:
         progress.done()
     for line in rep.left_out:  # a host left out: one line each on every path (in-process, --jobs, --dask), also -q
@@ -249,7 +250,7 @@ def _print_report(render, rep, stdout_fmt: str, top: int, color: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "sarif"]), default="text",
               show_default=True, help="Format of the report on stdout.")
 @click.option("--chip", default=None, help="Chip name to use instead of the detected one (see `tracekit chips`).")
-@click.option("--fail-on", type=click.Choice(["never", "info", "warning", "error"]), default="never",
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default=DEFAULTS.fail_on,
               show_default=True, help="Exit 1 when a finding reaches this severity.")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Top ops to show.")
 @color_opt

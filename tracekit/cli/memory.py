@@ -30,8 +30,10 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     from tracekit.report import envelope
     from tracekit.report.render import markdown, sections
     tr = load_trace(path, run=run, **limits(max_size, max_events))
-    mv = memory.build(tr, chip)
-    data = {"memory": envelope.memory_section(mv), "summary": {"hosts": len(tr.hosts)}}  # (hosts: host/device labels)
+    from tracekit.model import roofline
+    mv = memory.build(tr, roofline.device_chips(tr, chip))
+    from tracekit.report.engine import memory as memory_section
+    data = {"memory": memory_section.section(mv), "summary": {"hosts": len(tr.hosts)}}  # (hosts: host/device labels)
     data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))
     if fmt == "json":
         text = json.dumps(data["memory"], indent=1, sort_keys=True, ensure_ascii=False) + "\n"

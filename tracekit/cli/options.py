@@ -10,6 +10,7 @@ import sys
 import click
 
 from tracekit.errors import EXIT_BAD_INPUT, TraceError
+from tracekit.options import DEFAULT_MAX_BYTES
 from tracekit.report.termsafe import safe
 from tracekit.units import table
 
@@ -145,13 +146,13 @@ def limit_opts(fn):
     fn = click.option("--max-events", type=click.IntRange(min=1), default=None,
                       help="Refuse traces with more events.")(fn)
     return click.option("--max-size", type=click.IntRange(min=1), default=None,
-                        help="Refuse traces larger than this many MiB (default 8192; a .gz: decompressed).")(fn)
+                        help=f"Refuse traces larger than this many MiB (default {DEFAULT_MAX_BYTES >> 20}; a .gz: "
+                             "decompressed).")(fn)
 
 
 def limits(max_size, max_events) -> dict:
     """The loader's keyword arguments for ``--max-size`` / ``--max-events``."""
-    from tracekit.ingest import paths as loader
-    return {"max_bytes": max_size * 2**20 if max_size else loader.DEFAULT_MAX_BYTES, "max_events": max_events}
+    return {"max_bytes": max_size * 2**20 if max_size else DEFAULT_MAX_BYTES, "max_events": max_events}
 
 
 def frame_table(df, columns=None, max_width: int = 60, width: int | None = None, shrink=(), drop=None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from tracekit.ingest import formats, paths
+from tracekit.options import DEFAULT_MAX_BYTES
 from tracekit.ingest.xspace import device_of, parse_module_label, stat_names, stats_dict
 from tracekit.units import fmt_time
 
@@ -47,7 +48,7 @@ def _modules(head) -> list[tuple[str, int]]:
             if any(st.metadata_id == hlo_id for st in md.stats)]
 
 
-def scan(path, run: str | None = None, *, max_bytes: int | None = paths.DEFAULT_MAX_BYTES,
+def scan(path, run: str | None = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
          max_events: int | None = None) -> dict:
     """The inventory of a trace file, run folder or logdir (see the module docstring); the same limits and
     one-line errors as loading it."""

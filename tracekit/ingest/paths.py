@@ -16,10 +16,11 @@ from tracekit.ingest import formats
 from tracekit.ingest import limits
 from tracekit.ingest.locate import HostFile, choose, kind_of, not_regular
 from tracekit.ingest.limits import size_text
+from tracekit.options import DEFAULT_MAX_BYTES
 
 SUFFIX = ".xplane.pb"
-#: Default refusal limits; both can be lifted (``max_bytes=None``) by the caller / ``--max-size``.
-DEFAULT_MAX_BYTES = 8 << 30
+#: The refusal limits' default is :data:`tracekit.options.DEFAULT_MAX_BYTES`; ``max_bytes=None`` (the caller, or
+#: ``--max-size``) lifts it.
 #: A ``.gz`` that expands more than this many times its size (past ``GZ_BOMB_FLOOR`` bytes) is refused as a
 #: decompression bomb while it is being decompressed (real traces compress 2-10x). ``max_bytes=None`` lifts it.
 GZ_MAX_RATIO = 100

@@ -17,9 +17,11 @@ from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import steps as steps_mod
 from tracekit.ingest import paths as _load
+from tracekit.ingest import xspace
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
+from tracekit.options import DEFAULT_MAX_BYTES
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
@@ -40,6 +42,8 @@ class Trace:
     hosts: list = field(default_factory=list)
     paths: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    #: (module name, program id) -> the hosts whose trace holds that HLO module (:func:`per_host` reads it)
+    module_hosts: dict = field(default_factory=dict)
     profile_spans: dict = field(default_factory=dict)  #: host -> (profile start, stop) in wall-clock ns, where known
     path_note: str | None = None  #: which run / sub-folder of the path was taken (locate.choose), when there was a choice
 
@@ -65,7 +69,7 @@ class Trace:
         return self.ops[~self.ops["is_async"]]
 
 
-def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
          max_events: int | None = None, left_out: list | None = None) -> Trace:
     """Load a trace file, a run folder (every host), or a logdir (newest run, or ``run``). ``left_out``: a list to
     collect the hosts of a run folder that cannot be read, as ``(host, path, reason)``, each tried
@@ -105,7 +109,7 @@ class HostFrames:
     profile_span: tuple | None = None  #: (start, stop) wall-clock ns of the profile (Task Environment plane)
 
 
-def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_MAX_BYTES,
+def load_host(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES,
               max_events: int | None = None, use_hostname: bool = False) -> HostFrames:
     """One host file's frames (decoded, limits checked, joined); :func:`combine` merges hosts. ``use_hostname``:
     name the host as the trace does rather than by its file name."""
@@ -124,21 +128,8 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = _load.DEFAULT_
         raise limits.out_of_memory(str(hf.path), need) from None
 
 
-def profile_span(planes) -> tuple[int, int] | None:
-    """(start, stop) in wall-clock ns of the profile, from the ``Task Environment`` plane's
-    ``profile_start_time``/``profile_stop_time`` stats (the profiler writes them); None without them."""
-    from tracekit.ingest.xspace import stat_names, stats_dict
-    for p in planes:
-        if p.name == "Task Environment":
-            st = stats_dict(p.head.stats, stat_names(p.head))
-            a, b = st.get("profile_start_time"), st.get("profile_stop_time")
-            if isinstance(a, int) and isinstance(b, int) and 0 < a <= b:
-                return a, b
-    return None
-
-
 def _host(planes, host: str, warnings: list[str]) -> HostFrames:
-    span = profile_span(planes)
+    span = xspace.profile_span(planes)  # (this host's profile window: hostcheck compares the hosts')
     ex = frames.extract(planes, host, warnings)
     mods = _hlo_modules(planes, warnings)
     for p in planes:  # the decoded event columns are in the frames now: free them before the joins
@@ -416,9 +407,10 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
             return schema.empty(sch)
         return schema.conform(concat_frames(frames_), sch)
 
-    seen, mods = set(), []
+    seen, mods, owners = set(), [], {}
     for p in parts:
         for m in p.hlo_modules:
+            owners.setdefault((m.name, m.program_id), []).append(p.host)
             if (m.name, m.program_id) not in seen:
                 seen.add((m.name, m.program_id))
                 mods.append(m)
@@ -439,4 +431,5 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                  host_events=cat("host_events", schema.HOST_EVENTS),
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
                  hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings,
+                 module_hosts={k: tuple(v) for k, v in owners.items()},
                  profile_spans={p.host: p.profile_span for p in parts if p.profile_span})

@@ -33,7 +33,8 @@ from array import array
 import numpy as np
 
 from tracekit.errors import TraceError
-from tracekit.ingest import formats, hlotext, jsondevice, jsonstream, paths
+from tracekit.options import DEFAULT_MAX_BYTES
+from tracekit.ingest import formats, hlotext, jsondevice, jsonstream
 from tracekit.ingest.xspace import parse_module_label
 from tracekit.ingest.wire import KIND_DOUBLE, KIND_INT64, KIND_STR, LineData, PlaneData
 from tracekit.proto import hlo_pb2, xplane_pb2
@@ -203,7 +204,7 @@ class _Reader:
         line.s_dbl.append(dv)
 
 
-def load(hf, warnings: list[str], *, max_bytes: int | None = paths.DEFAULT_MAX_BYTES,
+def load(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES,
          max_events: int | None = None) -> tuple[list[PlaneData], list[str]]:
     """(planes, hostnames) of one trace-viewer JSON file, as :func:`tracekit.ingest.paths.decode` gives them for
     an XSpace; what the JSON cannot tell, and what of it was ignored, is appended to ``warnings``."""

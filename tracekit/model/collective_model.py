@@ -49,20 +49,12 @@ def _pricing_chip(dchips: dict):
 
 def build(tr, dchips: dict, topology: str | None = None) -> Model:
     """The :class:`Model` of trace ``tr`` with ``dchips`` ((host, device) -> Chip, as the roofline detected or
-    ``--chip`` chose them) and ``topology`` (``--topology``); cached on the trace per (chips, topology)."""
-    key = (tuple(sorted((k, c.name) for k, c in dchips.items())), topology)
-    cache = getattr(tr, "_collective_models", None)
-    if cache is None:
-        cache = {}
-        tr._collective_models = cache
-    if key in cache:
-        return cache[key]
+    ``--chip`` chose them) and ``topology`` (``--topology``). The roofline join builds it once and hands it on
+    (:attr:`tracekit.model.roofline.Joined.model`)."""
     ops = collective_hlo.collectives(tr.hlo_modules) if tr.has_hlo else {}
     chip = _pricing_chip(dchips)
     devices = [(str(h), str(d)) for h, d in zip(tr.devices["host"], tr.devices["device"])] if len(tr.devices) else []
     topo = topo_mod.from_trace(devices, tr.device_stats, chip, spec=topology,
                                max_device_id=collective_hlo.max_device_id(ops, tr.hlo_modules),
                                hosts=[str(h) for h in tr.hosts])
-    model = Model(topo, chip, ops, topo.global_id())
-    cache[key] = model
-    return model
+    return Model(topo, chip, ops, topo.global_id())

@@ -166,6 +166,6 @@ def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame,
             out["coll_ps"][i], out["net_fast"][i], level[i] = pred.time_ps, pred.fast_ps, pred.bound
             pattern[i], out["trips"][i] = op.pattern, op.trip_count
     levels, patterns = sorted(set(level)), sorted(set(pattern))
-    out.update(levels=levels, level_codes=np.array([levels.index(x) for x in level], np.int32),
+    out.update(model=model, levels=levels, level_codes=np.array([levels.index(x) for x in level], np.int32),
                patterns=patterns, pattern_codes=np.array([patterns.index(x) for x in pattern], np.int32))
     return out

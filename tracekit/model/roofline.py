@@ -63,21 +63,12 @@ def base_chips(tr: Trace, chip: str | None = None) -> dict:
 def device_chips(tr: Trace, chip: str | None = None) -> dict:
     """(host, device) -> the Chip the roofline uses: :func:`base_chips`, with the peaks of chips that are not an
     exact table part (CPUs, unknown chips) raised to the best rate the trace demonstrates (see
-    :mod:`tracekit.model.peaks`). Cached on the Trace per ``chip``."""
-    cache = tr.__dict__.setdefault("_device_chips", {})
-    if chip not in cache:
-        base = base_chips(tr, chip)
-        if any(not c.exact for c in base.values()) and len(tr.ops):
-            cache[chip] = peaks.raise_estimates(base, _join(tr, base))
-        else:
-            cache[chip] = base
-    return cache[chip]
-
-
-def remember_device_chips(tr: Trace, chip: str | None, dchips: dict) -> None:
-    """Let :func:`device_chips` of ``tr`` answer ``dchips`` for ``chip``: a trace without its events (a pod's
-    skeleton) whose devices' chips were resolved, host by host, where the events are."""
-    tr.__dict__.setdefault("_device_chips", {})[chip] = dict(dchips)
+    :mod:`tracekit.model.peaks`; a roofline join of its own). :func:`joined` returns them with its ops: ask it, not
+    this, when both are wanted."""
+    base = base_chips(tr, chip)
+    if any(not c.exact for c in base.values()) and len(tr.ops):
+        return peaks.raise_estimates(base, _join(tr, base)[0])
+    return base
 
 
 @dataclass(frozen=True)
@@ -88,13 +79,14 @@ class ChipUse:
     devices: tuple
 
 
-def chips_used(tr: Trace, chip: str | None = None) -> list[ChipUse]:
-    """The chips of the devices that ran ops, in the order their devices appear; a chip's numbers are those of
-    its first device (a device plane with no ops, such as an idle GPU, is not part of the analysis)."""
+def chips_used(tr: Trace, dchips: dict) -> list[ChipUse]:
+    """The chips of the devices that ran ops (``dchips``: (host, device) -> Chip, :attr:`Joined.chips`), in the
+    order their devices appear; a chip's numbers are those of its first device (a device plane with no ops, such
+    as an idle GPU, is not part of the analysis)."""
     active = {(str(h), str(d)) for h, d in unique_rows(tr.ops, ["host", "device"])[1]} if len(tr.ops) else set()
     first: dict[str, chips.Chip] = {}
     devices: dict[str, list] = {}
-    for (host, dev), c in device_chips(tr, chip).items():
+    for (host, dev), c in dchips.items():
         if active and (host, dev) not in active:
             continue
         first.setdefault(c.name, c)
@@ -105,28 +97,51 @@ def chips_used(tr: Trace, chip: str | None = None) -> list[ChipUse]:
 _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 
 
+@dataclass(frozen=True)
+class Joined:
+    """What the roofline join works out, handed on to every stage after it (nothing is kept on the Trace)."""
+
+    ops: pd.DataFrame  #: ``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns
+    chips: dict  #: (host, device) -> the Chip its ops are priced on (:func:`device_chips`)
+    model: object  #: the collective model (:class:`tracekit.model.collective_model.Model`) the collectives were priced on
+    disagreements: tuple = ()  #: model warnings: trace-stated flops the ops' shapes contradict (:func:`cost_disagreements`)
+
+
+def joined(tr: Trace, chip: str | None = None, topology: str | None = None,
+           cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False) -> Joined:
+    """The roofline join of ``tr`` (see :func:`join`) with the chips and the collective model it priced the ops on,
+    and the cost disagreements it found."""
+    from tracekit.model import collective_model
+    dchips = device_chips(tr, chip)
+    ops, model, dis = _join(tr, dchips, topology, cost_table, release_trace_costs)
+    if model is None:  # (no op, or no HLO: the topology still stands)
+        model = collective_model.build(tr, dchips, topology)
+    return Joined(ops, dchips, model, tuple(dis))
+
+
 def join(tr: Trace, chip: str | None = None, topology: str | None = None,
          cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False) -> pd.DataFrame:
-    """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added. Costs, peaks and reasons are worked
-    out once per distinct op identity (host, device, program, op, ...) and spread to the rows; only what varies
-    per execution (trace-reported costs, the split of an op over its GPU kernels or over the events of one
-    execution, the measured time) is per row. When no identity's rows differ in those (the common case), the
-    whole prediction is made per identity (:func:`tracekit.model.identity.per_identity`). Peaks are
-    :func:`device_chips`'. ``cost_table``: :func:`tracekit.model.identity.costs` of the trace, when the caller has
-    worked it out already. ``release_trace_costs``: the caller needs the trace's own cost stats no more
+    """``tr.ops`` with the :data:`tracekit.schema.ROOFLINE` columns added (the ops of :func:`joined`). Costs, peaks
+    and reasons are worked out once per distinct op identity (host, device, program, op, ...) and spread to the
+    rows; only what varies per execution (trace-reported costs, the split of an op over its GPU kernels or over
+    the events of one execution, the measured time) is per row. When no identity's rows differ in those (the
+    common case), the whole prediction is made per identity (:func:`tracekit.model.identity.per_identity`). Peaks
+    are :func:`device_chips`'. ``cost_table``: :func:`tracekit.model.identity.costs` of the trace, when the caller
+    has worked it out already. ``release_trace_costs``: the caller needs the trace's own cost stats no more
     (:data:`TRACE_COST_COLUMNS`): they leave ``tr.ops`` and the result as soon as they have served, so they are
     not alive through the rest of the join (1.7 M rows: 27 MB)."""
-    return _join(tr, device_chips(tr, chip), topology, cost_table, release_trace_costs)
+    return joined(tr, chip, topology, cost_table, release_trace_costs=release_trace_costs).ops
 
 
 def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.DataFrame | None = None,
-          release_trace_costs: bool = False) -> pd.DataFrame:
+          release_trace_costs: bool = False) -> tuple:
+    """(roofline-joined ops, the collective model or None, the cost disagreements) on ``dchips``."""
     n = len(tr.ops)
     sch = _result_schema(release_trace_costs)
     if not n:
         if release_trace_costs:
             tr.ops = without_columns(tr.ops, TRACE_COST_COLUMNS)
-        return schema.conform(tr.ops.copy(), sch)
+        return schema.conform(tr.ops.copy(), sch), None, []
     ops = tr.ops
     inv, first, rows = distinct_rows(ops, _IDENT)
     u = per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
@@ -155,7 +170,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
-    tr.__dict__["_cost_disagreements"] = _disagreements(ops, p["src"], p["flops"], tf, u)
+    disagreements = _disagreements(ops, p["src"], p["flops"], tf, u)
     del tf, tb, share, rows
     if release_trace_costs:
         ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
@@ -193,16 +208,12 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     # one frame sharing the loader's columns and the new arrays (in schema order: conform() has nothing to copy)
     out = with_columns(ops, {k: new.pop(k) for k in order})
     # columns no op of the trace uses (collective model, loop trips, matmul shape) hold one value: stored once
-    return constant_columns(schema.conform(out, sch))
-
-
-def cost_disagreements(tr: Trace) -> list[dict]:
-    """Model warnings from the last :func:`join` of ``tr``: ops whose trace-stated flops the op's own shapes
-    contradict by more than 2x (the shapes' figure was used), one per (module, op), with both numbers."""
-    return list(tr.__dict__.get("_cost_disagreements", []))
+    return constant_columns(schema.conform(out, sch)), u.get("model"), disagreements
 
 
 def _disagreements(ops, src, flops, tf, u) -> list[dict]:
+    """Cost disagreements (:attr:`Joined.disagreements`): ops whose trace-stated flops the op's own shapes
+    contradict by more than 2x (the shapes' figure was used), one per (module, op), with both numbers."""
     codes = [len(CostSource) + i for i, m in enumerate(u["models"])
              if m.removeprefix("model:") in custom_calls.SHAPE_MODELS]
     rows = np.flatnonzero(np.isin(src, codes) & ~np.isnan(tf)) if codes else np.array([], int)

@@ -1,30 +1,21 @@
-"""The one ``Report`` every renderer reads: plain, JSON-ready data built from the pipeline's frames.
+"""The one ``Report`` every renderer reads (its ``data`` is the JSON envelope, built by the engine's reduce,
+:mod:`tracekit.report.engine.reduce`), and the helpers that make values JSON-ready (:func:`clean`, :func:`records`).
 
-The JSON envelope (``schema: tracekit.report/1``) is documented in ``docs/report-format.md``; keys are stable,
-values are plain numbers/strings, times are integer picoseconds, and the same input gives the same bytes (no
-timestamps, no absolute paths beyond what the user typed, sorted keys).
+The JSON envelope (``schema: tracekit.report/1``) is documented in ``docs/report-format.md``.
 """
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from tracekit.version import __version__
-from tracekit.analysis.stepstats import closed_steps
-from tracekit.columns import self_time
 from tracekit.model.peaks import peak_notes
-from tracekit.report import sourcepath
 
-SCHEMA = "tracekit.report/1"
 SEVERITIES = ("info", "warning", "error")
-TOP_OPS = 25
-ROOFLINE_POINTS = 200
-STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggregates all of them
 
 
 def clean(v):
@@ -97,6 +88,19 @@ def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
     return [dict(zip(cols, row)) for row in zip(*values)]
 
 
+def rows_of(frames: list, which=None, at=None) -> list[dict]:
+    """:func:`records` of rows of several frames, in the order given: row ``at[i]`` of frame ``which[i]`` (default:
+    every row of every frame, in order). Only the rows taken become dicts."""
+    if which is None:
+        return [r for f in frames for r in records(f)]
+    out: list = [None] * len(which)
+    for j in sorted(set(int(w) for w in which)):
+        mine = np.flatnonzero(which == j)
+        for k, r in zip(mine, records(frames[j].iloc[at[mine]])):
+            out[k] = r
+    return out
+
+
 @dataclass
 class Report:
     """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it. In a notebook it
@@ -127,8 +131,10 @@ class Report:
         return notebook.findings_frame(self.data)
 
     def ops_frame(self) -> pd.DataFrame:
-        """One row per op (module, op) with time, shares and roofline columns: every op when the report was
-        built in this process, else the report's top ops."""
+        """One row per op (module, program, op) with time, shares and roofline columns. A report analyzed in this
+        Python session holds every op, aggregated over every analyzed host, whichever engine mapped them (this
+        process, ``jobs``, Dask: the hosts' per-op sums, merged); a report read back from its JSON holds its top
+        ops only (``top_ops``). The per-execution frames are :func:`tracekit.load`'s."""
         if self.op_table is not None:
             return self.op_table.reset_index(drop=True)
         return pd.DataFrame(self.data.get("top_ops") or [], columns=OP_COLUMNS)
@@ -159,66 +165,6 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
               "hosts"]
 
 
-@dataclass(frozen=True)
-class Input:
-    """A trace file the analysis read, as the report names it."""
-
-    path: str
-    host: str
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """What the report is built from: the results of the stages before it, gathered by the pipeline."""
-
-    inputs: tuple  #: :class:`Input` per trace file
-    chips: tuple  #: :class:`tracekit.model.roofline.ChipUse` per chip
-    ops: pd.DataFrame  #: the ops frame with the roofline columns
-    frames: Mapping  #: the timeline stage's frames (:class:`tracekit.analysis.rule_checks.RuleFrames`)
-    step_stats: pd.DataFrame  #: per device step-time statistics
-    findings: tuple  #: :class:`tracekit.analysis.rule_model.Finding`, sorted by savings
-    hlo: pd.DataFrame  #: the trace's HLO instructions (source lines of the top ops)
-    params: dict  #: the thresholds used (timeline and every rule's resolved parameters)
-    warnings: tuple  #: what the loader found odd
-    step_source: tuple  #: where the steps came from
-    fail_on: str  #: the severity that fails the gate
-    rules: tuple = ()  #: the rules that ran (:class:`tracekit.analysis.rule_model.Rule`)
-    custom_calls: dict | None = None  #: custom calls by share of op time (:func:`tracekit.analysis.customcalls.summary`)
-    overview: object = None  #: the utilization headline (:func:`tracekit.analysis.overview.build`)
-    memory: object = None  #: the memory view (:func:`tracekit.analysis.memory.build`)
-    interconnect: dict | None = None  #: topology and collectives measured vs predicted (:func:`tracekit.pipeline.interconnect`)
-    model_warnings: tuple = ()  #: ops faster than their roofline (:func:`tracekit.model.peaks.model_warnings`)
-    headline: dict | None = None  #: the findings' union of claims and the roofline floor (:mod:`tracekit.analysis.claims`)
-    totals: Totals | None = None  #: the ops' and collectives' totals when ``ops`` does not hold every op (a pod)
-
-
-@dataclass(frozen=True)
-class Totals:
-    """What the summary reads of every op and every collective: sync op time and executions, op time by
-    ``bound_by``, hosts with ops, collective executions and their exposed time. Totals of disjoint hosts add up."""
-
-    op_time_ps: int = 0
-    op_executions: int = 0
-    time_by_bound_ps: dict = field(default_factory=dict)
-    hosts: int = 0
-    collectives: int = 0
-    collective_exposed_ps: int = 0
-
-
-def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
-    """The :class:`Totals` of an ops frame and its collectives frame."""
-    sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
-    dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
-    by_bound = {}
-    if "bound_by" in ops and len(ops):  # (sums in place, per category: no row-sized copy of the times)
-        codes = ops["bound_by"].array.codes
-        for i, c in enumerate(ops["bound_by"].cat.categories):
-            if v := int(dur.sum(where=sync_m & (codes == i))):
-                by_bound[str(c)] = v
-    return Totals(int(dur.sum(where=sync_m)), int(sync_m.sum()), by_bound, int(ops["host"].nunique()) if len(ops) else 0,
-                  int(len(coll)), int(coll["exposed_ps"].sum()) if len(coll) else 0)
-
-
 def chip_entry(use) -> dict:
     """A chip of the analysis as the envelope's ``chips[]`` holds it."""
     c = use.chip
@@ -231,142 +177,6 @@ def chip_entry(use) -> dict:
         "ridge_bf16_flops_per_byte": ridge, "sources": dict(sorted(c.sources.items())), "exact": c.exact,
         "trace_reported": dict(sorted(c.trace_reported.items())), "raised": dict(sorted(c.raised.items())),
         "limits": dict(sorted(c.limits.items())), "peak_notes": peak_notes(c)})
-
-
-def build(a: Analysis) -> Report:
-    """The report of an analysis."""
-    ops, hlo, findings, fail_on = a.ops, a.hlo, a.findings, a.fail_on
-    op_stats, devices, steps, coll = a.frames["op_stats"], a.frames["devices"], a.frames["steps"], a.frames["collectives"]
-    step_stats, overview, memory = a.step_stats, a.overview, a.memory
-    interconnect, model_warnings, headline = a.interconnect, a.model_warnings, a.headline
-    chips = [chip_entry(u) for u in a.chips]
-    tot = a.totals if a.totals is not None else totals(ops, coll)
-    op_time = tot.op_time_ps
-    span = int(devices["span_ps"].sum()) if len(devices) else 0
-    busy = int(devices["busy_ps"].sum()) if len(devices) else 0
-    by_bound = dict(sorted(tot.time_by_bound_ps.items()))
-    known = sum(v for c, v in by_bound.items() if c != "unknown")
-    coverage = known / op_time if op_time and by_bound else 0.0
-    top = op_stats.head(TOP_OPS).copy()
-    if len(hlo) and len(top):
-        src = hlo[["program_id", "name", "source_file", "source_line", "op_name"]].drop_duplicates(["program_id", "name"])
-        top = top.merge(src.rename(columns={"name": "op"}).astype({"op": str}), on=["program_id", "op"], how="left")
-        top["op_name"] = top["op_name"].fillna("").astype(str)  # the JAX name stack, e.g. jit(f)/transpose(jvp())/dot
-        short = sourcepath.shortener(top["source_file"])  # relative to the project or site-packages
-        top["source"] = [f"{short[f]}:{int(n)}" if isinstance(f, str) and f else ""
-                         for f, n in zip(top["source_file"], top["source_line"].fillna(0))]
-    pts = op_stats[(op_stats["flops"] > 0) & (op_stats["bytes_accessed"] > 0)].head(ROOFLINE_POINTS) \
-        if "flops" in op_stats else op_stats.iloc[:0]
-    points = [{"module": r["module"], "op": r["op"], "bound_by": r["bound_by"], "dtype": r["dtype"],
-               "total_ps": r["total_ps"], "intensity_flops_per_byte": r["flops"] / r["bytes_accessed"],
-               "achieved_flops_per_s": r["flops"] / (r["total_ps"] / 1e12) if r["total_ps"] else None}
-              for r in records(pts)]
-    finding_dicts = []
-    # the rules that claim device time (the memory and utilization rules, and TK000, claim none: savings "0")
-    claim = {r.id for r in a.rules if r.claims_time}
-    for f in findings:
-        d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
-        d.setdefault("claims_time", d.get("rule_id") in claim)
-        finding_dicts.append(clean(d))
-    # what the findings claim together is the union of their claims on device time, not their sum (two findings
-    # may claim the same seconds); the sum of the greedy per-finding claims is the fallback without a headline
-    total_claimed = (headline or {}).get("claims_union_ps")
-    if total_claimed is None:
-        total_claimed = int(sum(f.get("claimed_ps") or 0 for f in finding_dicts))
-    data = {
-        "schema": SCHEMA,
-        "tool": {"name": "tracekit", "version": version()},
-        "inputs": [{"path": i.path, "host": i.host} for i in a.inputs],
-        "chips": chips,
-        "overview": clean(overview.to_dict()) if overview is not None else {},
-        "memory": memory_section(memory) if memory is not None else {},
-        "summary": clean({
-            "hosts": tot.hosts,
-            "devices": int(len(devices)),
-            "steps": int(steps["step"].nunique()) if len(steps) else 0,
-            "step_rows": int(len(steps)), "step_rows_in_report": int(min(len(steps), STEP_ROWS)),
-            "step_source": list(a.step_source),
-            "profiled_ps": span, "busy_ps": busy, "idle_ps": span - busy, "op_time_ps": op_time,
-            "op_executions": tot.op_executions,
-            "roofline_coverage": coverage,
-            "time_by_bound_ps": {k: int(v) for k, v in by_bound.items()},
-            "collectives": tot.collectives,
-            "collective_exposed_ps": tot.collective_exposed_ps,
-            "hlo_present": bool(len(hlo)),
-            "findings": len(finding_dicts),
-            "claimed_savings_ps": total_claimed,
-            "above_roofline_floor_ps": (headline or {}).get("above_roofline_floor_ps"),
-        }),
-        "devices": records(devices),
-        "step_stats": records(step_stats),
-        "device_steps": records(_device_steps(steps)),
-        "steps": records(_first_steps(steps, STEP_ROWS))
-        if len(steps) else [],
-        "top_ops": records(top, OP_COLUMNS),
-        "roofline": {"points": clean(points), "roofs": chips, "unplotted": unplotted(op_stats, len(points))},
-        "collectives": records(coll.sort_values("exposed_ps", ascending=False, kind="stable").head(50)) if len(coll) else [],
-        "interconnect": interconnect or {"topology": {}, "collectives": [], "collective_ops": 0},
-        "findings": finding_dicts,
-        "custom_calls": clean(a.custom_calls or {"op_time_ps": op_time, "custom_call_ps": 0, "unknown_ps": 0,
-                                                 "targets": [], "models": {}}),
-        "params": clean(a.params),
-        "gate": {"fail_on": fail_on, "failed": False},
-        "warnings": list(a.warnings),
-        "model_warnings": clean(list(model_warnings or [])),
-        "units": {"*_ps": "picoseconds", "*_bytes": "bytes", "flops": "floating-point operations",
-                  "*_per_s": "per second", "efficiency": "roofline_ps / measured time", "share": "fraction"},
-        "provenance": {
-            "time": "trace events (TPU: device clock stat device_duration_ps; GPU: kernel events; CPU: thunk events)",
-            "flops_bytes": "cost_source per op: 'trace' (the trace's own flops/bytes_accessed stats), 'hlo' "
-                           "(tracekit's HLO cost model), 'model:<name>' (a custom-call cost model; its "
-                           "assumptions under custom_calls.models), 'unknown' (with unknown_reason)",
-            "peaks": "chips[].sources: 'trace: <stat>', 'table: <citation>', 'calibration: ...' or 'estimate: ...'",
-            "collectives": "interconnect.collectives: predicted_ps from the topology-aware collective model (chip "
-                           "table links, interconnect.topology.source), measured from trace events; skew = wait for "
-                           "the last participant; algbw = size_bytes / transfer_ps, busbw per nccl-tests",
-        },
-    }
-    from tracekit.report import invariants, trust
-    trust.annotate(data, a.rules)
-    rep = Report(data, rules=tuple(a.rules), op_table=op_stats)
-    data["gate"]["failed"] = rep.fails(fail_on)
-    return invariants.self_checked(rep)
-
-
-MEMORY_BUFFERS = 20  #: largest buffers kept in the envelope
-MEMORY_CURVES = 4  #: heap-simulator curves kept (the programs with the largest live peaks)
-MEMORY_ALLOCATORS = 16  #: allocator timelines kept
-
-
-def memory_section(mv) -> dict:
-    """The memory view (:class:`tracekit.analysis.memory.MemoryView`) as JSON-ready data."""
-    progs = mv.programs[mv.programs["footprint_bytes"] > 0] if len(mv.programs) else mv.programs
-    peaks = progs[progs["memory_space"] == "device"].sort_values(["live_peak_bytes", "module"],
-                                                                 ascending=[False, True])
-    keep = [(m, int(p)) for m, p in zip(peaks["module"], peaks["program_id"])][:MEMORY_CURVES]
-    curves = []
-    for m, p in keep:
-        c = next((v for (mm, pp), v in sorted(mv.curves.items(), key=lambda kv: (kv[0][0], int(kv[0][1])))
-                  if mm == m and int(pp) == p), None)
-        if c is not None:
-            curves.append({"module": m, "program_id": p, "memory_space": "device",
-                           "points": [[int(a), int(b), str(n)] for a, n, b in zip(c["seq"], c["instruction"],
-                                                                                   c["live_bytes"])]})
-    timeline = []
-    for (h, a), c in sorted(mv.timeline.items())[:MEMORY_ALLOCATORS]:
-        timeline.append({"host": h, "allocator": a,
-                         "points": [[int(t), float(b)] for t, b in zip(c["start_ps"], c["bytes_in_use"])]})
-    return clean({
-        "capacity_bytes": mv.capacity_bytes, "capacity_source": mv.capacity_source,
-        "programs": records(progs.sort_values(["memory_space", "footprint_bytes", "module"],
-                                              ascending=[True, False, True])),
-        "buffers": records(mv.buffers.head(MEMORY_BUFFERS)),
-        "devices": records(mv.devices) if mv.devices is not None else [],
-        "offload": records(mv.offload) if mv.offload is not None else [],
-        "curves": curves,
-        "allocators": records(mv.allocators) if mv.allocators is not None else [],
-        "timeline": timeline,
-    })
 
 
 def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
@@ -392,35 +202,6 @@ def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
                         "share": clean(t[m].sum() / total) if total else None,
                         "largest": str(op_stats["op"].iloc[i])})
     return out
-
-
-def _first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:
-    """The first ``k`` rows in (step, host, device) order (stable), sorting only the rows that can be among them."""
-    if len(steps) > 4 * k:
-        st = steps["step"].to_numpy()
-        kth = np.partition(st, k - 1)[k - 1]  # the k-th smallest step number: later steps cannot be in the head
-        steps = steps[st <= kth]
-    return steps.sort_values(["step", "host", "device"], kind="stable").head(k)
-
-
-def _device_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per device, every step summed: steps, step time mean/median/max (of the steps with a step time: not a
-    device's ``open_end`` last run), and the breakdown totals (every step)."""
-    cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps",
-            *(c for c in steps.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"),
-            "compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
-            "host_idle_ps", "launch_idle_ps", "other_idle_ps"]
-    if not len(steps):
-        return pd.DataFrame(columns=["host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
-                                     "step_ps_sum", *cols])
-    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
-        ["host", "device"], sort=True)
-    out = g["step_ps"].agg(steps="size", step_ps_sum="sum")
-    closed = closed_steps(steps)
-    times = closed.assign(host=closed["host"].astype(str), device=closed["device"].astype(str)).groupby(
-        ["host", "device"], sort=True)["step_ps"].agg(step_ps_mean="mean", step_ps_median="median", step_ps_max="max")
-    out = out.join(times)[["steps", "step_ps_mean", "step_ps_median", "step_ps_max", "step_ps_sum"]]
-    return out.join(g[[c for c in cols if c in steps.columns]].sum()).reset_index()
 
 
 def version() -> str:

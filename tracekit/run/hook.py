@@ -65,19 +65,22 @@ STEP_NAME = "train"
 
 def profile(logdir=None, *, outputs=("json", "html"), fail_on: str | None = None, timeout_s: float = 120,
             all_processes: bool = False, log: logging.Logger = _LOG, start_step: int | None = None,
-            num_steps: int | None = None, threads: int = 1) -> "Profile":
+            num_steps: int | None = None, threads: int = 1, options=None) -> "Profile":
     """A profiling hook: a context manager, a decorator, or (with ``start_step``/``num_steps``) a step window
     driven by ``hook.step(i)``. Without ``logdir`` nothing is left on disk and ``hook.report`` is the result (see
-    the module docstring); ``outputs`` then does not apply. The analysis child runs on ``threads``
-    threads (decoding, rules, BLAS; default 1: training keeps the other cores). See the module docstring."""
+    the module docstring); ``outputs`` then does not apply. The analysis child runs on ``threads`` threads
+    (decoding, rules, BLAS; default 1: training keeps the other cores). ``options``: the analysis'
+    :class:`tracekit.options.Options` (chip, rules, thresholds, ...; ``fail_on`` here is the hook's gate). See the
+    module docstring."""
     return Profile(logdir, outputs=outputs, fail_on=fail_on, timeout_s=timeout_s, all_processes=all_processes,
-                   log=log, start_step=start_step, num_steps=num_steps, threads=threads)
+                   log=log, start_step=start_step, num_steps=num_steps, threads=threads, options=options)
 
 
 class Profile:
     def __init__(self, logdir=None, *, outputs=("json", "html"), fail_on=None, timeout_s=120, all_processes=False,
-                 log=_LOG, start_step=None, num_steps=None, threads=1):
+                 log=_LOG, start_step=None, num_steps=None, threads=1, options=None):
         self.log = log if log is not None else _LOG
+        self.options = options
         self.threads = 1
         try:
             self.threads = max(1, int(threads))
@@ -280,7 +283,8 @@ class Profile:
         """Start the analysis child, detached (its own session, output to unlinked temporary files): it finishes
         its report on its own even when the job exits first. One log line says where the report will be; a
         daemon thread (never joined at exit) waits for the child and logs its summary."""
-        spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never", "timeout_s": self.timeout_s}
+        spec = {"outputs": self.outputs, "fail_on": self.fail_on or "never", "timeout_s": self.timeout_s,
+                "options": self.options.to_json() if self.options is not None else {}}
         env = child_env(self.threads)
         root = str(Path(__file__).resolve().parents[2])  # so the child imports this same tracekit
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)

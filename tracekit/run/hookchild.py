@@ -74,16 +74,19 @@ def main() -> None:
     from tracekit import pipeline
     from tracekit.report import render
     from tracekit import fileio
-    fail_on = spec.get("fail_on") or "never"
+    from tracekit import options as options_mod
+    from tracekit.options import DEFAULTS, Options
+    fail_on = spec.get("fail_on") or DEFAULTS.fail_on
     from tracekit.ingest.trace import load
     from tracekit.model import machine
     from tracekit.threads import mark_one_shot
     mark_one_shot()  # a one-shot child that hands no frame on: constant columns held once
     left_out: list = []  # another host's file in a shared run folder may be unreadable: left out and named
-    tr = load(run, left_out=left_out)
+    opt = options_mod.make(Options.from_json(spec.get("options")), fail_on=fail_on)
+    tr = load(run, left_out=left_out, max_bytes=opt.max_bytes, max_events=opt.max_events)
     if machine.is_cpu_trace(tr):  # this process runs on the recording machine: keep its CPU and calibration
         machine.record_run(run)
-    rep = pipeline.analyze(tr, fail_on=fail_on, left_out=left_out)
+    rep = pipeline.analyze(tr, opt, left_out=left_out)
     items, skipped, json_path = [], {}, None
     for fmt in spec.get("outputs", []):
         path = os.path.join(run, REPORT_STEM + EXTENSIONS[fmt])

@@ -1,14 +1,15 @@
-"""A pod's analysis: map on the workers (:mod:`tracekit.run.podmap`), reduce on the driver
-(:mod:`tracekit.run.podreduce`), the driver's memory independent of the event count.
+"""Where the engine's map runs: this process, a process pool (``jobs``) or a Dask cluster (``dask``).
 
-    rep = tracekit.run.pod.analyze("logs/plugins/profile/run1", jobs=8)               # local processes
-    rep = tracekit.run.pod.analyze("gs://bucket/run1", dask="tcp://10.0.0.2:8786")     # a Dask cluster
-    rep = tracekit.run.pod.analyze("run1", dask="local")                               # a LocalCluster here
+    rep = tracekit.analyze("logs/plugins/profile/run1", jobs=8)               # local processes
+    rep = tracekit.analyze("gs://bucket/run1", dask="tcp://10.0.0.2:8786")     # a Dask cluster
+    rep = tracekit.analyze("run1", dask="local")                               # a LocalCluster here
 
-One path for every engine: the same map function runs in this process (``jobs=1``), in a process pool, or on
-Dask workers; each worker reads its host's file itself (a local path or a URL). A host whose file is corrupt or
-missing, or whose worker dies, is tried once more, then left out with a warning in the report; the other hosts'
-analysis completes. Ctrl-C cancels what is queued or running and leaves no worker busy.
+One engine (:mod:`tracekit.report.engine`) for every place: the same map function
+(:func:`tracekit.report.engine.host.summarize_file`) runs in this process, in a pool worker or on a Dask worker,
+each worker reading its host's file itself (a local path or a URL); the same reduce runs here
+(:func:`tracekit.pipeline.analyze`), so the reports are equal. A host whose file is corrupt or missing, or whose
+worker dies, is tried once more, then left out with a warning in the report; the other hosts' analysis
+completes. Ctrl-C cancels what is queued or running and leaves no worker busy.
 """
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ import threading
 from tracekit.errors import TraceError
 from tracekit.ingest import badhosts
 from tracekit.ingest.badhosts import ATTEMPTS
-from tracekit.run.podmap import Options, summarize
-
-
+from tracekit.options import Options
+from tracekit.report.engine.host import summarize_file
 
 
 class HostProgress:
@@ -46,19 +46,27 @@ def _pool_context():
     return mp.get_context()
 
 
-def map_hosts(files: list, opt: Options, *, jobs: int = 1, dask=None, progress=None) -> tuple[list, list]:
+def map_hosts(files: list, opt: Options, run_hosts: tuple = (), progress=None) -> tuple[list, list]:
     """(summaries in host order, failures [(host, path, reason)]) of ``files``
-    (:class:`tracekit.ingest.paths.HostFile`), each host tried up to :data:`ATTEMPTS` times."""
+    (:class:`tracekit.ingest.paths.HostFile`), each host tried up to :data:`ATTEMPTS` times: on the Dask cluster
+    ``opt.dask``, else in a pool of ``opt.jobs`` processes (0: one per core), else here. The map of
+    :func:`tracekit.pipeline.analyze` (its ``mapper``)."""
     from tracekit.progress import NULL
+    if len(files) == 1:  # a single file: read here, as without jobs
+        from tracekit import pipeline
+        return pipeline.map_here(files, opt, run_hosts, progress)
     hp = HostProgress(progress or NULL, len(files))
+    jobs = (os.cpu_count() or 1) if not opt.jobs else int(opt.jobs)
+    dask, opt = opt.dask, opt.for_worker()
+    task = (opt, tuple(run_hosts))
     if dask is not None:
-        results = _on_dask(files, opt, dask, hp)
-    elif jobs <= 1 or len(files) == 1:
+        results = _on_dask(files, task, dask, hp)
+    elif jobs <= 1:
         results = {}
         for i, f in enumerate(files):
-            results[i] = _in_process(f, opt, hp)
+            results[i] = _in_process(f, task, hp)
     else:
-        results = _in_pool(files, opt, jobs, hp)
+        results = _in_pool(files, task, jobs, hp)
     summaries, failures = [], []
     for i, f in enumerate(files):
         r = results.get(i)
@@ -69,13 +77,13 @@ def map_hosts(files: list, opt: Options, *, jobs: int = 1, dask=None, progress=N
     return summaries, failures
 
 
-def _in_process(f, opt, hp):
-    s, err = badhosts.attempt(summarize, os.fspath(f.path), f.host, opt)  # what the pool and Dask catch, too
+def _in_process(f, task, hp):
+    s, err = badhosts.attempt(summarize_file, os.fspath(f.path), f.host, *task)  # what the pool and Dask catch, too
     hp.host(f.host, err is None, 0.0 if s is None else s.seconds)
     return s if err is None else err
 
 
-def _in_pool(files, opt, jobs, hp) -> dict:
+def _in_pool(files, task, jobs, hp) -> dict:
     """A process pool of ``jobs`` workers; a pool broken by a dying worker is replaced, and from then on each
     host left runs in a pool of its own (so the host that kills its worker is the one that pays)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -90,7 +98,7 @@ def _in_pool(files, opt, jobs, hp) -> dict:
         ex = ProcessPoolExecutor(max_workers=width, mp_context=_pool_context())
         futs = {}
         try:
-            futs = {ex.submit(summarize, os.fspath(files[i].path), files[i].host, opt): i for i in batch}
+            futs = {ex.submit(summarize_file, os.fspath(files[i].path), files[i].host, *task): i for i in batch}
             for i in batch:
                 tries[i] += 1
             pending = set(futs)
@@ -151,13 +159,13 @@ def _client(dask, workers: int):
                          "give the scheduler address, e.g. tcp://HOST:8786, or 'local'") from None
 
 
-def _on_dask(files, opt, dask, hp) -> dict:
+def _on_dask(files, task, dask, hp) -> dict:
     from dask.distributed import as_completed
     client, cluster = _client(dask, int(os.environ.get("TRACEKIT_DASK_WORKERS", "0")) or (os.cpu_count() or 1))
     own = isinstance(dask, str)
     futs = {}
     try:
-        futs = {client.submit(summarize, os.fspath(f.path), f.host, opt, pure=False, retries=ATTEMPTS - 1,
+        futs = {client.submit(summarize_file, os.fspath(f.path), f.host, *task, pure=False, retries=ATTEMPTS - 1,
                               key=f"tracekit-host-{i}-{f.host}"): i for i, f in enumerate(files)}
         results = {}
         for fu in as_completed(list(futs)):
@@ -181,32 +189,13 @@ def _on_dask(files, opt, dask, hp) -> dict:
                 cluster.close()
 
 
-def analyze(source, *, jobs: int | None = 1, dask=None, run: str | None = None, chip: str | None = None,
-            topology: str | None = None, rules_dirs=(), select=(), ignore=(), params: dict | None = None,
-            hidden: float = 0.9, exposed: float = 0.1, min_gap_ps: int = 0, fail_on: str = "never",
-            max_bytes=None, max_events=None, progress=None, model_flops_per_step: float | None = None,
-            max_evidence: int = 10):
-    """The Report of a run folder's hosts, mapped by ``jobs`` processes (0: one per core) or the Dask cluster
-    ``dask`` and reduced here (see the module docstring); the keywords are :func:`tracekit.pipeline.analyze`'s."""
-    from tracekit.analysis import rule_cases, rule_model, rules
-    from tracekit.ingest import paths
-    from tracekit.run import podreport
-    rule_list = rule_cases.check_user_rules(rule_model.load_rules(extra_dirs=rules_dirs, select=select, ignore=ignore))
-    params = rules.check_params(rule_list, params)
-    resolved = [(r, r.resolve(rule_model.params_for(r, params))) for r in rule_list]
-    chosen = paths.choose(source, run)  # (the one chooser of trace.load too: the same note on both paths)
-    files = chosen.files
-    opt = Options(max_bytes=max_bytes, max_events=max_events, chip=chip, topology=topology,
-                  host_order=tuple(f.host for f in files) if len(files) > 1 else (),
-                  rules_dirs=tuple(str(d) for d in rules_dirs or ()), select=tuple(select or ()),
-                  ignore=tuple(ignore or ()), params=tuple((k, tuple(sorted(dict(v).items())))
-                                                           for k, v in sorted(params.items())), hidden=hidden,
-                  exposed=exposed, min_gap_ps=min_gap_ps, max_evidence=max_evidence)
-    n = (os.cpu_count() or 1) if not jobs else int(jobs)
-    summaries, failures = map_hosts(files, opt, jobs=n, dask=dask, progress=progress)
-    if not summaries:
-        raise badhosts.none_left(failures)
-    if progress is not None:
-        progress.stage("reducing")
-    return podreport.report(summaries, failures, files, resolved, opt, fail_on=fail_on,
-                            model_flops_per_step=model_flops_per_step, notes=(chosen.note,) if chosen.note else ())
+def analyze(source, options: Options | None = None, *, progress=None, **given):
+    """The Report of ``source`` (a trace file, run folder, logdir or loaded Trace): :func:`tracekit.pipeline.analyze`
+    with the hosts of a run folder mapped by ``options.jobs`` processes (0: one per core) or on the Dask cluster
+    ``options.dask`` (an address, ``"local"`` or a Client); a single file, a loaded Trace, or ``jobs == 1``
+    without ``dask`` maps in this process. The Options' fields may be given as keywords."""
+    from tracekit import options as options_mod
+    from tracekit import pipeline
+    opt = options_mod.make(options, **given)
+    here = opt.dask is None and opt.jobs == 1
+    return pipeline.analyze(source, opt, progress=progress, mapper=None if here else map_hosts)

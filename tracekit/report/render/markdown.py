@@ -229,7 +229,8 @@ def _basename(path: str) -> str:
 def render(report, *, top: int = 12, **_) -> str:
     d = report.data if hasattr(report, "data") else report
     inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
-    out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table), *headline(d), ""]
+    out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table),
+           *sections.extra_markdown(d, esc), *headline(d), ""]
     f = d.get("findings") or []
     if f:
         out += [f"### Findings ({len(f)}), by the time they would win back", "", *findings_table(f), ""]

@@ -403,3 +403,34 @@ def memory_html(d: dict) -> str:
             out += "<p>Largest buffers</p>" + _html_table(BUFFER_HEADERS, b, right={0})
         out += "</section>\n"
     return out
+
+
+def _extra(d: dict) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(title, facts) of each registered section that shows itself (``TITLE`` and ``facts(data)``,
+    :func:`tracekit.report.engine.rendered`) and has something to say in ``d``."""
+    from tracekit.report import engine
+    out = []
+    for m in engine.rendered():
+        facts = m.facts(d)
+        if facts:
+            out.append((m.TITLE, facts))
+    return out
+
+
+def extra_text(d: dict) -> list[str]:
+    """Terminal lines of the registered sections' facts (see :func:`_extra`)."""
+    return [x for title, facts in _extra(d) for x in [title, *(f"  {k}: {v}" for k, v in facts)]]
+
+
+def extra_markdown(d: dict, esc) -> list[str]:
+    """Markdown of the registered sections' facts (see :func:`_extra`)."""
+    return [x for title, facts in _extra(d)
+            for x in [f"### {esc(title)}", "", *(f"- **{esc(k)}:** {esc(v)}" for k, v in facts), ""]]
+
+
+def extra_html(d: dict) -> str:
+    """``<section>`` per registered section with facts (see :func:`_extra`)."""
+    e = html.escape
+    return "".join(f'<section class="extra"><h2>{e(title)}</h2><ul class="facts">'
+                   + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul></section>\n"
+                   for title, facts in _extra(d))

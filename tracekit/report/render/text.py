@@ -209,6 +209,8 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _ops(o, d, s, top)
     _custom_calls(o, d.get("custom_calls") or {})
     _collectives(o, d)
+    for line in sections.extra_text(d):  # (the registered sections that show themselves)
+        o.para(line)
     _findings(o, d)
     _memory(o, d)  # after the findings, laid out as `tracekit memory` lays it out
     if any("trust" in x for x in d.get("findings") or []) or (s.get("trust")):

@@ -1,0 +1,65 @@
+"""Every rule on one host's frames (the map side of the findings, :mod:`tracekit.report.engine.findings`).
+
+A rule on a frame with a row per event (:data:`HOST_FRAMES`: ops, collectives, gaps, host events, steps) is
+evaluated here, on the host that holds those rows, and summarized (:class:`tracekit.analysis.evidence.Evidence`:
+exact counts, totals, per-device savings, the top rows); the reduce merges the hosts' summaries into the finding.
+Rules on the pod-wide frames (op statistics, devices, memory, overview) are evaluated by the reduce on the merged
+frames. Every rule with evidence here also lays its claims on this host's device time
+(:func:`tracekit.analysis.claims.claim_intervals`), kept as :class:`tracekit.analysis.claims.Atoms`: the reduce
+unions the claims of the rules that became findings, exactly as one process does on one host.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracekit.analysis import claims as claims_mod
+
+#: frames with a row per event (or per device and step): rules reading them run where the rows are, per host
+HOST_FRAMES = frozenset({"ops", "collectives", "gaps", "host_events", "steps"})
+
+
+@dataclass(frozen=True)
+class HostRules:
+    """What the rules found on one host."""
+
+    evidence: tuple  #: (rule id, Evidence) of the rules on a :data:`HOST_FRAMES` frame that found rows here
+    nonempty: frozenset  #: the :data:`HOST_FRAMES` this host has rows in
+    claims: claims_mod.Atoms  #: the claims of every rule with evidence here, per device
+    floor: dict | None  #: (host, device) -> sync op time at the roofline floor (None: no roofline columns)
+
+
+def evaluate(frames, rule_items: list, max_evidence: int) -> HostRules:
+    """:class:`HostRules` of ``frames`` (one host's :class:`tracekit.analysis.rule_checks.RuleFrames`);
+    ``rule_items``: [(rule, resolved params)] of every rule."""
+    from tracekit.analysis import evidence, rules
+    out, laid = [], {}
+    for rule, params in rule_items:
+        if rules.applicable(rule, frames):
+            continue
+        try:
+            ev = rules.evidence_rows(rule, frames, params)
+        except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError) as e:
+            raise rules.failed(rule, e) from None
+        if ev.empty:
+            continue
+        laid[rule.id] = claims_mod.claim_intervals(rule.frame, ev, frames)
+        if rule.frame in HOST_FRAMES:
+            out.append((rule.id, evidence.summarize(rule, ev, max_evidence)))
+    nonempty = frozenset(k for k in HOST_FRAMES if frames.get(k) is not None and len(frames[k]))
+    return HostRules(tuple(out), nonempty, claims_mod.atoms(laid), claims_mod.floor_per_device(frames["ops"]))
+
+
+_LOADED: dict = {}
+
+
+def rule_items(options, *, fresh: bool = False) -> list:
+    """[(rule, resolved params)] of every rule ``options`` select, loaded once per process (``fresh``: loaded
+    again, as the driver does at the start of each analysis): rule objects hold compiled expressions, which do not
+    travel between processes; their files do."""
+    key = (options.rules_dirs, options.select, options.ignore, options.params)
+    if fresh or key not in _LOADED:
+        from tracekit.analysis import rule_model
+        params = options.params_dict
+        loaded = rule_model.load_rules(extra_dirs=options.rules_dirs, select=options.select, ignore=options.ignore)
+        _LOADED[key] = [(r, r.resolve(rule_model.params_for(r, params))) for r in loaded]
+    return _LOADED[key]

@@ -1,0 +1,85 @@
+"""One host, analyzed: what every report section's ``summarize`` reads on the worker (the map side of the engine,
+:mod:`tracekit.report.engine`).
+
+:func:`build` runs the per-host stages on one host's :class:`~tracekit.ingest.trace.Trace`: the roofline join
+(its chips and collective model handed on, :class:`tracekit.model.roofline.Joined`), the timeline's rule frames,
+the memory view and the utilization overview of this host alone (the frames the memory and utilization rules
+read), and every rule's evidence on this host's frames (:func:`tracekit.analysis.hostrules.evaluate`). A single
+trace is the one-host case: the report of one host is reduced from its one :class:`HostView`'s summaries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from tracekit.options import Options
+
+
+@dataclass
+class HostView:
+    """One host's analysis, as the sections' ``summarize`` read it (see the module docstring)."""
+
+    host: str  #: the host's name
+    path: str  #: its trace file (as given)
+    hosts: tuple  #: every host of the run, in order (this one among them)
+    trace: object  #: the host's :class:`tracekit.ingest.trace.Trace` (``trace.hosts == [host]``)
+    options: Options
+    joined: object  #: :class:`tracekit.model.roofline.Joined`: ``ops``, ``chips``, ``model``, ``disagreements``
+    frames: object  #: :class:`tracekit.analysis.rule_checks.RuleFrames` of this host, memory and overview ones too
+    memory: object  #: :class:`tracekit.analysis.memory.MemoryView` of this host (no offload times added)
+    overview_parts: pd.DataFrame  #: :func:`tracekit.analysis.overview.device_parts`
+    step_summary: object  #: :class:`tracekit.analysis.stepstats.StepSummary` of this host's steps
+    step_source: tuple  #: where this host's steps came from
+    cost_table: pd.DataFrame | None  #: :func:`tracekit.model.identity.costs` (None without HLO)
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """The roofline-joined ops frame."""
+        return self.joined.ops
+
+    @property
+    def chips(self) -> dict:
+        """(host, device) -> the Chip the roofline priced the device's ops on."""
+        return self.joined.chips
+
+
+def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.DataFrame | None = None,
+          release_trace_costs: bool = False, progress=None) -> HostView:
+    """The :class:`HostView` of a one-host trace ``tr``. ``hosts``: every host of the run in order (GPU device ids
+    count the hosts before this one); ``ops``: the caller's own roofline-joined ops (else joined here);
+    ``release_trace_costs``: the trace's own cost stats leave ``tr.ops`` once they have served."""
+    from tracekit.analysis import memory, overview, rule_checks, stepstats
+    from tracekit.model import collective_model, identity, roofline
+    from tracekit.progress import NULL
+    progress = progress or NULL
+    (host,) = tr.hosts
+    path = str(path or (tr.paths[0] if tr.paths else ""))
+    progress.stage("roofline")
+    cost_table = identity.costs(tr) if tr.has_hlo else None
+    run_hosts = tuple(hosts) or (host,)
+    # the join sees the run's hosts (GPU global ids count the hosts before this one), each with its path where
+    # it has one (a CPU host's recording machine is read beside its own file)
+    paths = list(tr.paths)
+    tr.hosts, tr.paths = list(run_hosts), [path if h == host else "" for h in run_hosts]
+    try:
+        if ops is None:
+            j = roofline.joined(tr, options.chip, options.topology, cost_table,
+                                release_trace_costs=release_trace_costs)
+        else:
+            dchips = roofline.device_chips(tr, options.chip)
+            j = roofline.Joined(ops, dchips, collective_model.build(tr, dchips, options.topology))
+    finally:
+        tr.hosts, tr.paths = [host], paths
+    progress.stage("timelines")
+    fr = rule_checks.frames_for_rules(j.ops, tr.steps, tr.host_events, modules=tr.modules, **options.timeline())
+    step_source = tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ()
+    mem = memory.build(tr, j.chips)
+    parts = overview.device_parts(j.ops, fr.steps, j.chips)
+    ss = stepstats.summary(fr.steps)
+    ov = overview.finish(ss, parts, step_source=", ".join(step_source),
+                         model_flops_per_step=options.model_flops_per_step)
+    fr = replace(fr, **memory.rule_frames(memory.with_offload_time(mem, ov.devices), ov.devices, fr.devices))
+    return HostView(host=host, path=path, hosts=run_hosts, trace=tr,
+                    options=options, joined=j, frames=fr, memory=mem, overview_parts=parts, step_summary=ss,
+                    step_source=step_source, cost_table=cost_table)

@@ -1,0 +1,205 @@
+"""Per collective op, measured vs predicted: the report's interconnect section and ``tracekit collectives``.
+
+Each host summarizes its collective executions (:func:`tracekit.analysis.collectives.executions`) where they are
+(:func:`host_part`): per op (module, program, op, kind) the counts and sums the section shows, the first execution
+and the model's description of it; per collective *instance* (the k-th execution of an op in one replica group,
+async or not) and host: how many of its devices took part, the last one's start (``arrival``), and the sums the
+skew needs. The reduce (:func:`reduce`) meets the instances across hosts in arrays: the last arrival ``L`` of an
+instance is the largest of its hosts', and a host's devices waited ``clip(L - start, 0, duration)`` each, which
+it knows exactly for itself (``L`` its own arrival: its own sum) and, for the others, from its sums: ``n L -
+sum(start)`` while ``L`` is before every one of its devices' ends (a collective ends after its last participant
+arrives), ``sum(duration)`` once ``L`` is past them all. Only clocks that disagree between hosts put ``L`` between a
+host's ends; that host's wait is then ``min(n L - sum(start), sum(duration))``. One host is exactly
+:func:`tracekit.analysis.collectives.executions` aggregated, and the driver holds O(ops + instances x hosts).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.collectives import busbw_factor, executions
+from tracekit.columns import stack
+
+#: one row per collective op (module, op), executions aggregated
+SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
+                   "size_bytes", "executions", "devices", "time_ps", "total_ps", "skew_ps", "transfer_ps",
+                   "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound", "phases",
+                   "pattern", "note"]
+KEY = ["module", "program_id", "op", "kind"]
+#: per op and host: the sums, the first execution (start, host, device) and the model's description of it
+OP_COLUMNS = KEY + ["n", "devices", "dur_sum", "size_bytes", "gmax", "pred_sum", "pred_n", "bound", "first_start",
+                    "first_host", "first_device", "groups", "span", "phases", "reason", "pattern", "global_bytes"]
+#: per instance and host (arrays): op row, instance key (async, group, k), devices, arrival, the skew's sums
+INSTANCE_FIELDS = ("op", "is_async", "group", "k", "n", "arrival", "start_sum", "min_end", "max_end", "dur_sum",
+                   "skew")
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """One host's collective executions, summarized (see the module docstring)."""
+
+    ops: pd.DataFrame  #: :data:`OP_COLUMNS`, one row per op, in first-execution order
+    instances: dict  #: :data:`INSTANCE_FIELDS` -> array, one entry per (instance, this host)
+
+
+def groups_text(op) -> str:
+    """An op's replica groups as the table shows them."""
+    if op.pairs:
+        return f"{len(op.pairs)} source->target pair(s)"
+    if not op.groups:
+        return "all devices"
+    sizes = {len(g) for g in op.groups}
+    head = ", ".join("{" + ",".join(map(str, g)) + "}" for g in op.groups[:2])
+    more = f", ... ({len(op.groups)} groups)" if len(op.groups) > 2 else ""
+    return f"{len(op.groups)} x {'/'.join(map(str, sorted(sizes)))}: {head}{more}"
+
+
+def _empty() -> HostPart:
+    return HostPart(pd.DataFrame(columns=OP_COLUMNS), {f: np.zeros(0, np.int64) for f in INSTANCE_FIELDS})
+
+
+def host_part(ops: pd.DataFrame, model) -> HostPart:
+    """The :class:`HostPart` of one host's roofline-joined ``ops`` priced on the collective ``model``."""
+    ex = executions(ops, model, instances=True)
+    if not len(ex):
+        return _empty()
+    g = ex.groupby(KEY, sort=False)  # (ex is in (start, host, device) order: the first row is the first execution)
+    o = g.agg(n=("start_ps", "size"), dur_sum=("duration_ps", "sum"), size_bytes=("size_bytes", "first"),
+              gmax=("group_size", "max"), bound=("bound", "first"), first_start=("start_ps", "first"),
+              first_host=("host", "first"), first_device=("device", "first")).reset_index()
+    o["devices"] = [tuple(sorted(set(v))) for v in g["device"].agg(list)]
+    o["pred_sum"] = g["predicted_ps"].sum().to_numpy(float)  # (NaN skipped, as a mean skips them)
+    o["pred_n"] = g["predicted_ps"].count().to_numpy(np.int64)
+    desc = []
+    for r in o.itertuples(index=False):
+        op = model.op(int(r.program_id), r.op)
+        p = model.predict(op.program_id, op.name, r.first_host, r.first_device)
+        desc.append((groups_text(op), p.span if p is not None else "",
+                     p.formula if p is not None and p.phases else (p.reason if p is not None else ""),
+                     p.reason if p is not None else "", op.pattern, op.global_bytes))
+    o["groups"], o["span"], o["phases"], o["reason"], o["pattern"], o["global_bytes"] = \
+        (list(x) for x in zip(*desc))
+    # instances: the op row of each execution, then per (op row, async, group, k)
+    row = g.ngroup().to_numpy()
+    start, dur = ex["start_ps"].to_numpy(np.int64), ex["duration_ps"].to_numpy(np.int64)
+    ik = pd.DataFrame({"op": row, "is_async": ex["is_async"].to_numpy(bool), "group": ex["_group"].to_numpy(np.int64),
+                       "k": ex["_k"].to_numpy(np.int64)})
+    inv = ik.groupby(["op", "is_async", "group", "k"], sort=True).ngroup().to_numpy()
+    n_i = int(inv.max()) + 1
+    first = np.full(n_i, len(ex))
+    np.minimum.at(first, inv, np.arange(len(ex)))
+    arrival = np.full(n_i, np.iinfo(np.int64).min)
+    np.maximum.at(arrival, inv, start)
+    end = start + dur
+    min_end, max_end = np.full(n_i, np.iinfo(np.int64).max), np.full(n_i, np.iinfo(np.int64).min)
+    np.minimum.at(min_end, inv, end)
+    np.maximum.at(max_end, inv, end)
+    skew = np.minimum(np.maximum(arrival[inv] - start, 0), dur).astype(float)
+    inst = {"op": ik["op"].to_numpy()[first].astype(np.int32), "is_async": ik["is_async"].to_numpy()[first],
+            "group": ik["group"].to_numpy()[first], "k": ik["k"].to_numpy()[first],
+            "n": np.bincount(inv, minlength=n_i).astype(np.int64), "arrival": arrival,
+            "start_sum": _isum(inv, start, n_i),
+            "min_end": min_end, "max_end": max_end, "dur_sum": _isum(inv, dur, n_i),
+            "skew": np.bincount(inv, weights=skew, minlength=n_i)}
+    return HostPart(o[OP_COLUMNS], inst)
+
+
+def _isum(inv: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Exact integer sums of ``v`` per group."""
+    out = np.zeros(n, np.int64)
+    np.add.at(out, inv, v.astype(np.int64))
+    return out
+
+
+def reduce(parts: list) -> pd.DataFrame:
+    """One row per collective op over every host's :class:`HostPart` (``parts`` in host order):
+    :data:`SUMMARY_COLUMNS`, sorted by total time (see the module docstring)."""
+    parts = [p for p in parts if p is not None and len(p.ops)]
+    if not parts:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    allo = stack([p.ops for p in parts]) if len(parts) > 1 else parts[0].ops
+    offs = np.cumsum([0] + [len(p.ops) for p in parts])
+    gid = allo.groupby(KEY, sort=False).ngroup().to_numpy()  # every host's op rows -> the pod's op
+    n_op = int(gid.max()) + 1
+    # the pod's first execution of each op: the least (start, host, device)
+    order = np.lexsort((allo["first_device"].astype(str).to_numpy(), allo["first_host"].astype(str).to_numpy(),
+                        allo["first_start"].to_numpy(np.int64)))
+    _, at = np.unique(gid[order], return_index=True)
+    first = order[at]
+    out = allo.iloc[first].reset_index(drop=True)[KEY + ["size_bytes", "bound", "groups", "span", "phases",
+                                                         "reason", "pattern", "global_bytes", "first_start",
+                                                         "first_host", "first_device"]]
+    out["executions"] = _isum(gid, allo["n"].to_numpy(np.int64), n_op)
+    out["total_ps"] = _isum(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
+    out["group_size"] = pd.Series(allo["gmax"].to_numpy(np.int64)).groupby(gid).max().to_numpy()
+    out["devices"] = [len(set().union(*d)) for d in pd.Series(list(allo["devices"])).groupby(gid).agg(list)]
+    pred_n = _isum(gid, allo["pred_n"].to_numpy(np.int64), n_op)
+    pred_sum = np.bincount(gid, weights=allo["pred_sum"].to_numpy(float), minlength=n_op)
+    skew_sum, skew_n = _skews(parts, offs, gid, n_op)
+    n = out["executions"].to_numpy(float)
+    dur_sum = out["total_ps"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["time_ps"] = dur_sum / n
+        out["skew_ps"] = np.where(skew_n > 0, skew_sum / np.maximum(skew_n, 1), np.nan)
+        out["transfer_ps"] = (dur_sum - skew_sum) / n
+        out["predicted_ps"] = np.where(pred_n > 0, pred_sum / np.maximum(pred_n, 1), np.nan)
+        tr = out["transfer_ps"]
+        out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"] / (tr / 1e12), np.nan)
+        out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * [busbw_factor(k, int(g)) for k, g in
+                                                               zip(out["kind"], out["group_size"])]
+        out["efficiency"] = np.where(tr > 0, out["predicted_ps"] / tr, np.nan)
+    notes = []
+    for r in out.itertuples(index=False):
+        note = []
+        if np.isfinite(r.efficiency) and r.efficiency > 1.05:
+            note.append("faster than the model allows: check --topology and the chip's link figures")
+        if not np.isfinite(r.skew_ps):
+            note.append(f"skew unknown: the trace holds one device of each {r.group_size}-device group (skew compares "
+                        "the members' start times)")
+        if r.reason:
+            note.append(r.reason)
+        notes.append("; ".join(note))
+    out["note"] = notes
+    # (the pod's ops in first-execution order, then by total time: ties as one host's groupby leaves them)
+    out = out.sort_values(["first_start", "first_host", "first_device"], kind="stable")
+    return out.sort_values(["total_ps", "module", "op"], ascending=[False, True, True],
+                           kind="stable")[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def _skews(parts: list, offs: np.ndarray, gid: np.ndarray, n_op: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per pod op: the waits summed over its executions whose instance has two or more participants, and how
+    many such executions there are (see the module docstring)."""
+    cat = {f: np.concatenate([p.instances[f] for p in parts]) for f in INSTANCE_FIELDS}
+    if not len(cat["op"]):
+        return np.zeros(n_op), np.zeros(n_op, np.int64)
+    host_of = np.concatenate([np.full(len(p.instances["op"]), i) for i, p in enumerate(parts)])
+    op = gid[offs[host_of] + cat["op"].astype(np.int64)]
+    key = pd.DataFrame({"op": op, "a": cat["is_async"], "g": cat["group"], "k": cat["k"]})
+    inv = key.groupby(["op", "a", "g", "k"], sort=False).ngroup().to_numpy()
+    m = int(inv.max()) + 1
+    last = np.full(m, np.iinfo(np.int64).min)
+    np.maximum.at(last, inv, cat["arrival"])
+    who = _isum(inv, cat["n"], m)
+    L, n = last[inv], cat["n"]
+    ahead = n * L.astype(float) - cat["start_sum"].astype(float)
+    wait = np.where(cat["arrival"] == L, cat["skew"],
+                    np.where(L <= cat["min_end"], ahead,
+                             np.where(L >= cat["max_end"], cat["dur_sum"].astype(float),
+                                      np.minimum(ahead, cat["dur_sum"].astype(float)))))
+    ok = who[inv] >= 2
+    return (np.bincount(op, weights=np.where(ok, wait, 0.0), minlength=n_op),
+            np.bincount(op, weights=np.where(ok, n, 0), minlength=n_op).astype(np.int64))
+
+
+def summary(ops: pd.DataFrame, model) -> pd.DataFrame:
+    """The interconnect summary (:data:`SUMMARY_COLUMNS`) of one trace's roofline-joined ``ops``: the one-host
+    case of :func:`reduce`."""
+    return reduce([host_part(ops, model)])
+
+
+def view(ops: pd.DataFrame, model):
+    """(summary frame, executions frame) of roofline-joined ops and the collective model the join priced them on
+    (:attr:`tracekit.model.roofline.Joined.model`)."""
+    return summary(ops, model), executions(ops, model)
