@@ -131,3 +131,50 @@ def test_op_rows_carry_their_hosts_alike_in_process_and_on_the_pod_path(tmp_path
     progs = {(p["module"], p["program_id"]): p["hosts"] for p in a["memory"]["programs"] if p["executions"]}
     assert sorted(progs.values()) == ["hostA", "hostB"]
     assert progs == {(p["module"], p["program_id"]): p["hosts"] for p in b["memory"]["programs"] if p["executions"]}
+
+
+def _single_ops(case: str) -> set:
+    """(module, program id, op) of the collective ops of one fixture analyzed alone (one host: no labels)."""
+    rep = _analyze(_file(case), fmt="json")
+    return {(r["module"], r["program_id"], r["op"]) for r in rep["interconnect"]["collectives"]}
+
+
+def test_collective_rows_carry_their_hosts_alike_in_process_and_on_the_pod_path(tmp_path):
+    """Each collective op row names the hosts it ran on: the host whose file holds the op (the fixtures analyzed
+    alone are the oracle), both hosts where both files hold it; --jobs 2 gives the same."""
+    d = _run(tmp_path, "sharded8", "allreduce_exposed")
+    a, b = _analyze(d, fmt="json"), _analyze(d, "--jobs", "2", fmt="json")
+    key = lambda r: (r["module"], r["program_id"], r["op"])  # noqa: E731
+    got = {key(r): r["hosts"] for r in a["interconnect"]["collectives"]}
+    assert got == {key(r): r["hosts"] for r in b["interconnect"]["collectives"]}
+    only_a, only_b = _single_ops("sharded8"), _single_ops("allreduce_exposed")
+    assert got == {k: ",".join(h for h, ops in (("hostA", only_a), ("hostB", only_b)) if k in ops)
+                   for k in only_a | only_b}
+    both = _run(tmp_path, "async_dp8", "blocking_dp8")  # the same program id and op name on both hosts
+    rows = _analyze(both, fmt="json")["interconnect"]["collectives"]
+    assert [r["hosts"] for r in rows] == ["hostA,hostB"]
+
+
+def test_same_named_collectives_of_two_hosts_are_told_apart():
+    """Rows of the same op name in same-named programs of different hosts (each process numbers its programs)
+    read `op [host]` in every format, as op rows do; one host's rows stay as they are."""
+    from tracekit.report.render import collectives, markdown
+    row = {"module": "jit_step", "op": "all-reduce.11", "kind": "all-reduce", "executions": 4, "time_ps": 1e6}
+    ic = {"collectives": [{**row, "program_id": 12, "hosts": "hostA"}, {**row, "program_id": 7, "hosts": "hostB"}]}
+    assert [r[0] for r in collectives.rows(ic, hosts=2)] == ["all-reduce.11 [hostA]", "all-reduce.11 [hostB]"]
+    assert [r[0] for r in collectives.rows({"collectives": ic["collectives"][:1]}, hosts=1)] == ["all-reduce.11"]
+    d = {"interconnect": ic, "summary": {"hosts": 2}}
+    assert "all-reduce.11 \\[hostB\\]" in "\n".join(collectives.markdown_lines(d, markdown.esc, markdown.table))
+    assert "all-reduce.11 [hostA]" in collectives.html_section(d)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_collectives_command_shows_the_hosts_of_two_hosts(tmp_path, width):
+    d = _run(tmp_path, "sharded8", "allreduce_exposed")
+    r = CliRunner().invoke(main, ["collectives", str(d)], env={"COLUMNS": str(width)})
+    assert r.exit_code == 0, r.output
+    assert all(len(line) <= width for line in r.output.splitlines())
+    rows = [row for t in _table_rows(r.output) for row in t]
+    assert rows and len(rows) == len(set(rows))
+    if width == 200:  # (at 80 the hosts column is among those left out, with a note)
+        assert all(re.search(r"\bhost[AB]\b", row) for row in rows), rows

@@ -269,13 +269,14 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
 def _collectives(o: _Out, d: dict) -> None:
     """Per collective op: measured vs predicted on the topology (:mod:`tracekit.report.render.collectives`)."""
     ic = d.get("interconnect") or {}
-    cells = coll_section.rows(ic)
+    hosts = sections.n_hosts(d)  # (op [host] where same-named programs of different hosts collide)
+    cells = coll_section.rows(ic, hosts=hosts)
     if not cells:
         return
     o.blank()
     o.table(_safe(coll_section.title(ic, len(cells))), coll_section.HEADERS, [[_safe(c) for c in r] for r in cells],
             right=coll_section.RIGHT, shrink=(0, 3), drop=(3, 1, 8))
-    for op, note in coll_section.notes(ic)[:5]:
+    for op, note in coll_section.notes(ic, hosts=hosts)[:5]:
         o.para(f"{_safe(op)}: ", _safe(note), indent=2)
 
 
