@@ -28,9 +28,10 @@ SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups",
                    "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound", "phases",
                    "pattern", "note", "hosts"]
 KEY = ["module", "program_id", "op", "kind"]
-#: per op and host: the sums, the first execution (start, host, device) and the model's description of it
+#: per op and host: the sums, the first execution (start, host, device), the model's description of it, the hosts
 OP_COLUMNS = KEY + ["n", "devices", "dur_sum", "size_bytes", "gmax", "pred_sum", "pred_n", "bound", "first_start",
-                    "first_host", "first_device", "groups", "span", "phases", "reason", "pattern", "global_bytes", "hosts"]
+                    "first_host", "first_device", "groups", "span", "phases", "reason", "pattern", "global_bytes",
+                    "hosts"]
 #: per instance and host (arrays): op row, instance key (async, group, k), devices, arrival, the skew's sums
 INSTANCE_FIELDS = ("op", "is_async", "group", "k", "n", "arrival", "start_sum", "min_end", "max_end", "dur_sum",
                    "skew")
