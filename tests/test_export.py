@@ -154,7 +154,7 @@ def test_exact_microseconds():
 
 
 def test_readme_window_command(tmp_path):
-    """The README's window example: steps 1-2 of CPU:0 only."""
+    """docs/commands.md's window example: steps 1-2 of CPU:0 only."""
     out = tmp_path / "steps.json.gz"
     res = CliRunner().invoke(main, ["export", str(cpu_fixture("allreduce_exposed")), "-o", str(out), "--steps", "1-2",
                                     "--device", "CPU:0"])

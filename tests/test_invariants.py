@@ -119,8 +119,9 @@ def test_a_real_report_records_its_violations_and_never_clamps(monkeypatch):
     # break an invariant upstream of the check: the overview's utilization made 100 times larger
     real = invariants.check
 
-    def spy(d):
+    def spy(d):  # (without model FLOPs the headline utilization is the HFU, which TK024 reads)
         d["overview"]["flops"]["utilization"] *= 100
+        d["overview"]["flops"]["hfu"] *= 100
         return real(d)
     monkeypatch.setattr(invariants, "check", spy)
     rep = invariants.self_checked(envelope.Report(json.loads(rep.to_json())))

@@ -42,11 +42,13 @@ COMMANDS = {
     "memory": (lambda: ["memory", _big()], lambda d: "programs" in d),
     "collectives": (lambda: ["collectives", str(cpu_fixture("allreduce_exposed"))],
                     lambda d: "topology" in d and "collectives" in d),
+    "whatif": (lambda: ["whatif", _big()], lambda d: d["whatif"]["measured_step_ps"] > 0),
 }
 #: what each command is asked for when the target's name does not say (a device, a FIFO, stdout)
 JSON_FORMAT = {"analyze": ["--format", "json"], "diff": ["--format", "json"], "ops": ["--format", "json"],
-               "memory": ["--format", "json"], "collectives": ["--format", "json"], "export": []}
-OK = {"analyze": 0, "export": 0, "diff": 0, "ops": 0, "memory": 0, "collectives": 0}
+               "memory": ["--format", "json"], "collectives": ["--format", "json"], "export": [],
+               "whatif": ["--format", "json"]}
+OK = {"analyze": 0, "export": 0, "diff": 0, "ops": 0, "memory": 0, "collectives": 0, "whatif": 0}
 ALL = sorted(COMMANDS)
 
 
@@ -256,12 +258,14 @@ SIGINT_CHILD = textwrap.dedent("""
         os.fsync = fsync
     else:  # while the trace is read: before anything is written
         import tracekit.ingest.trace as t
-        real = t.load
-        def load(*a, **kw):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(30)
-            return real(*a, **kw)
-        t.load = load
+        def interrupting(real):
+            def load(*a, **kw):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(30)
+                return real(*a, **kw)
+            return load
+        t.load = interrupting(t.load)  # the commands that read a whole trace
+        t.load_host = interrupting(t.load_host)  # analyze: the engine's map reads each host file
     from tracekit.cli.app import entry
     sys.argv = ["tracekit"] + sys.argv[2:]
     entry()

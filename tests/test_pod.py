@@ -10,7 +10,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from conftest import cpu_fixture, shared_trace
+from conftest import FIXTURES, cpu_fixture, shared_trace
 from tracekit import pipeline
 from tracekit.cli import main
 from tracekit.ingest.synth import SpaceBuilder
@@ -77,6 +77,8 @@ RUNS = {
     "tpu2": lambda: [(f"h{i}", shared_trace("tpu/v6e-4_jax_inference.xplane.pb")) for i in range(2)],
     "gpu2": lambda: [(f"h{i}", shared_trace("gpu/mi300x_jax_gemm.xplane.pb")) for i in range(2)],
     "gpu8x2": lambda: [(f"h{i}", shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")) for i in range(2)],
+    # a serving trace (prefill + decode with a KV cache): the inference section and the serving rules
+    "serving2": lambda: [(f"h{i}", FIXTURES / "serving" / "decode_gqa" / SRC) for i in range(2)],
 }
 
 

@@ -19,7 +19,7 @@ from tracekit.analysis.rule_model import load_rules, parse_rule
 from tracekit.analysis.rules import run_rules
 from tracekit.cli import main
 from tracekit.errors import TraceError
-from conftest import cpu_fixture
+from conftest import FIXTURES, cpu_fixture
 
 RULES = load_rules()
 
@@ -84,7 +84,7 @@ def test_rules_test_command_builtin_passes():
 
 
 def test_rules_test_command_on_the_builtin_folder(tmp_path):
-    """`tracekit rules test rules` (the README's example, run from a checkout) tests the built-in rules once, not
+    """`tracekit rules test rules` (docs/writing-rules.md's example, run from a checkout) tests the built-in rules once, not
     "duplicate rule 'tk001'"; named beside a user folder (and through a symlink) both are tested."""
     from tracekit.analysis.rule_model import builtin_rules_dir
     n = sum(len(x.cases.get("pass", [])) + len(x.cases.get("fail", [])) for x in RULES)
@@ -234,8 +234,16 @@ def test_rule_frames_match_their_declared_schemas():
     events = pd.DataFrame({"host": pd.Categorical(["h"]), "line": pd.Categorical(["main"]), "name": ["XlaCompile"],
                            "start_ps": [0], "duration_ps": [10]})
     tr.host_events = events
-    frames = hostview.build(tr, Options()).frames  # the frames the engine's rules read, one host's
+    hv = hostview.build(tr, Options())
+    frames = dict(hv.frames)  # the frames the engine's rules read, one host's
+    from tracekit.analysis import parallelism  # (the mesh axes' frame is the pod's: the parallelism section's)
+    par = parallelism.reduce([parallelism.host_summary(tr, hv.ops)], chip=hv.joined.model.chip,
+                             topology=hv.joined.model.topology)
+    frames["parallel_axes"] = parallelism.rule_frame(par)
     assert set(frames) == set(schema.RULE_FRAMES)
+    from dataclasses import replace
+    serving = tracekit.load(FIXTURES / "serving" / "decode_gqa")  # the serving frame, of a serving trace
+    frames = replace(frames, serving=hostview.build(serving, Options()).frames.serving)
     checked = 0
     for name, df in frames.items():
         if not len(df):
@@ -288,11 +296,11 @@ def test_docs_list_grammar_frames_and_template_variables():
     assert "| `exposed_ps` | int64 | ps |" in doc and "| `overlap_ratio` | float64 | fraction |" in doc
 
 
-def test_readme_rule_example(tmp_path):
-    """The user rule in the README loads, its cases pass, and it runs in an analysis with a unit-valued --param."""
+def test_docs_rule_example(tmp_path):
+    """The user rule in docs/writing-rules.md loads, its cases pass, and it runs in an analysis with a unit-valued --param."""
     import re
     from pathlib import Path
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "writing-rules.md").read_text()
     section = readme[readme.index("### Writing a rule"):]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     d = tmp_path / "my_rules"

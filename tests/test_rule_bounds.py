@@ -8,7 +8,7 @@
   ``where``, as a parameter given by a case and through ``analyze --param``: RE2 answers at once, and right;
 * a regex with a group prints nothing on stderr; a pattern RE2 cannot run is one line.
 
-Each bad file: exit 2 (README "Exit codes": bad input) and one line on stderr naming the file and what to do, in
+Each bad file: exit 2 (docs/commands.md "Exit codes": bad input) and one line on stderr naming the file and what to do, in
 under :data:`SECONDS` per command, every command of a class run in one child process under an address-space limit
 (``RLIMIT_AS``, :data:`HEADROOM` above what its imports took: a bomb that expanded would end in "out of memory",
 which the assertions refuse)."""

@@ -6,7 +6,7 @@ what went wrong, where, and what to do. The CLI prints that line on stderr and e
 """
 from __future__ import annotations
 
-#: Exit codes of the ``tracekit`` command (documented in the README).
+#: Exit codes of the ``tracekit`` command (documented in the README's Troubleshooting and docs/commands.md).
 EXIT_OK = 0  #: analysis done; no finding reached ``--fail-on``
 EXIT_FINDINGS = 1  #: a finding reached ``--fail-on`` severity (or ``diff`` found a regression)
 EXIT_BAD_INPUT = 2  #: bad input or usage: the message says what and where

@@ -15,6 +15,10 @@ from dataclasses import dataclass, fields, replace
 DEFAULT_MAX_BYTES = 8 << 30
 #: the severities ``fail_on`` takes (``never``: the gate never fails)
 FAIL_ON = ("never", "info", "warning", "error")
+#: what ``model`` may declare (``transformer``: MFU from 6·N·tokens of the shapes the parallelism section recovers)
+MODELS = ("transformer",)
+#: what ``workload`` may say (None: what the trace shows, :mod:`tracekit.analysis.serving_kind`)
+WORKLOADS = ("training", "serving")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,13 @@ class Options:
     max_bytes: int | None = DEFAULT_MAX_BYTES  #: refuse traces larger than this (decompressed); None: the default
     max_events: int | None = None  #: refuse traces with more events; None: no limit
     model_flops_per_step: float | None = None  #: the model's FLOPs of one step (all devices), for MFU
+    #: what the model is (:data:`MODELS`), for MFU when neither ``model_flops_per_step`` nor the trace gives the
+    #: model's FLOPs; None: not declared (MFU unknown then)
+    model: str | None = None
+    replay: bool = True  #: findings' savings replayed along the critical path (False: their claims only)
+    #: training | serving (``--workload``): what the trace runs; None: what the trace shows (a program writing a KV
+    #: cache in place serves)
+    workload: str | None = None
     jobs: int = 1  #: worker processes for the hosts of a run folder (0: one per core; 1: this process)
     dask: object = None  #: a Dask scheduler address, ``"local"``, or a ``Client`` (None: no Dask)
 
@@ -51,6 +62,9 @@ class Options:
         s(self, "params", tuple(p or ()))
         if self.max_bytes is None:
             s(self, "max_bytes", DEFAULT_MAX_BYTES)
+        if self.workload is not None and self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)} (or None: what the trace shows), "
+                             f"not {self.workload!r}")
 
     @property
     def params_dict(self) -> dict:

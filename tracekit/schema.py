@@ -393,6 +393,65 @@ RULE_FRAMES = {
         "host_link_per_step_ps": ("float64", "host-link roofline time per step"),
         "offload_wait_per_step_ps": ("float64", "wait on host-offload copies per step"),
     },
+    # the mesh axes against the book's limits (tracekit.analysis.parallelism.rule_frame): one row per data, fsdp or
+    # tensor axis
+    "parallel_axes": {
+        "axis": ("int64", "the axis's index in mesh order (the HLO has no axis names)"),
+        "size": ("int64", "devices per group of the axis"),
+        "role": (_TEXT, "data | fsdp | tensor"),
+        "limit_kind": (_TEXT, "batch (data/fsdp: per-device batch vs C / (W x M)) | tensor (Y vs M x F / (C / W)) | "
+                              "dcn (tokens per slice vs C / W_dcn)"),
+        "level": (_TEXT, "ici | dcn | nvlink | xgmi | ib | memory (XLA:CPU's shared memory) | unknown"),
+        "bound": (_TEXT, "compute (the axis's communication can hide under compute) | communication | unknown"),
+        "value": ("float64", "what the trace has: tokens per device (batch), per slice (dcn), or Y (tensor)"),
+        "threshold": ("float64", "the book's limit on value: tokens above it, or the largest Y"),
+        "intensity": ("float64", "C / W: peak FLOP/s over the axis's bandwidth per chip (FLOP per byte)"),
+        "axes_spanned": ("int64", "torus axes the axis's groups span (M)"),
+        "peak_flops_per_s": ("float64", "C: the chip's peak FLOP/s of the dots' dtype"),
+        "bandwidth_bytes_per_s": ("float64", "W: the axis's bandwidth per chip"),
+        "per_device_batch_tokens": ("float64", "tokens per device per step (NaN: unknown)"),
+        "d_ff": ("float64", "d_ff recovered from the weights (NaN: unknown)"),
+        "formula": (_TEXT, "the limit with its numbers"),
+        "remedy": (_TEXT, "the book's remedies, quantified (empty when compute-bound)"),
+        "time_ps": ("int64", "0: the finding claims no time (the collectives' exposed time is TK001/TK005's)"),
+    },
+    # the serving view (tracekit.analysis.inference, inference_report.rule_frame): one row per serving program
+    # per device
+    "serving": {
+        "host": (_TEXT, "host"), "device": (_TEXT, "device id"), "module": (_TEXT, "HLO module name"),
+        "program_id": ("uint64", "XLA program id"),
+        "kind": (_TEXT, "prefill | decode | unknown (a program serving, its kind not told by the trace)"),
+        "first_run_ps": ("int64", "start of the program's first run on the device (the frame has no start_ps: its "
+                         "findings' savings are not laid on the timeline, so the union of the findings' claims does "
+                         "not count the idle between decode steps twice beside device-idle-gaps)"),
+        "span_ps": ("int64", "first run start to last run end"),
+        "steps": ("int64", "runs of the program on the device"),
+        "step_total_ps": ("int64", "time of its steps (run start to the device's next serving start), summed"),
+        "run_total_ps": ("int64", "time of its runs (start to end), summed"),
+        "step_p50_ps": ("float64", "median step time of the program over every device"),
+        "decode_bound_ps": ("float64", "decode step lower bound: (param_bytes + kv_bytes_read) / HBM bandwidth "
+                            "(NaN unless a decode step with known bytes and bandwidth)"),
+        "bound_share": ("float64", "decode_bound_ps / step_p50_ps: the share of its memory roofline a decode step "
+                        "reaches"),
+        "bound_total_ps": ("float64", "decode_bound_ps x steps on the device"),
+        "tokens_per_step": ("float64", "tokens a step processes (batch x new tokens per sequence; NaN unknown)"),
+        "sequences": ("float64", "sequences per step (the batch; NaN unknown)"),
+        "critical_batch": ("float64", "tokens per step past which the weight matmuls turn compute-bound on this "
+                           "chip: peak x weight bytes / (2 x HBM bandwidth)"),
+        "more_sequences": ("float64", "sequences whose KV cache would still fit beside the largest live peak of "
+                           "the serving programs (NaN unknown)"),
+        "free_bytes": ("float64", "device memory left beside that live peak"),
+        "kv_cache_bytes": ("float64", "bytes of the KV cache (buffer assignment)"),
+        "capacity_bytes": ("float64", "the device's memory (HBM)"),
+        "capacity_estimated": ("bool", "the capacity is an estimate (a CPU's RAM): how many more sequences fit is "
+                               "not a device fact"),
+        "host_gap_ps": ("int64", "idle between the end of a decode run and the next decode start, summed"),
+        "host_gaps": ("int64", "such gaps"),
+        "interruptions": ("int64", "prefill runs between two decode runs on the device"),
+        "interrupted_ps": ("int64", "time from each such prefill's start to the next serving start, summed"),
+        "slow_ops": (_TEXT, "the ops furthest from their roofline (largest time above it), with their share of it"),
+        "chip": (_TEXT, "chip name"),
+    },
 }
 
 #: columns a frame may carry beyond :data:`RULE_FRAMES`, by pattern: the steps' exposed collective time per
@@ -408,7 +467,12 @@ UNITS = {"share": "fraction", "busy_share": "fraction", "utilization": "fraction
          "group_size": "count", "kernels": "count", "tiny_kernels": "count", "dot_m": "elements",
          "dot_n": "elements", "dot_k": "elements", "busy_ps_median": "ps", "live_peak_share": "fraction",
          "mfu": "fraction", "mfu_at_possible": "fraction", "roofline_known_share": "fraction", "steps": "count", "flops_per_step": "FLOP", "model_flops_per_step": "FLOP",
-         "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count"}
+         "peak_flops_per_s": "FLOP/s", "loop_trip_count": "count", "axis": "index", "size": "count",
+         "value": "tokens or devices", "threshold": "tokens or devices", "intensity": "FLOP/byte",
+         "axes_spanned": "count", "per_device_batch_tokens": "tokens", "d_ff": "elements",
+         "bound_share": "fraction",
+         "tokens_per_step": "tokens", "sequences": "sequences", "critical_batch": "tokens",
+         "more_sequences": "sequences", "host_gaps": "count", "interruptions": "count"}
 
 
 def unit_of(column: str, kind: str = "") -> str:

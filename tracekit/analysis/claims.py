@@ -84,9 +84,15 @@ def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
     return {k: (st[idx], st[idx] + sav[idx]) for k, idx in rows_by_text(where, ["host", "device"]).items()}
 
 
-def claim_intervals(frame: str, ev: pd.DataFrame, frames: dict) -> dict:
+def claim_intervals(frame: str, ev: pd.DataFrame, frames: dict, time: str | None = None) -> dict:
     """(host, device) -> (starts, ends) where a finding on ``frame`` with evidence rows ``ev`` (with
-    ``savings_ps``) claims device time. Host-only evidence (host events) claims no device time: {}."""
+    ``savings_ps``) claims device time. Host-only evidence (host events) claims no device time: {}.
+    ``time``: the rule's ``time`` column (a ``serving`` row claims its program's runs with ``run_total_ps``, else
+    the idle gaps between them)."""
+    if frame == "serving" and len(ev) and "savings_ps" in ev:
+        if time == "run_total_ps":
+            return _spread(ev, frames.get("ops"), ["host", "device", "module", "program_id"])
+        return _serving_gaps(ev, frames.get("gaps"))
     if not len(ev) or "savings_ps" not in ev or not {"host", "device"} <= set(ev.columns):
         if frame == "op_stats" and len(ev) and "op" in ev:
             return _spread(ev, frames.get("ops"), [k for k in ("module", "program_id", "op") if k in ev.columns])
@@ -99,6 +105,33 @@ def claim_intervals(frame: str, ev: pd.DataFrame, frames: dict) -> dict:
         if col in ev:
             return _rows(ev, ev[col].to_numpy(np.int64))
     return _rows(ev, np.full(len(ev), np.iinfo(np.int64).max))
+
+
+def _serving_gaps(ev: pd.DataFrame, gaps: pd.DataFrame | None) -> dict:
+    """Claims of ``serving`` rows on the idle between steps inside the program's span (``first_run_ps`` +
+    ``span_ps``) on its device: the gaps in time order, until the row's savings are used up."""
+    if gaps is None or not len(gaps) or not {"first_run_ps", "span_ps"} <= set(ev.columns):
+        return {}
+    g = gaps[gaps["kind"].astype(str).isin(["between_steps", "inside_step"])]
+    out: dict = {}
+    for r in ev.itertuples(index=False):
+        left = int(max(0.0, float(np.nan_to_num(r.savings_ps))))
+        on = g[(g["host"].astype(str) == str(r.host)) & (g["device"].astype(str) == str(r.device))
+               & (g["start_ps"] >= r.first_run_ps) & (g["start_ps"] < r.first_run_ps + r.span_ps)]
+        on = on.sort_values("start_ps", kind="stable")
+        st, en = [], []
+        for s0, d in zip(on["start_ps"].to_numpy(np.int64), on["duration_ps"].to_numpy(np.int64)):
+            if left <= 0:
+                break
+            take = int(min(d, left))
+            st.append(s0)
+            en.append(s0 + take)
+            left -= take
+        if st:
+            k = (str(r.host), str(r.device))
+            a, b = out.get(k, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            out[k] = (np.r_[a, np.array(st, np.int64)], np.r_[b, np.array(en, np.int64)])
+    return out
 
 
 def union_ps(claims: list[dict], span: dict | None = None) -> int:

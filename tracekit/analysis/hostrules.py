@@ -42,7 +42,7 @@ def evaluate(frames, rule_items: list, max_evidence: int) -> HostRules:
             raise rules.failed(rule, e) from None
         if ev.empty:
             continue
-        laid[rule.id] = claims_mod.claim_intervals(rule.frame, ev, frames)
+        laid[rule.id] = claims_mod.claim_intervals(rule.frame, ev, frames, rule.time)
         if rule.frame in HOST_FRAMES:
             out.append((rule.id, evidence.summarize(rule, ev, max_evidence)))
     nonempty = frozenset(k for k in HOST_FRAMES if frames.get(k) is not None and len(frames[k]))

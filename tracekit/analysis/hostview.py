@@ -32,6 +32,9 @@ class HostView:
     step_summary: object  #: :class:`tracekit.analysis.stepstats.StepSummary` of this host's steps
     step_source: tuple  #: where this host's steps came from
     cost_table: pd.DataFrame | None  #: :func:`tracekit.model.identity.costs` (None without HLO)
+    #: :class:`tracekit.analysis.inference.HostServing`: this host's part of the serving view (its rule frame is
+    #: ``frames.serving``)
+    serving: object = None
 
     @property
     def ops(self) -> pd.DataFrame:
@@ -49,7 +52,8 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     """The :class:`HostView` of a one-host trace ``tr``. ``hosts``: every host of the run in order (GPU device ids
     count the hosts before this one); ``ops``: the caller's own roofline-joined ops (else joined here);
     ``release_trace_costs``: the trace's own cost stats leave ``tr.ops`` once they have served."""
-    from tracekit.analysis import memory, overview, rule_checks, stepstats
+    from tracekit.analysis import inference, inference_report, memory, overview, rule_checks, stepstats
+    from tracekit.ingest import steps as steps_mod
     from tracekit.model import collective_model, identity, roofline
     from tracekit.progress import NULL
     progress = progress or NULL
@@ -80,6 +84,11 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     ov = overview.finish(ss, parts, step_source=", ".join(step_source),
                          model_flops_per_step=options.model_flops_per_step)
     fr = replace(fr, **memory.rule_frames(memory.with_offload_time(mem, ov.devices), ov.devices, fr.devices))
+    serving = inference.host_summary(host, tr.modules, tr.hlo_modules, j.ops, j.chips, options.workload,
+                                     steps_mod.main_program(tr.modules) if len(tr.modules) else None)
+    # the serving rules' frame of this host alone (where its rules lay their claims; training rules skip its
+    # programs); the report's is the reduce's, over every host (tracekit.report.engine.inference)
+    fr = replace(fr, serving=inference_report.rule_frame(inference.reduce([serving])))
     return HostView(host=host, path=path, hosts=run_hosts, trace=tr,
                     options=options, joined=j, frames=fr, memory=mem, overview_parts=parts, step_summary=ss,
-                    step_source=step_source, cost_table=cost_table)
+                    step_source=step_source, cost_table=cost_table, serving=serving)

@@ -39,6 +39,7 @@ import pandas as pd
 from tracekit.columns import self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import timeline as tl
+from tracekit.analysis import mfu as mfu_mod
 from tracekit.analysis import stepstats
 from tracekit.analysis.stepstats import closed_steps
 from tracekit.model import precision
@@ -113,11 +114,11 @@ def _floats(ops: pd.DataFrame, c: str) -> np.ndarray:
 
 
 def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_source: str = "",
-          model_flops_per_step: float | None = None) -> Overview:
+          model_flops_per_step: float | None = None, model_flops: tuple | None = None) -> Overview:
     """The headline from the roofline-joined ops, the steps breakdown (:func:`tracekit.analysis.timeline.
     step_breakdown`) and each device's :class:`tracekit.model.chips.Chip` ((host, device) -> Chip)."""
     return finish(stepstats.summary(steps), device_parts(ops, steps, device_chips), step_source=step_source,
-                  model_flops_per_step=model_flops_per_step)
+                  model_flops_per_step=model_flops_per_step, model_flops=model_flops)
 
 
 #: what each device adds to the pod's totals (:func:`device_parts`), beside :data:`DEVICE_COLUMNS`
@@ -282,9 +283,11 @@ def slowest_device_steps(steps: pd.DataFrame, column: str = "step_ps") -> tuple[
 
 
 def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str = "",
-           model_flops_per_step: float | None = None) -> Overview:
+           model_flops_per_step: float | None = None, model_flops: tuple | None = None) -> Overview:
     """The headline from the steps breakdown's :class:`tracekit.analysis.stepstats.StepSummary` and the devices'
-    :func:`device_parts` (of one host, or of every host merged)."""
+    :func:`device_parts` (of one host, or of every host merged); ``model_flops``: (per step, source, formula) of
+    the model's FLOPs recovered from the trace's shapes (``--model transformer``), used for MFU when neither the
+    user nor the trace gives them (:mod:`tracekit.analysis.mfu`)."""
     if not ss.rows:
         return Overview(devices=pd.DataFrame(columns=DEVICE_COLUMNS))
     times = ss.slowest[4]  # (the slowest device's step-time statistics, worked out where its steps are)
@@ -303,12 +306,16 @@ def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str =
     dev = parts[DEVICE_COLUMNS].reset_index(drop=True)
     n_steps = step["steps"]
     t_s = t_mean / 1e12
+    mformula = ""
     if model_flops_per_step is not None:
         per, kind, label = float(model_flops_per_step), "model", "MFU"
         src = "--model-flops-per-step (given by the user)"
     elif tot["flop_rows"] and tot["model_rows"] == tot["flop_rows"]:
         per, kind, label = tot["model"] / n_steps, "model", "MFU"
         src = "trace: model_flops stats of the ops (the compiler's model FLOPs, rematerialization excluded)"
+    elif model_flops is not None and np.isfinite(model_flops[0]):
+        per, kind, label, src = float(model_flops[0]), "model", "MFU", model_flops[1]
+        mformula = model_flops[2]
     else:
         per, kind, label = tot["flops"] / n_steps, "hardware", "hardware FLOPs utilization"
         src = ("HLO cost model / trace flops stats: counts every executed FLOP, recomputation (rematerialization) "
@@ -328,6 +335,7 @@ def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str =
     flops = {"label": label, "kind": kind, "per_step": per, "source": src, "dtype": ", ".join(sorted(dtypes)),
              "peak_flops_per_s": tot["peak"], "peak_source": "; ".join(sorted(srcs)), "utilization": util,
              "hardware_per_step": hw, "known_share": share("flops_known_ps")}
+    flops.update(mfu_mod.figures(hw, per if kind == "model" else None, src, tot["peak"], t_mean, mformula))
 
     def bw(total_bytes, peak, what, src, known=np.nan):
         per_b = total_bytes / n_steps
@@ -346,6 +354,7 @@ def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str =
     bound = str(dev.loc[ps.idxmax(), "bound_by"]) if ps.notna().any() else ""
     roof = {"possible_step_ps": possible, "bound_by": bound, "ratio": t_mean / possible if possible > 0 else np.nan,
             "utilization_at_possible": per / (tot["peak"] * possible / 1e12) if possible > 0 and tot["peak"] > 0
+            else np.nan, "hfu_at_possible": hw / (tot["peak"] * possible / 1e12) if possible > 0 and tot["peak"] > 0
             else np.nan, "known_share": share("roof_known_ps"),
             "definition": "max over compute ops' roofline time (their measured time where the roofline is "
             "unknown), collectives' network time and host transfers' host-link time per step (each resource at its "

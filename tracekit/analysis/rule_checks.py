@@ -102,6 +102,10 @@ class RuleFrames(Mapping):
     memory_programs: pd.DataFrame | None = None
     offload: pd.DataFrame | None = None
     overview: pd.DataFrame | None = None
+    #: the mesh axes against the book's limits (:func:`tracekit.analysis.parallelism.rule_frame`), when built
+    parallel_axes: pd.DataFrame | None = None
+    #: the serving rules' frame (:func:`tracekit.analysis.inference_report.rule_frame`), when built
+    serving: pd.DataFrame | None = None
 
     def _names(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]

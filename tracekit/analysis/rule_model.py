@@ -37,7 +37,8 @@ SEVERITIES = ("info", "warning", "error")
 TIME_COLUMN = {"ops": "duration_ps", "op_stats": "total_ps", "collectives": "span_ps", "steps": "step_ps",
                "devices": "span_ps", "gaps": "duration_ps", "host_events": "duration_ps",
                "memory_devices": "span_ps", "memory_programs": "time_ps", "offload": "wait_ps",
-               "overview": "step_total_ps"}
+               "overview": "step_total_ps", "parallel_axes": "time_ps",
+               "serving": "step_total_ps"}
 FRAMES = tuple(TIME_COLUMN)
 #: parameter kind -> meaning (what ``--param RULE.PARAM=VALUE`` accepts)
 PARAM_KINDS = {"duration": "time in ps; accepts units: 10ms, 250us, 250µs, 2s, 100ns",
@@ -70,7 +71,10 @@ FIELDS = {
     "references": (True, "list of links"),
     "cases": (True, "pass: / fail: lists of {name, note, rows, frames, params, expect}"),
     "example": (False, "before: / after: what the trace or code looks like when the rule fires, and after the fix"),
+    "workload": (False, "training | serving | any (default): a training rule stays silent on the programs the "
+                        "serving view classes as prefill or decode (rows of other programs still count)"),
 }
+WORKLOADS = ("any", "training", "serving")
 _ID = re.compile(r"^[A-Z]{2,}\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 #: the evidence columns shown when a rule names none (those the frame has), then its time column
@@ -162,6 +166,7 @@ class Rule:
     path: str = ""
     version: int = RULE_FORMAT
     example: dict = field(default_factory=dict)  #: {"before": text, "after": text}
+    workload: str = "any"  #: training | serving | any: what kind of program the rule's advice is for
     builtin: bool = False  #: one of tracekit's own rules (its cases run in tracekit's tests, not at load)
     #: the checked expressions: "where", "savings", "report_if", "derive.NAME" -> rule_expr.Expr
     exprs: dict = field(default_factory=dict, repr=False, compare=False)
@@ -230,7 +235,7 @@ def _refuse(doc: dict, path: str, what: str, hint: str | None = None):
         hint = (hint + "; " if hint else "") + (
             f"this file is rule format {version} ({'no `version:` field' if 'version' not in doc else 'old'}, "
             f"written for pandas query/eval): rewrite it with the grammar above, then add `version: {RULE_FORMAT}` "
-            "(README: Writing a rule)")
+            "(docs/writing-rules.md)")
     raise TraceError(f"rule {doc.get('id')} ({doc.get('name')}): {what}", path, hint)
 
 
@@ -313,6 +318,8 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
     example = doc.get("example") or {}
     if not isinstance(example, dict) or set(example) - {"before", "after"}:
         _refuse(doc, path, "`example` may only have `before` and `after`")
+    if doc.get("workload", "any") not in WORKLOADS:
+        _refuse(doc, path, f"bad workload {doc.get('workload')!r}", f"one of: {', '.join(WORKLOADS)}")
     return Rule(
         id=doc["id"], name=doc["name"], severity=doc["severity"], groups=tuple(doc["groups"]), frame=doc["frame"],
         summary=str(doc["summary"]).strip(), savings=str(doc["savings"]), message=str(doc["message"]).strip(),
@@ -320,7 +327,8 @@ def parse_rule(doc: dict, path: str = "<rule>") -> Rule:
         cases=cases, params=params, needs=tuple(doc.get("needs") or ()),
         derive=derive, where=doc.get("where"), check=doc.get("check"), time=doc.get("time"), rank=doc.get("rank"),
         report_if=doc.get("report_if"), evidence=tuple(doc.get("evidence") or ()), path=path, version=version,
-        example={k: str(v).rstrip() for k, v in example.items()}, exprs=exprs)
+        example={k: str(v).rstrip() for k, v in example.items()}, exprs=exprs,
+        workload=str(doc.get("workload", "any")))
 
 
 def matches(rule: Rule, sel: str) -> bool:

@@ -54,7 +54,7 @@ def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
 
 def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """:func:`evaluate` before the sort: the evidence rows in frame order."""
-    df = _narrow(rule, frames[rule.frame])
+    df = for_workload(rule, frames, _narrow(rule, frames[rule.frame]))
     for name in rule.derive:
         df = df.assign(**{name: rule.exprs[f"derive.{name}"].evaluate(df, params)})
     if rule.check:
@@ -71,6 +71,25 @@ def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     cap = ev[rule.time or TIME_COLUMN[rule.frame]].to_numpy("float64")
     ev["savings_ps"] = np.nan_to_num(np.clip(sav, 0, np.nan_to_num(cap, nan=0.0)), nan=0.0)
     return ev
+
+
+def for_workload(rule: Rule, frames: dict, df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without the rows a ``workload: training`` rule must not read: those of the programs the ``serving``
+    frame holds (by module and program id, or module), or every row of a frame without a program column when any
+    program serves (its steps and devices are the serving programs')."""
+    sv = frames.get("serving")
+    if rule.workload != "training" or sv is None or not len(sv) or not len(df):
+        return df
+    if "module" not in df.columns:
+        return df.iloc[:0]
+    mods = df["module"].astype(str).to_numpy()
+    if "program_id" in df.columns:
+        keys = set(zip(sv["module"].astype(str), sv["program_id"].to_numpy().astype(np.uint64).tolist()))
+        pids = df["program_id"].to_numpy().astype(np.uint64).tolist()
+        serving = np.fromiter(((m, int(p)) in keys for m, p in zip(mods, pids)), bool, len(df))
+    else:
+        serving = np.isin(mods, sv["module"].astype(str).unique())
+    return df[~serving]
 
 
 def _mask(value, df: pd.DataFrame):
@@ -124,7 +143,7 @@ def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,
         if ev.empty:
             continue
         items.append((rule, params, evidence.summarize(rule, ev, max_evidence,
-                                                       claims=claim_intervals(rule.frame, ev, frames))))
+                                                       claims=claim_intervals(rule.frame, ev, frames, rule.time))))
     return evidence.findings(items, span, profiled, max_evidence)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli import collectives, commands, hlo, memory, reference
+from tracekit.cli import collectives, commands, hlo, inference, memory, parallelism, reference, whatif
 from tracekit.cli.console import OneLineErrors, interrupted
 
 
@@ -28,8 +28,10 @@ def main(ctx):
 
 
 for _command in (commands.info, commands.ops, commands.analyze, commands.capture_cmd, commands.diff_cmd,
-                 commands.export_cmd, memory.memory_cmd, reference.chips_cmd, reference.calibrate,
-                 reference.rules_cmd, collectives.collectives_cmd, hlo.hlo_cmd):
+                 commands.export_cmd, memory.memory_cmd, inference.inference_cmd,
+                 reference.chips_cmd, reference.calibrate,
+                 reference.rules_cmd, collectives.collectives_cmd, hlo.hlo_cmd,
+                 parallelism.parallelism_cmd, whatif.whatif_cmd):
     main.add_command(_command)
 
 

@@ -10,7 +10,7 @@ import sys
 import click
 
 from tracekit.errors import EXIT_BAD_INPUT, TraceError
-from tracekit.options import DEFAULT_MAX_BYTES
+from tracekit.options import DEFAULT_MAX_BYTES, DEFAULTS, WORKLOADS
 from tracekit.report.termsafe import safe
 from tracekit.units import table
 
@@ -107,6 +107,13 @@ def paths_help(what: str):
 def path_arg(f):
     """The PATH argument of a command, with what PATH may be in its --help."""
     return paths_help(PATH_HELP)(click.argument("path", type=click.Path(path_type=str))(f))
+
+
+WORKLOAD_HELP = ("What the trace runs: training or serving (default: what the trace shows; a program that writes a "
+                 "KV cache in place serves). serving silences the training-only findings on every program; training "
+                 "classes nothing as serving.")
+workload_opt = click.option("--workload", type=click.Choice(WORKLOADS), default=DEFAULTS.workload,
+                            help=WORKLOAD_HELP)
 run_opt = click.option("--run", default=None, help="Run folder name under <logdir>/plugins/profile (default: newest).")
 topology_opt = click.option("--topology", default=None, metavar="SPEC",
                             help="Machine the collectives run on, when the trace does not say or to price another: "

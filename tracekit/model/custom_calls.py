@@ -122,7 +122,7 @@ def _io(oshapes, outs, **kw) -> Cost:
 
 
 # --- GEMMs --------------------------------------------------------------------------------------------------
-def gemm(inst, oshapes, model: str = "gemm") -> Cost:
+def gemm(inst, oshapes, kind: str = "gemm") -> Cost:
     """cuBLAS / cuBLASLt / hipBLASLt GEMM: ``D = alpha * op(A) @ op(B) + beta * C`` (+ epilogue).
 
     FLOPs = 2 * batch * M * N * K (x4 complex), with M, N, K and batch from
@@ -140,12 +140,12 @@ def gemm(inst, oshapes, model: str = "gemm") -> Cost:
         return c.unknown(f"gemm custom call {inst.custom_call_target} without dot_dimension_numbers",
                          "flops", "transcendentals")
     a, b = oshapes[0], oshapes[1]
-    c = _io(oshapes, outs, model=model, compute_dtype=wider_dtype(a, b))
+    c = _io(oshapes, outs, model=kind, compute_dtype=wider_dtype(a, b))
     c.flops = dot_flops(a, b, bc.ints(dd, "lhs_contracting_dimensions"), bc.ints(dd, "lhs_batch_dimensions"),
                         bc.ints(dd, "rhs_contracting_dimensions"), bc.ints(dd, "rhs_batch_dimensions"),
                         is_complex(outs[0]) if outs else False)
     c.note = "gemm custom call: dims from backend_config"
-    if model == "gemm_fp8":
+    if kind == "gemm_fp8":
         c.note += f"; {max(len(oshapes) - 2, 0)} more operands (C, scales, bias) read, scales not multiplied in"
     return c
 

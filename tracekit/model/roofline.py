@@ -108,11 +108,13 @@ class Joined:
 
 
 def joined(tr: Trace, chip: str | None = None, topology: str | None = None,
-           cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False) -> Joined:
+           cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False,
+           dchips: dict | None = None) -> Joined:
     """The roofline join of ``tr`` (see :func:`join`) with the chips and the collective model it priced the ops on,
-    and the cost disagreements it found."""
+    and the cost disagreements it found. ``dchips``: (host, device) -> Chip to price on as given (``tracekit
+    whatif --chip`` a machine record), instead of :func:`device_chips` of ``chip``."""
     from tracekit.model import collective_model
-    dchips = device_chips(tr, chip)
+    dchips = device_chips(tr, chip) if dchips is None else dchips
     ops, model, dis = _join(tr, dchips, topology, cost_table, release_trace_costs)
     if model is None:  # (no op, or no HLO: the topology still stands)
         model = collective_model.build(tr, dchips, topology)

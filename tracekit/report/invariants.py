@@ -87,6 +87,7 @@ def _utilization(d: dict, bad) -> None:
     ov = d.get("overview") or {}
     figs = [("overview.flops.utilization", (ov.get("flops") or {}).get("utilization")),
             ("overview.roofline.utilization_at_possible", (ov.get("roofline") or {}).get("utilization_at_possible"))]
+    figs += [(f"overview.flops.{k}", (ov.get("flops") or {}).get(k)) for k in ("hfu", "mfu")]
     figs += [(f"overview.bandwidth.{k}.utilization", (b or {}).get("utilization"))
              for k, b in sorted((ov.get("bandwidth") or {}).items())]
     figs += [(f"devices[{r.get('host')}/{r.get('device')}].utilization", r.get("utilization"))
@@ -157,8 +158,11 @@ def _message_pct(msg: str, words: str) -> float | None:
 
 def _consistency(d: dict, bad) -> None:
     ov = d.get("overview") or {}
-    pairs = {"utilization is": (ov.get("flops") or {}).get("utilization"),
-             "would be": (ov.get("roofline") or {}).get("utilization_at_possible")}
+    # TK024 reads the devices' executed (hardware) FLOPs: its figures are the overview's HFU, which is the headline
+    # utilization unless the model's FLOPs replace it (--model-flops-per-step, --model, the trace's model_flops)
+    fl, rf = ov.get("flops") or {}, ov.get("roofline") or {}
+    pairs = {"utilization is": fl.get("hfu", fl.get("utilization")),
+             "would be": rf.get("hfu_at_possible", rf.get("utilization_at_possible"))}
     for i, f in enumerate(d.get("findings") or []):
         if f.get("rule_id") != "TK024":
             continue

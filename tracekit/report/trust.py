@@ -24,7 +24,8 @@ MEANING = {"exact": "counted", "measured": "timed", "modelled": "from a roofline
 #: a rule's frame -> the class of its claimed savings (measured time, or a roofline/cost-model estimate)
 FRAME_CLASS = {"gaps": "measured", "devices": "measured", "steps": "measured", "collectives": "measured",
                "host_events": "measured", "offload": "measured", "memory_devices": "exact",
-               "memory_programs": "exact", "ops": "modelled", "op_stats": "modelled", "overview": "modelled"}
+               "memory_programs": "exact", "ops": "modelled", "op_stats": "modelled", "overview": "modelled",
+               "parallel_axes": "modelled", "serving": "modelled"}
 
 
 def _rough(chip: dict) -> bool:
@@ -58,6 +59,13 @@ def annotate(d: dict, rules=()) -> dict:
             b["trust"] = rough
     if ov.get("roofline"):
         ov["roofline"]["trust"] = rough
+    par = d.get("parallelism") or {}
+    for a in par.get("axes") or []:  # a limit divides a peak by a bandwidth: as good as the chip's numbers
+        if (a.get("limit") or {}).get("kind", "none") != "none":
+            a["limit"]["trust"] = rough
+    for k in ("per_device_batch_tokens", "d_model", "d_ff", "params", "global_batch_tokens"):
+        if isinstance(par.get(k), dict) and par[k].get("value") is not None:
+            par[k]["trust"] = "exact"  # counted from the HLO's shapes (what they stand on: its source)
     s = d.get("summary")
     if isinstance(s, dict):
         s["trust"] = {"profiled_ps": "measured", "busy_ps": "measured", "idle_ps": "measured",

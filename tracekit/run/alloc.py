@@ -5,7 +5,7 @@ The pipeline allocates and frees many column-sized arrays. glibc serves every bl
 array costs the kernel a page fault and a zeroed page per 4 KB, every time: profiling a 15 M-event trace showed
 over 40 % of the process's time in the kernel's ``clear_page``. Serving large blocks from the heap, keeping
 freed memory for reuse, and sharing one arena between threads removes most of that (15 M events: 22.6 s ->
-16.5 s wall, 6.4 -> 5.3 GB peak RSS, kernel time 13.8 s -> 5.9 s; see the README's benchmark). A library
+16.5 s wall, 6.4 -> 5.3 GB peak RSS, kernel time 13.8 s -> 5.9 s; see docs/performance.md). A library
 caller's process is never tuned: only ``tracekit`` commands call :func:`tune`, and ``TRACEKIT_MALLOC_TUNING=0``
 turns it off.
 """

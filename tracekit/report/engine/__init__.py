@@ -42,8 +42,8 @@ from __future__ import annotations
 import importlib
 
 #: the sections, in reduce order (each a module of this package; see the module docstring)
-SECTIONS = ("chips", "devices", "ops", "steps", "overview", "memory", "collectives", "interconnect", "custom_calls",
-            "modelwarnings", "findings", "pod")
+SECTIONS = ("chips", "devices", "ops", "steps", "parallelism", "overview", "memory", "collectives", "interconnect",
+            "custom_calls", "modelwarnings", "inference", "findings", "replay", "pod")
 
 
 def sections() -> list:

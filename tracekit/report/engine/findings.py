@@ -68,6 +68,7 @@ def reduce(parts: list, ctx) -> dict:
         d = f.to_dict()
         d.setdefault("claims_time", d.get("rule_id") in claim)
         out.append(clean(d))
+    ctx.shared["findings"] = out  # (the replay section adds each replayed finding's saving)
     return {"findings": out}
 
 

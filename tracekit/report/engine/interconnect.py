@@ -27,18 +27,29 @@ def summarize(hv) -> Part:
                 collective_hlo.max_device_id(model.ops, tr.hlo_modules))
 
 
+def machine(ctx) -> tuple:
+    """(the chip collectives are priced as, the :class:`tracekit.model.topology.Topology` of every analyzed host's
+    devices): worked out once per reduce from this section's parts and kept on ``ctx.shared["machine"]`` (the
+    parallelism section, which reduces before this one, prices its limits on the same)."""
+    if "machine" not in ctx.shared:
+        from tracekit.model import topology as topo_mod
+        parts = ctx.parts(NAME)
+        chip = next((p.chip for p in parts if getattr(p.chip, "family", "") in ("tpu", "gpu")), parts[0].chip)
+        stats: dict = {}
+        for p in parts:
+            stats.update(p.device_stats)
+        topo = topo_mod.from_trace([d for p in parts for d in p.devices], stats, chip, spec=ctx.options.topology,
+                                   max_device_id=max(p.max_device_id for p in parts),
+                                   hosts=list(ctx.hosts))  # (the hosts the report covers)
+        ctx.shared["machine"] = (chip, topo)
+    return ctx.shared["machine"]
+
+
 def reduce(parts: list, ctx) -> dict:
     from tracekit.analysis import interconnect
-    from tracekit.model import topology as topo_mod
     from tracekit.report.envelope import records
     summary = interconnect.reduce([p.collectives for p in parts])
-    chip = next((p.chip for p in parts if getattr(p.chip, "family", "") in ("tpu", "gpu")), parts[0].chip)
-    stats: dict = {}
-    for p in parts:
-        stats.update(p.device_stats)
-    topo = topo_mod.from_trace([d for p in parts for d in p.devices], stats, chip, spec=ctx.options.topology,
-                               max_device_id=max(p.max_device_id for p in parts),
-                               hosts=list(ctx.hosts))  # (the hosts the report covers)
+    chip, topo = machine(ctx)
     t = topo.to_dict()
     t.pop("devices")
     t["devices_traced"] = len(topo.global_id())

@@ -20,6 +20,7 @@ def reduce(parts: list, ctx) -> dict:
     dev = parts[0] if not rows else rows[0] if len(rows) == 1 else \
         stack(rows).sort_values(["host", "device"], kind="stable", ignore_index=True)
     ov = overview.finish(ctx.step_summary, dev, step_source=", ".join(ctx.step_source),
-                         model_flops_per_step=ctx.options.model_flops_per_step)
+                         model_flops_per_step=ctx.options.model_flops_per_step,
+                         model_flops=ctx.shared.get("model_flops"))  # (--model: the parallelism section's count)
     ctx.overview = ov
     return {"overview": clean(ov.to_dict())}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+from tracekit.report.render.parallelism import mfu_hfu
 from tracekit.report.trust import CLASSES, tag
 from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 
@@ -94,13 +95,17 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                                 + tag(f.get("trust"))))
     elif f:
         src = f.get("source") or ""
-        src = ("the trace's model_flops" if src.startswith("trace") else "given by --model-flops-per-step"
-               if src.startswith("--") else "HLO cost model, recomputation included")
+        src = ("the trace's model_flops" if src.startswith("trace") else "6·N·tokens of the shapes the parallelism "
+               "section recovers (--model transformer)" if src.startswith("--model transformer")
+               else "given by --model-flops-per-step" if src.startswith("--") else "HLO cost model, recomputation "
+               "included")
         out.append((f["label"],
                     f"{_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
                     f"({src}{_partial(f) if f.get('kind') == 'hardware' else ''}) on "
                     f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
                     f"({peak_origin(f.get('peak_source'))}){tag(f.get('trust'))}"))
+    if f.get("formula") and f.get("per_step") is not None:
+        out.append(("MFU and HFU", mfu_hfu(f) + tag(f.get("trust"))))
     bw = ov.get("bandwidth") or {}
     parts, classes = [], []
     cpu = bool(d.get("chips")) and all(c.get("family") == "cpu" for c in d["chips"])  # (a CPU's memory is DRAM)
@@ -423,9 +428,10 @@ def extra_text(d: dict) -> list[str]:
 
 
 def extra_markdown(d: dict, esc) -> list[str]:
-    """Markdown of the registered sections' facts (see :func:`_extra`)."""
+    """Markdown of the registered sections' facts (see :func:`_extra`): a fact is a paragraph, never cut (``esc``'s
+    cut is for table cells)."""
     return [x for title, facts in _extra(d)
-            for x in [f"### {esc(title)}", "", *(f"- **{esc(k)}:** {esc(v)}" for k, v in facts), ""]]
+            for x in [f"### {esc(title)}", "", *(f"- **{esc(k)}:** {esc(v, None)}" for k, v in facts), ""]]
 
 
 def extra_html(d: dict) -> str:

@@ -14,6 +14,7 @@ import io
 import re
 
 from tracekit.report.render import collectives as coll_section
+from tracekit.report.render import inference as inference_section
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.report.trust import legend, tag
@@ -209,6 +210,7 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _ops(o, d, s, top)
     _custom_calls(o, d.get("custom_calls") or {})
     _collectives(o, d)
+    inference_section.lay_out(o, d, _safe)  # the serving programs (render/inference.py)
     for line in sections.extra_text(d):  # (the registered sections that show themselves)
         o.para(line)
     _findings(o, d)
@@ -269,14 +271,13 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
 def _collectives(o: _Out, d: dict) -> None:
     """Per collective op: measured vs predicted on the topology (:mod:`tracekit.report.render.collectives`)."""
     ic = d.get("interconnect") or {}
-    hosts = sections.n_hosts(d)  # (op [host] where same-named programs of different hosts collide)
-    cells = coll_section.rows(ic, hosts=hosts)
+    cells = coll_section.rows(ic, hosts=sections.n_hosts(d))  # (op [host]: same-named programs of two hosts)
     if not cells:
         return
     o.blank()
     o.table(_safe(coll_section.title(ic, len(cells))), coll_section.HEADERS, [[_safe(c) for c in r] for r in cells],
             right=coll_section.RIGHT, shrink=(0, 3), drop=(3, 1, 8))
-    for op, note in coll_section.notes(ic, hosts=hosts)[:5]:
+    for op, note in coll_section.notes(ic, hosts=sections.n_hosts(d))[:5]:
         o.para(f"{_safe(op)}: ", _safe(note), indent=2)
 
 
@@ -339,8 +340,9 @@ def _findings(o: _Out, d: dict) -> None:
         time, share = sections.claim(x)
         share = f" ({share} of profiled time)" if x.get("share") is not None and x.get("claims_time") is not False \
             else ""
+        replayed = f"; replayed: {fmt_time(x['replay_savings_ps'])} per step" if "replay_savings_ps" in x else ""
         o.para(f"{i}. ", (f"[{x['severity']}]", SEVERITY_STYLE.get(x["severity"], "")),
-               f" {x['rule_id']} ", _safe(x["name"]), f": {time}{share}{tag(x.get('trust'))}", hang=3)
+               f" {x['rule_id']} ", _safe(x["name"]), f": {time}{share}{tag(x.get('trust'))}{replayed}", hang=3)
         o.para(_safe(x["message"]), indent=3, hang=0)
         o.para("fix: ", _safe(x["fix"]), indent=3, hang=5)
 
@@ -353,6 +355,13 @@ def claims_line(s: dict) -> str:
     line = (f"together the findings claim {fmt_time(claimed)}{tag((s.get('trust') or {}).get('claimed_savings_ps'))} "
             f"({fmt_pct(claimed / prof if prof and claimed is not None else None)} of profiled time; the union of "
             "their overlapping estimates, not their sum)")
+    rep = s.get("replay_savings") or {}
+    if s.get("savings_basis") == "replay":  # (issue 36) what the replay along the critical path says
+        line = (f"replayed along the critical path, fixing every finding it can play takes the step from "
+                f"{fmt_time(rep.get('step_ps'))} to {fmt_time(rep.get('all_fixed_step_ps'))} "
+                f"({fmt_pct(rep['savings_ps'] / rep['step_ps'] if rep.get('step_ps') else None)} per step)"
+                + (f"; not replayed: {', '.join(rep['not_replayed'])}" if rep.get("not_replayed") else "")
+                + "; " + line)
     if s.get("above_roofline_floor_ps") is not None:
         line += (f"; time above the roofline floor: {fmt_time(s['above_roofline_floor_ps'])}"
                  f"{tag((s.get('trust') or {}).get('above_roofline_floor_ps'))} (profiled time minus "

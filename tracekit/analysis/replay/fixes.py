@@ -1,0 +1,107 @@
+"""``--fix FINDING|OP``: which op rows a fix touches and how (:class:`tracekit.analysis.replay.changes.RowTimes`).
+
+* an op (``fusion.3`` or ``module/fusion.3``, every execution on every device): at its roofline, never slower than
+  measured (a collective: at the model's time on its links; a host-offload copy: its bytes alone on the link);
+* a finding (rule id ``TK004`` or name ``low-roofline-efficiency``): the ops its evidence names, by the rule's
+  frame:
+
+  ======================================  ====================================================================
+  collectives, ``unoverlapped-collective``  overlapped: the collective holds nothing up (perfectly hidden)
+  steps (``collective-bound-step``)          overlapped: every collective of the steps it names
+  gaps (``device-idle-gaps``)                the gaps removed: the op after each gap starts as soon as it may
+  op_stats, ops, other collectives rules     at the roofline, as an op above
+  anything else (memory, host, devices)      not replayable: the finding keeps its claimed savings
+  ======================================  ====================================================================
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+OVERLAP_RULES = frozenset({"unoverlapped-collective", "collective-bound-step"})
+ROOFLINE_FRAMES = frozenset({"op_stats", "ops", "collectives"})
+
+
+def action(rule) -> str | None:
+    """'overlap' | 'gaps' | 'roofline' for a rule whose fix the replay can play, else None."""
+    if rule.name in OVERLAP_RULES:
+        return "overlap"
+    if rule.frame == "gaps":
+        return "gaps"
+    if rule.frame in ROOFLINE_FRAMES:
+        return "roofline"
+    return None
+
+
+def _in(cols: list, want: set) -> np.ndarray:
+    """Rows whose tuple of ``cols`` is in ``want``."""
+    if not want or not len(cols[0]):
+        return np.zeros(len(cols[0]), bool)
+    return pd.MultiIndex.from_arrays(cols).isin(list(want))
+
+
+def evidence_rows(ops: pd.DataFrame, frame: str, ev: pd.DataFrame) -> np.ndarray:
+    """Mask of the op rows a finding's evidence ``ev`` (all its rows, from the rule's ``frame``) names."""
+    n = len(ops)
+    if not len(ev) or not n:
+        return np.zeros(n, bool)
+    h, d = ops["host"].astype(str).to_numpy(), ops["device"].astype(str).to_numpy()
+    st = ops["start_ps"].to_numpy(np.int64)
+    if frame == "gaps":
+        end = ev["start_ps"].to_numpy(np.int64) + ev["duration_ps"].to_numpy(np.int64)
+        want = set(zip(ev["host"].astype(str), ev["device"].astype(str), end.tolist()))
+        return ~ops["is_async"].to_numpy(bool) & _in([h, d, st], want)
+    if frame == "steps":
+        from tracekit.analysis.timeline import is_collective
+        want = set(zip(ev["host"].astype(str), ev["device"].astype(str), ev["step"].astype(int).tolist()))
+        return is_collective(ops) & _in([h, d, ops["step"].to_numpy(np.int64)], want)
+    if {"host", "device", "op", "start_ps"} <= set(ev.columns):
+        want = set(zip(ev["host"].astype(str), ev["device"].astype(str), ev["op"].astype(str),
+                       ev["start_ps"].astype(np.int64).tolist()))
+        return _in([h, d, ops["op"].astype(str).to_numpy(), st], want)
+    if "op" in ev.columns:
+        if "module" in ev.columns:
+            return op_rows(ops, [f"{m}/{o}" for m, o in zip(ev["module"].astype(str), ev["op"].astype(str))])
+        return op_rows(ops, ev["op"].astype(str))
+    return np.zeros(n, bool)
+
+
+def op_rows(ops: pd.DataFrame, names) -> np.ndarray:
+    """Mask of the rows of the ops named (``op`` or ``module/op``)."""
+    names = set(map(str, names))
+    o = ops["op"].astype(str).to_numpy()
+    m = ops["module"].astype(str).to_numpy()
+    full = np.char.add(np.char.add(m.astype(str), "/"), o.astype(str)) if len(o) else o
+    return np.isin(o, list(names)) | np.isin(full, list(names))
+
+
+def roofline_cap(ops: pd.DataFrame, own_link: np.ndarray) -> np.ndarray:
+    """Per row: the time the op takes at its roofline (a host-offload copy: alone on its link); NaN unknown."""
+    r = ops["roofline_ps"].to_numpy(float) if "roofline_ps" in ops else np.full(len(ops), np.nan)
+    return np.where(np.isfinite(own_link), own_link, r)
+
+
+def gap_ends(frame: str, ev: pd.DataFrame) -> set:
+    """(host, device, ps) where each of a gaps finding's gaps ends (a gap between steps ends at the next run)."""
+    if frame != "gaps" or not len(ev):
+        return set()
+    end = (ev["start_ps"].to_numpy(np.int64) + ev["duration_ps"].to_numpy(np.int64)).tolist()
+    return set(zip(ev["host"].astype(str), ev["device"].astype(str), end))
+
+
+def apply(rt, ops: pd.DataFrame, mask: np.ndarray, act: str, own_link: np.ndarray, ends: set | None = None) -> int:
+    """Lay fix ``act`` on the rows of ``mask`` in ``rt`` (in place); returns how many rows it touched. ``ends``:
+    where the removed gaps end (:func:`gap_ends`)."""
+    if act == "overlap":
+        from tracekit.analysis.timeline import is_collective
+        m = mask & is_collective(ops)
+        rt.free |= m
+        return int(m.sum())
+    if act == "gaps":
+        rt.no_gap |= mask
+        rt.gap_ends |= ends or set()
+        return int(mask.sum())
+    cap = roofline_cap(ops, own_link)
+    m = mask & np.isfinite(cap)
+    rt.cap = np.where(m, np.fmin(rt.cap, cap), rt.cap)
+    return int(m.sum())
