@@ -179,3 +179,50 @@ def test_new_run_picks_the_fresh_run(tmp_path):
     (fresh / "h.xplane.pb").write_bytes(b"y")
     os.utime(fresh / "h.xplane.pb", (time.time() + 1, time.time() + 1))
     assert new_run(tmp_path, before) == Path(fresh)
+
+
+SELF_TRACING = textwrap.dedent("""
+    import sys
+    import jax, jax.numpy as jnp
+
+    def warm_up(x):
+        return jnp.cos(x) + 1.0
+
+    def train_step(x):
+        return jnp.tanh(x @ x) * 0.5
+
+    warm, step = jax.jit(warm_up), jax.jit(train_step)
+    x = jnp.ones((64, 64))
+    for _ in range(4):  # tracekit's own trace starts after the first compile: this is what it would see
+        x = warm(x).block_until_ready()
+    x = step(x).block_until_ready()  # compiled before the script's trace
+    STEPS = int(sys.argv[2])
+    if sys.argv[3] == "context":
+        with jax.profiler.trace(sys.argv[1]):
+            for i in range(STEPS):
+                with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                    x = step(x).block_until_ready()
+    else:
+        jax.profiler.start_trace(sys.argv[1])
+        for i in range(STEPS):
+            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                x = step(x).block_until_ready()
+        jax.profiler.stop_trace()
+""")
+
+
+@pytest.mark.parametrize("how", ["context", "start_trace"])
+def test_capture_of_a_self_tracing_script_reports_its_own_steps(tmp_path, how):
+    """The script traces its steps itself (jax.profiler.trace / start_trace into its own folder): the report is
+    of that trace, with the script's 6 steps and its step program, not tracekit's trace of the warm-up."""
+    (tmp_path / "selftrace.py").write_text(SELF_TRACING)
+    p = run_cli("capture", "--logdir", "tk", "-o", "r.json", "--", sys.executable, "selftrace.py", "own", "6", how,
+                cwd=tmp_path, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert "the script traced itself" in p.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    own = list((tmp_path / "own" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert [(tmp_path / i["path"]).resolve() for i in data["inputs"]] == [own[0].resolve()]  # the script's trace
+    assert data["summary"]["steps"] == 6  # the number of steps the script ran under its trace
+    assert {r["module"] for r in data["top_ops"]} == {"jit_train_step"}  # no warm-up program in the window
+    assert any("the script traced itself" in w for w in data["warnings"])

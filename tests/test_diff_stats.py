@@ -212,3 +212,19 @@ def test_cli_diff_json_has_breakdown_and_findings():
     assert d["breakdown"] and all(0 <= r["base_share"] <= 1 for r in d["breakdown"])
     assert abs(sum(r["base_share"] for r in d["breakdown"]) - 1) < 0.01  # the buckets fill the step
     assert "findings" in d and d["findings"]["kept"]
+
+
+@pytest.mark.parametrize("case", STEP_NOISE_FREE)
+def test_cli_with_shipped_defaults_passes_back_to_back_captures(case):
+    """The Done-when as a user runs it: `tracekit diff A B` with no options (the shipped defaults) on >= 5
+    committed pairs of back-to-back captures, both ways: exit 0, no op and no step time regressed or improved."""
+    assert len(STEP_NOISE_FREE) >= 5
+    for base, new in (("a", "b"), ("b", "a")):
+        r = CliRunner().invoke(main, ["diff", str(PAIRS / f"{case}_{base}"), str(PAIRS / f"{case}_{new}"),
+                                      "--format", "json"])
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output)
+        assert d["summary"]["regression"] == d["summary"]["improvement"] == 0 and not d["failed"]
+        assert d["step_time"]["status"] == "unchanged"
+        assert d["params"]["alpha"] == 0.01 and d["params"]["threshold"] == 0.1 \
+            and d["params"]["min_time_ps"] == 100_000_000

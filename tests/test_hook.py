@@ -322,3 +322,49 @@ def test_summary_lines_keep_the_whole_message(tmp_path):
                                      "savings_ps": 10**6, "claims_time": False}])
     lines = summary_lines(rep, [])
     assert lines[1].endswith(" ".join(msg.split()))
+
+
+NO_LOGDIR = """
+import json, os, sys
+import jax, jax.numpy as jnp
+import tracekit
+
+f = jax.jit(lambda x: jnp.tanh(x @ x) * 0.5)
+g = jax.jit(lambda x: jnp.sin(x) + 1.0)
+x = jnp.ones((96, 96))
+f(x).block_until_ready(), g(x).block_until_ready()
+
+def block(x):
+    for _ in range(4):
+        x = g(f(x)).block_until_ready()
+    return x
+
+with tracekit.profile() as p:
+    block(x)
+rep = p.report
+jax.profiler.start_trace(sys.argv[1])  # the same block, written to a trace that is read back
+block(x)
+jax.profiler.stop_trace()
+tr = tracekit.load(sys.argv[1])
+ops = tr.device_ops
+print(json.dumps({"report": rep.data["summary"]["op_executions"], "steps": rep.data["summary"]["steps"],
+                  "top": {r["op"]: r["occurrences"] for r in rep.data["top_ops"]},
+                  "written": int(len(ops)), "by_op": ops["op"].astype(str).value_counts().to_dict()}))
+"""
+
+
+def test_profile_without_logdir_leaves_no_files_and_gives_the_report(tmp_path):
+    """`with tracekit.profile() as p:` without a logdir: p.report after the block, its op count equal to the
+    count read back from a written trace of the same block, and no file left in the working folder or TMPDIR."""
+    work, tmp, written = tmp_path / "work", tmp_path / "tmp", tmp_path / "written"
+    work.mkdir(), tmp.mkdir()
+    (tmp_path / "block.py").write_text(NO_LOGDIR)
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, str(tmp_path / "block.py"), str(written)], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["written"] > 0 and out["report"] == out["written"]
+    for op, n in out["top"].items():  # per op too
+        assert n == out["by_op"][op], op
+    assert list(work.iterdir()) == [] and list(tmp.iterdir()) == []

@@ -61,14 +61,14 @@ def test_fifo_swapped_in_after_the_check_is_refused(tmp_path, monkeypatch):
     from tracekit.ingest import paths
     fifo = tmp_path / "x.xplane.pb"
     fifo.write_bytes(fixture_file().read_bytes())
-    real = paths.resolve
+    real = paths.choose
 
     def swap(path, run=None):
         out = real(path, run)
         fifo.unlink()
         os.mkfifo(fifo)
         return out
-    monkeypatch.setattr(paths, "resolve", swap)
+    monkeypatch.setattr(paths, "choose", swap)
     with pytest.raises(tracekit.TraceError, match="FIFO"):
         tracekit.load(fifo)
 

@@ -126,3 +126,22 @@ def test_cli_reads_a_url(mem, tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert [i["host"] for i in data["inputs"]] == ["hostA", "hostB"]
+
+
+def test_the_run_taken_is_said_alike_on_disk_and_in_a_bucket(mem, tmp_path):
+    """One chooser for both: the same layout gives the same files and the same one-line note, local or URL."""
+    from tracekit.ingest import locate
+    fs, url = mem
+    _put(fs, tmp_path, url, {"exp/plugins/profile/2024_01_01/h.xplane.pb": _trace("train_step"),
+                             "exp/plugins/profile/2024_06_01/h.xplane.pb": _trace("train_step"),
+                             "exp/plugins/profile/2024_03_01/h.xplane.pb": _trace("train_step"),
+                             "other/run_a/h.xplane.pb": _trace("train_step")})
+    for rel in ("", "/exp", "/other"):
+        remote, local = locate.choose(url + rel), locate.choose(str(tmp_path) + rel)
+        assert remote.note == local.note and remote.note, rel
+        assert [str(f.path)[len(url):] for f in remote.files] == [str(f.path)[len(str(tmp_path)):] for f in local.files]
+    assert locate.choose(url + "/exp", run="2024_03_01").note is None
+    note = ("took the run 2024_06_01, the newest (last by name) of 3 under plugins/profile; the others: 2024_03_01, "
+            "2024_01_01; --run NAME takes another")
+    assert locate.choose(url + "/exp").note == note
+    assert note in json.loads(pipeline.analyze(url + "/exp").to_json())["warnings"]

@@ -69,16 +69,17 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
             raise ValueError("ops= is for a one-host trace")
         run_hosts = tuple(t.hosts[0] for t in parts)
         summaries = [host.summarize_trace(t, options, hosts=run_hosts, ops=ops, progress=progress) for t in parts]
-        files = len(parts) + len(failures)
+        files, notes = len(parts) + len(failures), ()  # (a loaded Trace's note is in its warnings)
     else:
-        hfs = paths.resolve(source, options.run)
+        chosen = paths.choose(source, options.run)  # (which run / sub-folder was taken: one note, every engine)
+        hfs, notes = chosen.files, (chosen.note,) if chosen.note else ()
         run_hosts = tuple(f.host for f in hfs) if len(hfs) > 1 else ()
         summaries, failures = (mapper or map_here)(hfs, options, run_hosts, progress)
         if not summaries:
             raise badhosts.none_left(failures)
         files = len(hfs)
     progress.stage("report")
-    return reduce.report(summaries, failures, items, options, files=files)
+    return reduce.report(summaries, failures, items, options, files=files, notes=notes)
 
 
 def map_here(files: list, options: Options, run_hosts: tuple, progress=None) -> tuple[list, list]:

@@ -26,11 +26,12 @@ from tracekit.columns import stack
 SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
                    "size_bytes", "executions", "devices", "time_ps", "total_ps", "skew_ps", "transfer_ps",
                    "algbw_bytes_per_s", "busbw_bytes_per_s", "predicted_ps", "efficiency", "bound", "phases",
-                   "pattern", "note"]
+                   "pattern", "note", "hosts"]
 KEY = ["module", "program_id", "op", "kind"]
-#: per op and host: the sums, the first execution (start, host, device) and the model's description of it
+#: per op and host: the sums, the first execution (start, host, device), the model's description of it, the hosts
 OP_COLUMNS = KEY + ["n", "devices", "dur_sum", "size_bytes", "gmax", "pred_sum", "pred_n", "bound", "first_start",
-                    "first_host", "first_device", "groups", "span", "phases", "reason", "pattern", "global_bytes"]
+                    "first_host", "first_device", "groups", "span", "phases", "reason", "pattern", "global_bytes",
+                    "hosts"]
 #: per instance and host (arrays): op row, instance key (async, group, k), devices, arrival, the skew's sums
 INSTANCE_FIELDS = ("op", "is_async", "group", "k", "n", "arrival", "start_sum", "min_end", "max_end", "dur_sum",
                    "skew")
@@ -70,6 +71,7 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
               gmax=("group_size", "max"), bound=("bound", "first"), first_start=("start_ps", "first"),
               first_host=("host", "first"), first_device=("device", "first")).reset_index()
     o["devices"] = [tuple(sorted(set(v))) for v in g["device"].agg(list)]
+    o["hosts"] = [tuple(sorted({str(h) for h in v})) for v in g["host"].agg(list)]  # (a trace of several hosts)
     o["pred_sum"] = g["predicted_ps"].sum().to_numpy(float)  # (NaN skipped, as a mean skips them)
     o["pred_n"] = g["predicted_ps"].count().to_numpy(np.int64)
     desc = []
@@ -135,6 +137,8 @@ def reduce(parts: list) -> pd.DataFrame:
     out["total_ps"] = _isum(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
     out["group_size"] = pd.Series(allo["gmax"].to_numpy(np.int64)).groupby(gid).max().to_numpy()
     out["devices"] = [len(set().union(*d)) for d in pd.Series(list(allo["devices"])).groupby(gid).agg(list)]
+    out["hosts"] = [",".join(sorted({x for v in h if isinstance(v, tuple) for x in v}))  # (unknown: none named)
+                    for h in pd.Series(list(allo["hosts"])).groupby(gid).agg(list)]
     pred_n = _isum(gid, allo["pred_n"].to_numpy(np.int64), n_op)
     pred_sum = np.bincount(gid, weights=allo["pred_sum"].to_numpy(float), minlength=n_op)
     skew_sum, skew_n = _skews(parts, offs, gid, n_op)

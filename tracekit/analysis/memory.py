@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import donation
+from tracekit.analysis import donation, hostcheck
 from tracekit.grouping import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
 
@@ -36,7 +36,7 @@ PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "ou
                    "temp_bytes", "constant_bytes", "thread_local_bytes", "footprint_bytes", "live_peak_bytes",
                    "live_peak_source", "largest_buffer_bytes", "largest_temp_bytes", "largest_temp_instruction",
                    "largest_temp_opcode", "largest_temp_source", "undonated_bytes", "undonated_parameters",
-                   "executions"]
+                   "executions", "hosts"]
 CURVE_POINTS = 200
 
 
@@ -144,7 +144,8 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
                          "largest_temp_opcode": top["opcode"] if top else "",
                          "largest_temp_source": f"{top['source_file']}:{top['source_line']}"
                          if top and top["source_file"] else "",
-                         "undonated_bytes": undonated, "undonated_parameters": params, "executions": 0})
+                         "undonated_bytes": undonated, "undonated_parameters": params, "executions": 0,
+                         "hosts": ""})
     out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
     return out.astype({"program_id": "uint64", **{c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}), \
         curves
@@ -324,6 +325,8 @@ def build(tr, chips: dict) -> MemoryView:
     progs, curves = programs(tables, aliases(tr.hlo_modules))
     runs = donation.executions(tr)  # (a program that never ran in the window holds nothing there)
     progs["executions"] = [runs.get((str(m), int(p)), 0) for m, p in zip(progs["module"], progs["program_id"])]
+    ran_on = hostcheck.program_hosts(tr.ops) if len(tr.ops) else {}  # the hosts each program ran on
+    progs["hosts"] = [",".join(ran_on.get((str(m), int(p)), ())) for m, p in zip(progs["module"], progs["program_id"])]
     capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
     ran = set(distinct_values(tr.ops["program_id"].to_numpy(np.uint64))) if len(tr.ops) else set()
     caps = [v for v in capacity.values() if v == v]

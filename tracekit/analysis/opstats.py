@@ -77,14 +77,20 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     out["occurrences"] = gsum().astype(np.int64)
     # devices per group: one count per device's rows (a slice of the sorted frame: no row-sized temporary)
     devices = np.zeros(ng_all, np.int64)
-    for ix in row_parts(ops, ["host", "device"]).values():
+    on_host: dict = {}  # host -> which groups ran on it
+    for (h, _d), ix in row_parts(ops, ["host", "device"]).items():
+        h = str(h)
         g = gi[ix]
         if ng_all <= 4 * len(g) + 1024:
-            devices += np.bincount(g, minlength=ng_all) > 0
+            seen = np.bincount(g, minlength=ng_all) > 0
         else:  # few rows, many groups
-            devices[unique(g)] += 1
+            seen = np.zeros(ng_all, bool)
+            seen[unique(g)] = True
+        devices += seen
+        on_host[h] = on_host[h] | seen if h in on_host else seen
         del g
     out["devices"] = devices[keep]
+    out["hosts"] = _hosts_per_group(on_host, keep)
     dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice
     out["total_ps"] = gsum(dur).round().astype(np.int64)  # (a kept group holds sync rows only)
     for c in (*_ROOF_SUMS, "headroom_ps"):
@@ -95,6 +101,17 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
                               counts=rows_per_group)
         out[c] = np.where(cnt[keep] > 0, tot[keep], np.nan)  # sum with min_count=1
     return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)
+
+
+def _hosts_per_group(on_host: dict, keep: np.ndarray) -> list[str]:
+    """Per kept group, the hosts it ran on, sorted and comma-separated (from host -> bool per group)."""
+    names = sorted(map(str, on_host))
+    if not names or not len(keep):
+        return [""] * len(keep)
+    m = np.stack([on_host[h][keep] for h in names], axis=1)  # groups x hosts
+    pats, inv = np.unique(m, axis=0, return_inverse=True)
+    labels_ = [",".join(h for h, on in zip(names, p) if on) for p in pats]
+    return [labels_[i] for i in np.asarray(inv).reshape(-1)]
 
 
 #: rows per pass of :func:`group_sums`: temporaries of a few MB instead of a column's size
@@ -159,6 +176,11 @@ def merge_sums(parts: list) -> pd.DataFrame:
         else:
             out[c] = np.where(np.bincount(gi, weights=ok, minlength=n) > 0, tot, np.nan)
     out["is_host_transfer"] = np.bincount(gi, weights=allp["is_host_transfer"].to_numpy(bool), minlength=n) > 0
+    if "hosts" in allp.columns:  # the parts' hosts, together
+        hosts: list = [set() for _ in range(n)]
+        for g, hs in zip(gi.tolist(), allp["hosts"]):
+            hosts[g].update(h for h in str(hs).split(",") if h)
+        out["hosts"] = [",".join(sorted(h)) for h in hosts]
     return out
 
 

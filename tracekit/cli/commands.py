@@ -9,8 +9,9 @@ import click
 
 from tracekit.cli.console import (echo_out, gate_lines, output_format, output_opt, quiet_opt, regression_lines,
                                   write_output, write_reports)
-from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, frame_table, guarded, limit_opts, limits, path_arg, run_opt,
-                                  term_width, terminal, topology_opt, workload_opt)
+from tracekit.cli.options import (DIFF_PATH_HELP, DURATION, paths_help, color_opt, fit_lines, frame_table, guarded,
+                                  limit_opts, limits, load_trace, path_arg, run_opt, term_width, terminal,
+                                  topology_opt, workload_opt)
 from tracekit.errors import EXIT_FINDINGS, TraceError
 from tracekit.options import DEFAULTS, FAIL_ON, MODELS
 from tracekit.report.termsafe import safe as safe_terminal, safe_tree
@@ -57,9 +58,8 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     and the roofline columns when the chip and costs are known."""
     fmt = output_format(fmt, output, ("csv", "json"), "table")  # a bad -o path fails before the trace is read
     from tracekit import pipeline
-    from tracekit.ingest.trace import load
     from tracekit.analysis import opstats
-    tr = load(path, run=run, **limits(max_size, max_events))
+    tr = load_trace(path, run=run, **limits(max_size, max_events))
     o = pipeline.with_roofline(tr, chip=chip, topology=topology)
     if device:
         o = o[o["device"].astype(str) == device]
@@ -72,6 +72,7 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
     if tr.kernel_profile is not None and len(tr.kernel_profile):  # measured in the kernels (TPU counters, stages)
         from tracekit.analysis import kernelprof
         table = kernelprof.annotate(table, tr.kernel_profile)
+    table.attrs["hosts"] = len(tr.hosts)  # a trace of several hosts shows each row's hosts
     if fmt == "csv":
         text = table.to_csv(index=False)
     elif fmt == "json":
@@ -91,6 +92,7 @@ def ops(path, run, sort, limit, fmt, output, chip, device, topology, max_size, m
 #: short. Add a column here (and, for a narrow terminal, to OPS_DROP).
 OPS_COLUMNS = [
     ("module", "module", str, "name"),
+    ("hosts", "hosts", "hosts", "name"),  # only for a trace of several hosts: tells same-named programs apart
     ("op", "op", str, "name"),
     ("op_name", "op_name", "opname", "name"),
     ("category", "category", str, "text"),
@@ -107,7 +109,8 @@ OPS_COLUMNS = [
     ("dma_wait", "dma_wait_share", "pct", "num"),  # Mosaic pipeline: waiting on block DMAs
 ]
 #: left out first to last when the table does not fit the width
-OPS_DROP = ["op_name", "dma_wait", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module"]
+OPS_DROP = ["op_name", "dma_wait", "flops", "bytes", "headroom", "mean", "bound_by", "efficiency", "category", "module",
+            "hosts"]
 
 
 def _format_ops(t):
@@ -115,13 +118,16 @@ def _format_ops(t):
     from tracekit.units import fmt_eff, fmt_num, fmt_pct, fmt_time
     from tracekit.analysis.hloview import short_op_name
     fmts = {"time": fmt_time, "pct": fmt_pct, "eff": fmt_eff, "num": fmt_num, "bytes": lambda b: fmt_num(b, "B"),
-            "count": lambda n: f"{int(n):,}", str: str, "opname": lambda n: short_op_name(n, 32)}
+            "count": lambda n: f"{int(n):,}", str: str, "opname": lambda n: short_op_name(n, 32),
+            "hosts": str}
     out = pd.DataFrame(index=t.index)
     for header, src, fmt, _kind in OPS_COLUMNS:
         if src == "op_name" and not (src in t.columns and t[src].astype(bool).any()):
             continue  # (no name stack in this trace's HLO)
         if src in ("mxu_util", "dma_wait_share") and not (src in t.columns and t[src].notna().any()):
             continue  # (nothing measured inside the kernels)
+        if src == "hosts" and t.attrs.get("hosts", 1) < 2:
+            continue  # (one host)
         if src in t.columns and (src not in ("flops", "bytes_accessed", "bound_by", "efficiency", "headroom_ps")
                                  or "roofline_ps" in t.columns):
             out[header] = t[src].map(fmts[fmt])
@@ -284,11 +290,13 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
     if port is None and not command:
         raise TraceError("nothing to capture", hint="give --port PORT (a running job) or -- python script.py ARGS")
     out_fmts = [_out_format(render, out, None, False) for out in outputs]  # bad names fail before capturing
-    rc = 0
+    rc, own_note = 0, None
     if port is not None:
         run_dir = cap.remote(port, duration_ms, logdir, host=host)
     else:
-        rc, run_dir, d = cap.run_script(list(command), logdir)
+        rc, run_dir, d, own_note = cap.run_script(list(command), logdir)
+        if own_note and not quiet:
+            click.echo(f"tracekit: {safe_terminal(own_note)}", err=True)
         if run_dir is None:
             if rc:
                 click.echo(f"tracekit: error: the command exited with status {rc} and wrote no trace", err=True)
@@ -302,6 +310,7 @@ def capture_cmd(port, host, duration_ms, logdir, outputs, fmt, chip, fail_on, to
         from tracekit.ingest.trace import load
         from tracekit.model import machine
         source = load(str(run_dir))
+        source.warnings += [own_note] if own_note and run_dir is not None else []  # the script's own trace
         if machine.is_cpu_trace(source):
             machine.record_run(run_dir)
     rep = pipeline.analyze(source, chip=chip, fail_on=fail_on)
@@ -361,17 +370,16 @@ def diff_cmd(base, new, run, threshold, min_time_ps, alpha, outputs, fmt, top, m
     are never called changed (too few executions).
 
     Exit status: 0 when nothing regressed, 1 when an op or the step time did (a CI gate), 2 for bad input."""
-    from tracekit.ingest.trace import load
     from tracekit.analysis import diff as diff_mod
     from tracekit.report import diff as diff_report
     from tracekit.report import render
     formats = [diff_report.check_format(_out_format(render, out, fmt, len(outputs) == 1)) for out in outputs]
-    base_tr, new_tr = (load(p, run=run, **limits(max_size, max_events)) for p in (base, new))
+    base_tr, new_tr = (load_trace(p, run=run, **limits(max_size, max_events)) for p in (base, new))
     c = diff_mod.compare(base_tr, new_tr, threshold=threshold, min_time_ps=min_time_ps, alpha=alpha, run=run)
     d = diff_report.build(c, *_diff_context(base_tr, new_tr))
     write_reports([(out, diff_report.render(d, f, top=top)) for out, f in zip(outputs, formats)], formats)
     if not quiet and (not outputs or fmt) and not _to_stdout(outputs):
-        echo_out(diff_report.render(d, render.format_for(None, fmt), top=top))
+        echo_out(diff_report.render(d, render.format_for(None, fmt), top=top, width=term_width()))
     if d.failed:
         for line in [] if quiet else regression_lines(d.data):
             click.echo(line, err=True)
@@ -400,7 +408,6 @@ def export_cmd(path, run, output, steps, devices, chip, rules_dirs, max_size, ma
     lim = limits(max_size, max_events)
     out = pipeline.export(path, output, chip=chip, run=run, steps=export.parse_steps(steps), devices=devices,
                           rules_dirs=rules_dirs, max_bytes=lim["max_bytes"], max_events=lim["max_events"])
-    click.echo(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, "
-               f"{out.steps:,} step rows, "
-               f"{out.finding_windows:,} windows of {out.findings} finding(s), {out.gaps:,} idle gaps, "
-               f"{out.exposed_windows:,} exposed-collective windows", err=True)
+    click.echo(fit_lines(f"wrote {safe_terminal(out.path)}: {out.ops:,} ops, {out.async_windows:,} async windows, "
+                         f"{out.steps:,} step rows, {out.finding_windows:,} windows of {out.findings} finding(s), "
+                         f"{out.gaps:,} idle gaps, {out.exposed_windows:,} exposed-collective windows"), err=True)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt
+from tracekit.cli.options import fit_lines, guarded, limit_opts, limits, load_trace, path_arg, run_opt
 
 
 @click.command("hlo")
@@ -21,11 +21,10 @@ def hlo_cmd(path, op, run, module, fmt, max_size, max_events):
     """The HLO of op OP (a name from `tracekit ops`, e.g. fusion.3): its instruction, the instructions of the
     computation it calls (a fusion's body), the instruction producing each operand, and its op_name and source.
     An unknown OP: one line with close matches, exit 2."""
-    from tracekit.ingest.trace import load
     from tracekit.analysis import hloview
-    tr = load(path, run=run, **limits(max_size, max_events))
+    tr = load_trace(path, run=run, **limits(max_size, max_events))
     v = hloview.view(tr.hlo_modules, op, module, where=str(path))
     if fmt == "json":
         click.echo(json.dumps(v, indent=1, ensure_ascii=False))
     else:
-        click.echo(hloview.view_text(v), nl=False)
+        click.echo(fit_lines(hloview.view_text(v), hang=4), nl=False)  # a long instruction wraps between words

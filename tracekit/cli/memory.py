@@ -8,7 +8,7 @@ import json
 import click
 
 from tracekit.cli.console import output_format, output_opt, write_output
-from tracekit.cli.options import guarded, limit_opts, limits, path_arg, run_opt, term_width
+from tracekit.cli.options import guarded, limit_opts, limits, load_trace, path_arg, run_opt, term_width
 
 
 @click.command("memory")
@@ -26,15 +26,14 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     bytes, the largest buffers, the device-level peak, host offload), and memory use over time when the trace
     has allocator events."""
     fmt = output_format(fmt, output, ("json", "markdown"), "text")  # a bad -o path fails before the trace is read
-    from tracekit.ingest.trace import load
     from tracekit.analysis import memory
     from tracekit.report import envelope
     from tracekit.report.render import markdown, sections
-    tr = load(path, run=run, **limits(max_size, max_events))
+    tr = load_trace(path, run=run, **limits(max_size, max_events))
     from tracekit.model import roofline
     mv = memory.build(tr, roofline.device_chips(tr, chip))
     from tracekit.report.engine import memory as memory_section
-    data = {"memory": memory_section.section(mv)}
+    data = {"memory": memory_section.section(mv), "summary": {"hosts": len(tr.hosts)}}  # (hosts: host/device labels)
     data["memory"]["buffers"] = envelope.records(mv.buffers.head(top))
     if fmt == "json":
         text = json.dumps(data["memory"], indent=1, sort_keys=True, ensure_ascii=False) + "\n"

@@ -180,3 +180,30 @@ def frame_table(df, columns=None, max_width: int = 60, width: int | None = None,
     shrink_i = tuple(idx[c] for c in shrink if c in idx)
     drop_i = tuple(idx[c] for c in drop if c in idx) if drop is not None else tuple(range(len(cols) - 1, 0, -1))
     return fit_table([str(c) for c in cols], rows, width=width, right=right, shrink=shrink_i, drop=drop_i)
+
+
+def fit_lines(text: str, width: int | None = None, hang: int = 2) -> str:
+    """``text`` with every line longer than ``width`` (default: the terminal's) wrapped between words by the text
+    report's engine, its continuation lines indented ``hang`` past the line's own indent; shorter lines as they
+    are. A word longer than the width (a path) stands whole on its own line."""
+    from tracekit.report.render.text import fit_para
+    w = width or term_width()
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= w:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        out.append(fit_para(line.lstrip(" "), width=w, indent=lead, hang=hang))
+    return "\n".join(out)
+
+
+def load_trace(path, run=None, **lim):
+    """:func:`tracekit.ingest.trace.load` for a command that prints no report: the line saying which run or
+    sub-folder of ``path`` was taken, when there was a choice, goes to stderr (a report carries it in its
+    warnings)."""
+    from tracekit.ingest.trace import load
+    tr = load(path, run=run, **lim)
+    if tr.path_note:
+        click.echo(fit_lines(f"tracekit: warning: {safe(tr.path_note)}"), err=True)
+    return tr

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tracekit.cli.options import frame_table, guarded, term_width
+from tracekit.cli.options import fit_lines, frame_table, guarded, term_width
 from tracekit.errors import EXIT_FINDINGS, TraceError
 
 
@@ -40,7 +40,7 @@ def chips_cmd(fmt, sources):
         for r in recs:
             click.echo(f"{r['name']}:")
             for k, v in sorted(r["sources"].items()):
-                click.echo(f"  {k:<28} {v}")
+                click.echo(fit_lines(f"  {k:<28} {v}", hang=29))
         return
     from tracekit.units import fmt_num
     out = df[["name", "vendor"]].copy()
@@ -54,8 +54,12 @@ def chips_cmd(fmt, sources):
     out["DCN/NIC B/s"] = df["nic_bw_bytes_per_s"].map(fmt_num)
     out["node egress B/s"] = df["node_egress_bw_bytes_per_s"].map(fmt_num)
     out["node"] = df["node_size"].map(lambda n: "—" if n != n else f"{int(n)}")
-    click.echo(frame_table(out))
-    click.echo("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace has them")
+    nums = [c for c in out.columns if c not in ("name", "vendor", "topology")]
+    click.echo(frame_table(out, width=term_width(), shrink=["name", "topology"], right=nums,
+                           drop=["node", "node egress B/s", "DCN/NIC B/s", "topology", "vendor", "int8 FLOP/s",
+                                 "link B/s (one-way)", "HBM"]))
+    click.echo(fit_lines("\nsources: `tracekit chips --sources`; trace-reported peaks override the table when a trace "
+                         "has them"))
 
 
 @click.command()
@@ -72,11 +76,12 @@ def calibrate(seconds, path):
     for k, v in sorted(chip.peak_flops_per_s.items()):
         click.echo(f"{k:>5} matmul: {fmt_num(v, 'FLOP/s')}")
     click.echo(f"memory bandwidth: {fmt_num(chip.hbm_bw_bytes_per_s, 'B/s')}")
-    click.echo(f"stored in {cal.calibration_path(path)}; CPU traces now use these peaks")
+    click.echo(fit_lines(f"stored in {cal.calibration_path(path)}; CPU traces now use these peaks"))
     busy = cal.busy_share(cal.calibration_path(path))
     if busy is not None:
-        click.echo(f"warning: its threads waited for a core {busy:.0%} of the time: other work was running, so "
-                   "these rates are likely low; run `tracekit calibrate` again on an idle machine", err=True)
+        click.echo(fit_lines(f"warning: its threads waited for a core {busy:.0%} of the time: other work was "
+                             "running, so these rates are likely low; run `tracekit calibrate` again on an idle "
+                             "machine"), err=True)
 
 
 
@@ -130,7 +135,7 @@ def rules_explain(ctx, rule_id):
     rule = rule_model.find_rule(rule_model.load_rules(extra_dirs=(ctx.obj or {}).get("rules_dirs", ())), rule_id)
     if rule is None:
         raise TraceError(f"no rule {rule_id!r}", hint="`tracekit rules` lists them")
-    click.echo(rulesdoc.render_rule(rule))
+    click.echo(fit_lines(rulesdoc.render_rule(rule)))
 
 
 @rules_cmd.command("test")
@@ -150,10 +155,11 @@ def rules_test(ctx, dirs, verbose):
     failed = [r for r in results if r.error]
     for r in results:
         if r.error:
-            click.echo(f"FAIL {r.label}: {r.error}  ({r.path})")
+            click.echo(fit_lines(f"FAIL {r.label}: {r.error}  ({r.path})"))
         elif verbose:
             click.echo(f"ok   {r.label}")
-    click.echo(f"{len(rs)} rule(s), {len(results)} case(s): {len(results) - len(failed)} passed, {len(failed)} failed")
+    click.echo(fit_lines(f"{len(rs)} rule(s), {len(results)} case(s): {len(results) - len(failed)} passed, "
+                         f"{len(failed)} failed"))
     if not rs:
         click.echo("no rule files (*.yaml, *.yml) found", err=True)
     if failed:

@@ -52,7 +52,8 @@ def scan(path, run: str | None = None, *, max_bytes: int | None = DEFAULT_MAX_BY
          max_events: int | None = None) -> dict:
     """The inventory of a trace file, run folder or logdir (see the module docstring); the same limits and
     one-line errors as loading it."""
-    files = paths.resolve(path, run)
+    chosen = paths.choose(path, run)
+    files = chosen.files
     hosts, devices, lines, modules = [], [], [], set()
     lo = hi = None
     for hf in files:
@@ -86,7 +87,13 @@ def scan(path, run: str | None = None, *, max_bytes: int | None = DEFAULT_MAX_BY
         "paths": [str(f.path) for f in files], "hosts": hosts, "devices": devices, "lines": lines,
         "modules": [{"module": m, "program_id": p} for m, p in sorted(modules)], "hlo_present": bool(modules),
         "device_events": sum(d["events"] for d in devices), "span_ps": (hi - lo) if lo is not None else 0,
+        "host_thread_events": host_thread_events(lines), "warnings": [chosen.note] if chosen.note else [],
     }
+
+
+def host_thread_events(lines: list[dict]) -> int:
+    """Events on the host planes' threads (where a CPU trace's ops run), the Python tracer's line left out."""
+    return sum(ln["events"] for ln in lines if ln["plane"].startswith("/host:") and ln["line"] != "python")
 
 
 def render_text(inv: dict) -> str:
@@ -95,8 +102,7 @@ def render_text(inv: dict) -> str:
         out.append(f"time span of device events: {fmt_time(inv['span_ps'])}; {inv['device_events']:,} device events "
                    f"on {len(inv['devices'])} device(s)")
     else:  # a CPU trace: its ops run on host threads, and which CPU device ran each is known only once ops are read
-        host_events = sum(ln["events"] for ln in inv["lines"] if ln["plane"].startswith("/host:") and ln["line"] != "python")
-        out.append(f"no device planes: a CPU trace, its ops among {host_events:,} events on host threads "
+        out.append(f"no device planes: a CPU trace, its ops among {inv['host_thread_events']:,} events on host threads "
                    "(`tracekit ops` and `tracekit analyze` read its CPU devices)")
     if inv["hlo_present"]:
         out.append(f"HLO: present — {len(inv['modules'])} modules")
@@ -120,4 +126,5 @@ def render_text(inv: dict) -> str:
     if len(inv["lines"]) > 40:
         out.append(f"  … {len(inv['lines']) - 40} more lines")
     out.append("(op executions, steps and the HLO join: `tracekit ops` / `tracekit analyze`)")
+    out += [f"warning: {w}" for w in inv.get("warnings") or []]
     return "\n".join(out)

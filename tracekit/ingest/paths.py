@@ -1,13 +1,12 @@
 """Find and decode traces: a file, a run folder (every host in it), or a logdir (newest run).
 
-This stage only resolves paths and turns bytes into ``XSpace`` messages; :mod:`tracekit.ingest.frames` turns those into
-DataFrames. Every failure is a :class:`~tracekit.errors.TraceError` with a one-line message.
+This stage only resolves paths (:mod:`tracekit.ingest.locate` chooses the files) and turns bytes into ``XSpace``
+messages; :mod:`tracekit.ingest.frames` turns those into DataFrames. Every failure is a :class:`~tracekit.errors.TraceError` with a one-line message.
 """
 from __future__ import annotations
 
 import gzip
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
@@ -15,6 +14,7 @@ from google.protobuf.message import DecodeError
 from tracekit.errors import TraceError
 from tracekit.ingest import formats
 from tracekit.ingest import limits
+from tracekit.ingest.locate import HostFile, choose, kind_of, not_regular
 from tracekit.ingest.limits import size_text
 from tracekit.options import DEFAULT_MAX_BYTES
 
@@ -28,206 +28,12 @@ GZ_BOMB_FLOOR = 64 << 20
 _GZ_CHUNK = 4 << 20
 
 
-@dataclass(frozen=True)
-class HostFile:
-    host: str
-    path: Path
-
-
-def host_name(path: Path) -> str:
-    name = path.name
-    if name in ("perfetto_trace.json.gz", "perfetto_trace.json"):
-        return "host"
-    stripped = formats.strip_suffix(name)
-    return (stripped or "host") if stripped != name else (path.stem or "host")
-
-
-SEARCH_DEPTH = 3  #: how far below a folder without a trace the logdirs are looked for
-
-
-def _is_trace_file(p: Path) -> bool:
-    return p.is_file() and formats.is_trace_name(p.name)
-
-
-def _trace_files(d: Path) -> list[Path]:
-    """The trace files of a run folder (its .xplane.pb files when it has both formats), sorted."""
-    return sorted(Path(n) for n in formats.pick([str(f) for f in _listdir(d) if _is_trace_file(f)]))
-
-
-def _runs(profile_dir: Path) -> list[Path]:
-    return sorted((d for d in _listdir(profile_dir) if d.is_dir() and any(map(_is_trace_file, _listdir(d)))),
-                  key=lambda d: (d.name, d.stat().st_mtime))
-
-
-def _listdir(d: Path) -> list[Path]:
-    """The entries of folder ``d``; a folder that cannot be listed (permissions, gone, not a folder) is one
-    TraceError naming it."""
-    try:
-        return list(d.iterdir())
-    except PermissionError:
-        raise TraceError("folder is not readable", str(d), "check its permissions") from None
-    except OSError as e:
-        raise TraceError(f"cannot list the folder ({e.strerror or type(e).__name__})", str(d)) from None
-
-
-def _kind(p: Path) -> str:
-    """'file', 'folder', 'missing', or what else ``p`` is (a device, a FIFO, a socket): only regular files and
-    folders are read (a device or FIFO could block forever or never end)."""
-    import stat
-    try:
-        mode = p.stat().st_mode
-    except FileNotFoundError:
-        return "missing"
-    except PermissionError:
-        raise TraceError("path is not reachable (permission denied)", str(p), "check the permissions of its folders") \
-            from None
-    except OSError as e:
-        raise TraceError(f"cannot read the path ({e.strerror or type(e).__name__})", str(p)) from None
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "folder"
-    return {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO (named pipe)",
-            stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "not a regular file")
-
-
-def _not_regular(kind: str, where: str) -> TraceError:
-    return TraceError(f"is {kind}, not a trace file", where, "give a .xplane.pb file, a run folder or a logdir")
-
-
 def resolve(path: str | os.PathLike, run: str | None = None) -> list[HostFile]:
     """The trace files ``path`` names: itself (a file), every ``*.xplane.pb`` in a run folder, or the newest run
-    (or ``run``) under ``<logdir>/plugins/profile``. A URL with a protocol (``gs://``, ``s3://``, ``memory://``…)
-    is listed through fsspec the same way; its HostFile paths are then URL strings (read by :func:`read_bytes`)."""
-    url = os.fspath(path)
-    if "://" in url:
-        from pathlib import PurePosixPath
-        try:
-            import fsspec.core
-        except ImportError:
-            raise TraceError("cannot read a URL: fsspec is not installed", url,
-                             "pip install fsspec (or tracekit[remote])") from None
-        proto = url.split("://", 1)[0]
-        try:
-            fs, root = fsspec.core.url_to_fs(url)
-        except ImportError as e:
-            from fsspec.registry import known_implementations
-            pkg = known_implementations.get(proto, {}).get("class", "").split(".")[0]
-            raise TraceError(f"cannot reach {proto}://, install {pkg if pkg not in ('', 'fsspec') else 'its driver'}",
-                             url, str(e)) from None
-        except ValueError as e:
-            raise TraceError(f"cannot reach {proto}:// ({e})", url,
-                             "use gs://, s3://, memory://, … or a local path") from None
-        root = root.rstrip("/") or root
-
-        def traces(d):  # trace files directly in folder d, sorted
-            return sorted(formats.pick([e["name"] for e in fs.ls(d, detail=True) if e.get("type") == "file"
-                                        and formats.is_trace_name(e["name"].rsplit("/", 1)[-1])]))
-
-        def hostfile(name):  # keep the URL the user typed as the prefix
-            name = name.rstrip("/")
-            u = url.rstrip("/") + name[len(root):] if name.startswith(root) else fs.unstrip_protocol(name)
-            return HostFile(host_name(PurePosixPath(name)), u)
-
-        try:
-            if not fs.exists(root):
-                raise TraceError("no such file or folder", url, "give a .xplane.pb file, a run folder or a logdir")
-            if fs.isfile(root):
-                if run:
-                    raise TraceError("--run applies to a logdir, not a file", url)
-                return [hostfile(root)]
-            files = traces(root)
-            if files and not run:
-                return [hostfile(f) for f in files]
-            for pdir in (f"{root}/plugins/profile", f"{root}/profile", root):
-                if not fs.isdir(pdir):
-                    continue
-                runs = sorted((e["name"].rstrip("/") for e in fs.ls(pdir, detail=True) if e.get("type") == "directory"),
-                              key=lambda d: d.rsplit("/", 1)[-1])
-                runs = [d for d in runs if traces(d)]
-                if not runs:
-                    continue
-                if run:
-                    chosen = [d for d in runs if d.rsplit("/", 1)[-1] == run]
-                    if not chosen:
-                        names = ", ".join(d.rsplit("/", 1)[-1] for d in runs[-5:])
-                        raise TraceError(f"no run named {run!r}", hostfile(pdir).path, f"runs here include: {names}")
-                    return [hostfile(f) for f in traces(chosen[0])]
-                return [hostfile(f) for f in traces(runs[-1])]
-        except TraceError:
-            raise
-        except Exception as e:  # noqa: BLE001 — any storage failure (network, credentials) is one line
-            first = (str(e).splitlines() or [""])[0]
-            raise TraceError(f"cannot reach {proto}:// ({type(e).__name__}: {first})", url,
-                             "check the URL and your credentials") from None
-        raise TraceError("no *.xplane.pb or *.trace.json.gz trace found", url,
-                         "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
-    p = Path(path)
-    kind = _kind(p)
-    if kind == "missing":
-        raise TraceError("no such file or folder", str(p), "give a .xplane.pb file, a run folder or a logdir")
-    if kind == "file":
-        if run:
-            raise TraceError("--run applies to a logdir, not a file", str(p))
-        return [HostFile(host_name(p), p)]
-    if kind != "folder":
-        raise _not_regular(kind, str(p))
-    try:
-        return _resolve_folder(p, run)
-    except PermissionError as e:  # a stat or listing below p that the helpers did not name
-        raise TraceError("folder is not readable", e.filename or str(p), "check its permissions") from None
-
-
-def _resolve_folder(p: Path, run: str | None) -> list[HostFile]:
-    files = _trace_files(p)
-    if files and not run:
-        return [HostFile(host_name(f), f) for f in files]
-    for profile_dir in (p / "plugins" / "profile", p / "profile", p):
-        if profile_dir.is_dir():
-            runs = _runs(profile_dir)
-            if not runs:
-                continue
-            if run:
-                chosen = [d for d in runs if d.name == run]
-                if not chosen:
-                    names = ", ".join(d.name for d in runs[-5:])
-                    raise TraceError(f"no run named {run!r}", str(profile_dir), f"runs here include: {names}")
-                d = chosen[0]
-            else:
-                d = runs[-1]
-            return [HostFile(host_name(f), f) for f in _trace_files(d)]
-    below = logdirs_below(p)
-    if len(below) == 1:  # the folder above a logdir: the one logdir under it
-        return _resolve_folder(below[0], run)
-    if below:
-        names = ", ".join(str(d) for d in below[:5]) + (" …" if len(below) > 5 else "")
-        raise TraceError(f"{len(below)} logdirs under this folder", str(p), f"give one of them: {names}")
-    raise TraceError("no *.xplane.pb or *.trace.json.gz trace found", str(p),
-                     "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
-
-
-def logdirs_below(p: Path, depth: int = SEARCH_DEPTH) -> list[Path]:
-    """The folders at most ``depth`` levels below ``p`` that hold ``plugins/profile/<run>/`` with a trace, sorted;
-    hidden folders and unreadable ones are not searched."""
-    found, level = [], [p]
-    for _ in range(depth):
-        nxt = []
-        for d in level:
-            try:
-                subs = sorted(x for x in d.iterdir() if x.is_dir() and not x.name.startswith("."))
-            except OSError:
-                continue
-            for x in subs:
-                prof = x / "plugins" / "profile"
-                try:
-                    if prof.is_dir() and _runs(prof):
-                        found.append(x)
-                        continue
-                except TraceError:
-                    continue
-                nxt.append(x)
-        level = nxt
-    return sorted(found)
+    (or ``run``) under ``<logdir>/plugins/profile`` (:func:`tracekit.ingest.locate.choose`, which also says which
+    run it took). A URL with a protocol (``gs://``, ``s3://``, ``memory://``…) is listed through fsspec the same
+    way; its HostFile paths are then URL strings (read by :func:`read_bytes`)."""
+    return choose(path, run).files
 
 
 def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
@@ -292,7 +98,7 @@ def _open_regular(path):
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(path)
         if not stat.S_ISREG(mode):
-            raise _not_regular(_kind(Path(path)) if not stat.S_ISFIFO(mode) else "a FIFO (named pipe)",
+            raise not_regular(kind_of(Path(path)) if not stat.S_ISFIFO(mode) else "a FIFO (named pipe)",
                                os.fspath(path))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)

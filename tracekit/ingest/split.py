@@ -11,9 +11,9 @@ from tracekit.ingest.trace import Trace
 
 def per_host(tr: Trace) -> list[Trace]:
     """The one-host traces of a loaded trace, in host order (itself when it has one host): each host's rows of
-    every frame, its own HLO modules (:attr:`Trace.module_hosts`) and device stats; the loader's warnings go with
-    the first. Categories no row of a host uses are dropped, so each is what loading that host alone gives up to
-    the order of its categories."""
+    every frame, its own HLO modules (:attr:`Trace.module_hosts`), device stats and profile window; the loader's
+    warnings go with the first. Categories no row of a host uses are dropped, so each is what loading that host
+    alone gives up to the order of its categories."""
     hosts = list(tr.hosts) or sorted({str(h) for h in tr.devices["host"]}) or ["host"]
     if len(hosts) == 1:
         if not tr.hosts:
@@ -37,5 +37,6 @@ def per_host(tr: Trace) -> list[Trace]:
                          lines=rows(tr.lines), devices=rows(tr.devices), host_events=rows(tr.host_events),
                          memory_events=rows(tr.memory_events), kernel_profile=rows(tr.kernel_profile), hlo_modules=mods,
                          device_stats={k: v for k, v in tr.device_stats.items() if str(k[0]) == h}, hosts=[h],
-                         paths=[paths[i]], warnings=list(tr.warnings) if i == 0 else []))
+                         paths=[paths[i]], warnings=list(tr.warnings) if i == 0 else [],
+                         profile_spans={h: tr.profile_spans[h]} if h in tr.profile_spans else {}))
     return out

@@ -18,6 +18,7 @@ from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import steps as steps_mod
 from tracekit.ingest import paths as _load
+from tracekit.ingest import xspace
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
@@ -45,6 +46,8 @@ class Trace:
     warnings: list = field(default_factory=list)
     #: (module name, program id) -> the hosts whose trace holds that HLO module (:func:`per_host` reads it)
     module_hosts: dict = field(default_factory=dict)
+    profile_spans: dict = field(default_factory=dict)  #: host -> (profile start, stop) in wall-clock ns, where known
+    path_note: str | None = None  #: which run / sub-folder of the path was taken (locate.choose), when there was a choice
 
     def __repr__(self) -> str:
         ops = self.ops
@@ -74,8 +77,8 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     collect the hosts of a run folder that cannot be read, as ``(host, path, reason)``, each tried
     :data:`tracekit.ingest.badhosts.ATTEMPTS` times, instead of raising (:mod:`tracekit.ingest.badhosts`; when no
     host is left, its one error)."""
-    files = _load.resolve(path, run)
-    warnings: list[str] = []
+    chosen = _load.choose(path, run)  # (which run of a logdir was taken, in one warning: locate.choose)
+    files, warnings = chosen.files, [chosen.note] if chosen.note else []
     kw = {"max_bytes": max_bytes, "max_events": max_events, "use_hostname": len(files) == 1}
     if left_out is None or len(files) == 1:
         parts, kept = [load_host(hf, warnings, **kw) for hf in files], files
@@ -84,6 +87,7 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
         parts, kept = badhosts.load_each(files, load_host, warnings, left_out, **kw)
     tr = combine(parts, warnings)
     tr.paths = [str(f.path) for f in kept]
+    tr.path_note = chosen.note
     return tr
 
 
@@ -105,6 +109,7 @@ class HostFrames:
     hlo_modules: list
     device_stats: dict
     kernel_profile: pd.DataFrame = None  #: :mod:`tracekit.ingest.kernelprof`'s rows of this host
+    profile_span: tuple | None = None  #: (start, stop) wall-clock ns of the profile (Task Environment plane)
 
 
 def load_host(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES,
@@ -127,6 +132,7 @@ def load_host(hf, warnings: list[str], *, max_bytes: int | None = DEFAULT_MAX_BY
 
 
 def _host(planes, host: str, warnings: list[str]) -> HostFrames:
+    span = xspace.profile_span(planes)  # (this host's profile window: hostcheck compares the hosts')
     ex = frames.extract(planes, host, warnings)
     mods = _hlo_modules(planes, warnings)
     for p in planes:  # the decoded event columns are in the frames now: free them before the joins
@@ -170,7 +176,8 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     _consistency_warnings(ops, h, host, warnings)
     return HostFrames(host=host, ops=ops, hlo=h, modules=mx, steps=steps, lines=ex["lines"], devices=devs,
                       host_events=ex["host_events"], memory_events=ex["memory_events"], hlo_modules=mods,
-                      device_stats=dstats, kernel_profile=ex["kernel_profile"])
+                      device_stats=dstats, kernel_profile=ex["kernel_profile"],
+                      profile_span=span)
 
 
 def _self_ps(ops: pd.DataFrame) -> np.ndarray | pd.Series:
@@ -429,5 +436,5 @@ def combine(parts: list[HostFrames], warnings: list[str]) -> Trace:
                  memory_events=cat("memory_events", schema.MEMORY_EVENTS),
                  kernel_profile=kernelprof.combine([p.kernel_profile for p in parts]),
                  hlo_modules=mods, device_stats=dstats, hosts=[p.host for p in parts], warnings=warnings,
-                 module_hosts={k: tuple(v) for k, v in owners.items()})
-
+                 module_hosts={k: tuple(v) for k, v in owners.items()},
+                 profile_spans={p.host: p.profile_span for p in parts if p.profile_span})

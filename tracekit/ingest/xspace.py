@@ -81,3 +81,16 @@ def parse_module_label(label: str) -> ModuleLabel:
 def stat_names(plane: xplane_pb2.XPlane) -> dict[int, str]:
     """Stat metadata id -> stat name of a plane."""
     return {k: v.name for k, v in plane.stat_metadata.items()}
+
+
+def profile_span(planes) -> tuple[int, int] | None:
+    """(start, stop) in wall-clock ns of the profile, from the ``Task Environment`` plane's
+    ``profile_start_time``/``profile_stop_time`` stats (the profiler writes them); None without them.
+    ``planes``: the decoded planes (each with ``name`` and ``head``, the plane message)."""
+    for p in planes:
+        if p.name == "Task Environment":
+            st = stats_dict(p.head.stats, stat_names(p.head))
+            a, b = st.get("profile_start_time"), st.get("profile_stop_time")
+            if isinstance(a, int) and isinstance(b, int) and 0 < a <= b:
+                return a, b
+    return None

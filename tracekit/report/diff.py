@@ -12,7 +12,7 @@ from tracekit.analysis.diff import STATUSES, Comparison
 from tracekit.errors import TraceError
 from tracekit.report.envelope import clean, display_path, version
 from tracekit.report.render import markdown
-from tracekit.units import fmt_pct, fmt_time, table
+from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 SCHEMA = "tracekit.diff/1"
 FORMATS = ("text", "json", "markdown")
@@ -38,10 +38,66 @@ BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collectiv
            "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
 
 
+#: the memory figures of a program compared (the report's ``memory.programs``), and how they read
+MEMORY_FIELDS = (("argument_bytes", "arguments"), ("output_bytes", "outputs"), ("alias_bytes", "aliased"),
+                 ("temp_bytes", "temporaries"), ("live_peak_bytes", "live peak"), ("undonated_bytes", "not donated"))
+
+
+def _ran_programs(d: dict) -> dict:
+    """(program name, memory space) -> the program of that name that ran in the window (the largest live peak
+    when several of one name ran), from a report's ``memory.programs``."""
+    out: dict = {}
+    for p in (d.get("memory") or {}).get("programs") or []:
+        if p.get("executions") is None or p["executions"] > 0:
+            k = (p["module"], p["memory_space"])
+            if k not in out or (p.get("live_peak_bytes") or 0) > (out[k].get("live_peak_bytes") or 0):
+                out[k] = p
+    return out
+
+
+def memory_rows(base: dict, new: dict) -> list[dict]:
+    """Each memory figure (:data:`MEMORY_FIELDS`) of a program that ran on both sides and changed, and the
+    device peak (the largest of any device) when it changed: ``program``, ``memory_space``, ``what``,
+    ``base_bytes``, ``new_bytes``, ``change_bytes`` (XLA's buffer assignment of each side)."""
+    b, n = _ran_programs(base), _ran_programs(new)
+    rows = []
+    for k in sorted(set(b) & set(n)):
+        for f, _ in MEMORY_FIELDS:
+            vb, vn = b[k].get(f), n[k].get(f)
+            if vb is not None and vn is not None and vb != vn:
+                rows.append({"program": k[0], "memory_space": k[1], "what": f, "base_bytes": int(vb),
+                             "new_bytes": int(vn), "change_bytes": int(vn) - int(vb)})
+    peaks = [max((x.get("peak_bytes") or 0 for x in (d.get("memory") or {}).get("devices") or []), default=None)
+             for d in (base, new)]
+    if None not in peaks and peaks[0] != peaks[1]:
+        rows.append({"program": "", "memory_space": "device", "what": "device_peak_bytes", "base_bytes": int(peaks[0]),
+                     "new_bytes": int(peaks[1]), "change_bytes": int(peaks[1]) - int(peaks[0])})
+    return rows
+
+
+def memory_notes(rows: list[dict]) -> list[str]:
+    """One sentence per program whose aliased bytes changed (donation), with its live peak."""
+    out = []
+    for r in [r for r in rows if r["what"] == "alias_bytes"]:
+        peak = next((x for x in rows if x["program"] == r["program"] and x["what"] == "live_peak_bytes"), None)
+        how = ("outputs now reuse arguments' buffers (donated)" if r["change_bytes"] > 0 else
+               "outputs no longer reuse arguments' buffers (donation lost)")
+        out.append(f"{r['program']}: aliased {_bytes(r['base_bytes'])} → {_bytes(r['new_bytes'])}: {how}"
+                   + (f"; live peak {_bytes(peak['base_bytes'])} → {_bytes(peak['new_bytes'])} "
+                      f"({_signed_pct(peak['change_bytes'] / peak['base_bytes'] if peak['base_bytes'] else None)})"
+                      if peak else "; live peak unchanged"))
+    return out
+
+
+def _bytes(x) -> str:
+    return fmt_num(x, "B")
+
+
 def context(base: dict, new: dict) -> dict:
     """What two analyze reports (their JSON ``data``) add to a diff, shown but not gating: each step-breakdown
-    bucket as a share of the step time on both sides (``change_points``: new - base, in points of the step), and
-    the findings by rule id (``new``: only in NEW, ``gone``: only in BASE, ``kept``: on both)."""
+    bucket as a share of the step time on both sides (``change_points``: new - base, in points of the step), the
+    findings by rule id (``new``: only in NEW, ``gone``: only in BASE, ``kept``: on both), and the memory figures
+    that changed (:func:`memory_rows`)."""
     rows = []
     bb, bn = base.get("overview", {}).get("breakdown", {}), new.get("overview", {}).get("breakdown", {})
     if bb.get("step_ps") and bn.get("step_ps"):
@@ -56,7 +112,7 @@ def context(base: dict, new: dict) -> dict:
     fb, fn = by_rule(base), by_rule(new)
     findings = {"new": [fn[k] for k in sorted(set(fn) - set(fb))], "gone": [fb[k] for k in sorted(set(fb) - set(fn))],
                 "kept": sorted(set(fb) & set(fn))}
-    return {"breakdown": rows, "findings": findings}
+    return {"breakdown": rows, "findings": findings, "memory": memory_rows(base, new)}
 
 
 def build(c: Comparison, base_report: dict | None = None, new_report: dict | None = None) -> Diff:
@@ -94,12 +150,12 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def render(diff: Diff, fmt: str, *, top: int = 20, **_) -> str:
+def render(diff: Diff, fmt: str, *, top: int = 20, width: int | None = None, **_) -> str:
     check_format(fmt)
     if fmt == "json":
         return diff.to_json()
     if fmt == "text":
-        return render_text(diff, top=top)
+        return render_text(diff, top=top, width=width)
     return render_markdown(diff, top=top)
 
 
@@ -165,18 +221,26 @@ TITLES = {"regression": "Regressions", "added": "Added (only in NEW)", "removed"
           "improvement": "Improvements"}
 
 
-def render_text(diff: Diff, *, top: int = 20) -> str:
+def render_text(diff: Diff, *, top: int = 20, width: int | None = None) -> str:
+    """The text diff laid out to ``width`` (a file or pipe: the text report's default) by the text report's
+    engine: paragraphs wrap between words, each table row is one line, numbers are never cut (names give way,
+    then columns are left out with a note)."""
+    import functools
+    from tracekit.report.render.text import DEFAULT_WIDTH, fit_para, fit_table
     from tracekit.report.termsafe import safe_tree
+    w = width or DEFAULT_WIDTH
+    fit, wrap = functools.partial(fit_table, width=w), functools.partial(fit_para, width=w)
     d = safe_tree(diff.data)  # names from the traces, printed on a terminal
-    out = [f"tracekit {d['tool']['version']} diff", *headline(d)]
+    out = [f"tracekit {d['tool']['version']} diff", *map(wrap, headline(d))]
     for status in STATUSES[:-1]:
         rows = [r for r in d["ops"] if r["status"] == status]
         if rows:
             out += ["", f"{TITLES[status]}: {len(rows)}"]
-            out += table(OP_HEADERS, [[c[:60] for c in op_cells(r)] for r in rows[:top]], right={4, 5, 6, 7, 8})
+            out.append(fit(OP_HEADERS, [op_cells(r) for r in rows[:top]], right={4, 5, 6, 7, 8}, shrink=(0, 9, 1),
+                           drop=(9, 2, 8, 1, 3)))
             if len(rows) > top:
                 out.append(f"… and {len(rows) - top} more")
-    out += context_lines(d)
+    out += context_lines(d, fit, wrap)
     out += ["", verdict(d)]
     return "\n".join(out) + "\n"
 
@@ -194,16 +258,32 @@ def _finding_names(rows: list) -> str:
     return ", ".join(f"{f['rule_id']} {f['name']} ({f['severity']})" for f in rows) or "none"
 
 
-def context_lines(d: dict) -> list[str]:
-    """The text lines of the step breakdown and findings comparison (shown, not gating; empty without it)."""
+MEMORY_HEADERS = ["program", "bytes", "base", "new", "change"]
+
+
+def _memory_cells(r: dict) -> list[str]:
+    label = dict(MEMORY_FIELDS).get(r["what"], "device peak")
+    pct = r["change_bytes"] / r["base_bytes"] if r["base_bytes"] else None
+    return [r["program"] or "—", label, _bytes(r["base_bytes"]), _bytes(r["new_bytes"]),
+            ("+" if r["change_bytes"] > 0 else "-") + _bytes(abs(r["change_bytes"]))
+            + (f" ({_signed_pct(pct)})" if pct is not None else "")]
+
+
+def context_lines(d: dict, fit, wrap) -> list[str]:
+    """The text lines of the step breakdown, findings and memory comparison (shown, not gating; empty without
+    it), laid out by ``fit`` (tables) and ``wrap`` (paragraphs)."""
     out = []
     if d.get("breakdown"):
         out += ["", "Step breakdown (share of the step time; shown, not tested):"]
-        out += table(BREAKDOWN_HEADERS, [_breakdown_cells(r) for r in d["breakdown"]], right={1, 2, 3})
+        out.append(fit(BREAKDOWN_HEADERS, [_breakdown_cells(r) for r in d["breakdown"]], right={1, 2, 3}))
     if "findings" in d:
         f = d["findings"]
-        out += ["", f"Findings: new in NEW: {_finding_names(f['new'])}; gone: {_finding_names(f['gone'])}; "
-                    f"on both: {', '.join(f['kept']) or 'none'}"]
+        out += ["", wrap(f"Findings: new in NEW: {_finding_names(f['new'])}; gone: {_finding_names(f['gone'])}; "
+                         f"on both: {', '.join(f['kept']) or 'none'}")]
+    if d.get("memory"):
+        out += ["", "Memory (XLA's buffer assignment of the programs that ran; shown, not tested):"]
+        out.append(fit(MEMORY_HEADERS, [_memory_cells(r) for r in d["memory"]], right={2, 3, 4}, shrink=(0,)))
+        out += [wrap(line, indent=2) for line in memory_notes(d["memory"])]
     return out
 
 
@@ -241,6 +321,11 @@ def render_markdown(diff: Diff, *, top: int = 20) -> str:
         f = d["findings"]
         out += ["", "### Findings", "", f"- new in NEW: {esc(_finding_names(f['new']))}",
                 f"- gone: {esc(_finding_names(f['gone']))}", f"- on both: {esc(', '.join(f['kept']) or 'none')}"]
+    if d.get("memory"):
+        out += ["", "### Memory (XLA's buffer assignment of the programs that ran; shown, not tested)", ""]
+        out += markdown.table(MEMORY_HEADERS, [[esc(c) for c in _memory_cells(r)] for r in d["memory"]],
+                              right={2, 3, 4})
+        out += [""] + [f"- {esc(line, None)}" for line in memory_notes(d["memory"])]
     out += ["", f"<sub>tracekit {esc(d['tool']['version'], None)} · diff schema {esc(d['schema'], None)} · impact = "
             "change of the mean × executions in NEW; change = of the median</sub>"]
     return "\n".join(out) + "\n"

@@ -162,7 +162,8 @@ OP_COLUMNS = ["module", "program_id", "op", "opcode", "category", "occurrences",
               "busy_share", "flops", "bytes_accessed", "net_bytes", "intensity_flops_per_byte", "compute_ps",
               "memory_ps", "network_ps", "roofline_ps", "bound_by", "efficiency", "headroom_ps", "dtype",
               "compute_dtype", "cost_source", "unknown_reason", "source_file", "source_line", "op_name", "source",
-              "mxu_util", "mxu_util_source", "dma_wait_share", "dma_wait_ps", "dma_wait_source"]
+              "mxu_util", "mxu_util_source", "dma_wait_share", "dma_wait_ps", "dma_wait_source",
+              "hosts"]
 
 
 def chip_entry(use) -> dict:

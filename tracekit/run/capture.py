@@ -9,7 +9,8 @@ from calls of a Python function.
   stdlib-only bootstrap (:mod:`tracekit.run.script_runner`) that starts ``jax.profiler`` tracing right after the
   script's first XLA compile (so the script can still set ``XLA_FLAGS``/``JAX_PLATFORMS`` or call
   ``jax.distributed.initialize()`` first) and stops it when the script ends, also on an exception or
-  ``sys.exit``. If the script starts its own trace, tracekit's stops first and gives way.
+  ``sys.exit``. If the script starts its own trace, tracekit's stops first and gives way, and the script's own
+  trace is the one analyzed (:func:`own_run`).
 * :func:`capture` traces ``steps`` calls of a function after one warm-up call and returns the Report.
 
 Every failure is a :class:`~tracekit.errors.TraceError` with a one-line message.
@@ -165,13 +166,18 @@ def _python_command(command: list[str]) -> tuple[list[str], list[str]]:
     raise TraceError("no script to run", hint="write: tracekit capture -- python train.py ARGS")
 
 
-def run_script(command: list[str], logdir=None) -> tuple[int, Path | None, str]:
-    """Run the Python command under the profiler. Returns (exit status, run folder or None, logdir)."""
+def run_script(command: list[str], logdir=None) -> tuple[int, Path | None, str, str | None]:
+    """Run the Python command under the profiler. Returns (exit status, run folder or None, logdir, note): when
+    the script traced itself, the run folder is its own trace's and ``note`` says so (:func:`own_run`)."""
     interp, target = _python_command(list(command))
     if target[0] != "-m" and not os.path.isfile(target[0]):
         raise TraceError("no such script", target[0])
     d = _logdir(logdir)
     before = trace_files(d)
+    try:
+        os.remove(os.path.join(d, script_runner.OWN_TRACES))  # (left by an earlier capture into this logdir)
+    except OSError:
+        pass
     # the bootstrap is tracekit.run.script_runner, run in the script's interpreter (which may not have tracekit
     # installed: tracekit goes on PYTHONPATH for the start, and the runner takes it off again)
     env = _with_tracekit_path({**os.environ, script_runner.PATH_ENV: ROOT})
@@ -189,7 +195,32 @@ def run_script(command: list[str], logdir=None) -> tuple[int, Path | None, str]:
             continue
     if rc < 0:
         rc = 128 - rc
-    return rc, new_run(d, before), d
+    own, note = own_run(d)
+    return rc, own or new_run(d, before), d, note
+
+
+def own_run(logdir) -> tuple[Path | None, str | None]:
+    """When the script run under tracekit started its own trace(s) (listed by the runner in
+    :data:`tracekit.run.script_runner.OWN_TRACES`): the run folder holding the newest trace file it wrote, and
+    one line saying that this, not tracekit's trace of the start, is analyzed; else (None, None)."""
+    import json
+    try:
+        with open(os.path.join(logdir, script_runner.OWN_TRACES), encoding="utf-8") as f:
+            starts = [json.loads(ln) for ln in f if ln.strip()]
+    except (OSError, ValueError):
+        return None, None
+    fresh: dict[str, float] = {}
+    for s in starts:  # trace files written in the script's log folders since it started tracing there
+        for p, (mtime, _) in trace_files(s.get("logdir", "")).items():
+            if mtime >= float(s.get("time", 0)) - 1.0:
+                fresh[p] = mtime
+    if not fresh:
+        return None, (f"the script started its own trace ({len(starts)} time(s)) but wrote no trace file "
+                      f"under {', '.join(sorted({str(s.get('logdir')) for s in starts}))}")
+    run = Path(max(fresh, key=fresh.get)).parent
+    runs = {str(Path(p).parent) for p in fresh}
+    more = f" (the newest of {len(runs)} runs it wrote)" if len(runs) > 1 else ""
+    return run, f"the script traced itself: its own trace {run}{more} is analyzed, not tracekit's trace of its start"
 
 
 # ----------------------------------------------------------------------------------------------------------

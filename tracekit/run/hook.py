@@ -12,13 +12,23 @@
         train_step(...)
     hook.close()                                     # or `with tracekit.profile(...) as hook:` around the loop
 
+    with tracekit.profile() as p:                     # no logdir: no files left behind
+        train()
+    p.report                                         # the Report, after the block
+
 The trace goes to ``<logdir>/plugins/profile/<run>/``; the analysis runs in a detached child process
 (:mod:`tracekit.run.hookchild`: its own session, lower CPU priority, ended after ``timeout_s``) started as soon as
 the trace stops, so in the step-window form it overlaps the rest of training. One log line says where the report
 will be. ``close()`` waits for it; a job that exits without ``close()`` does not wait: the child finishes the
 report on its own. The report files (``tracekit-report.json``,
 ``tracekit-report.html``, ...) land in the run folder and a short summary (the top 3 findings with their savings)
-is logged: at WARNING when a finding is a warning or an error, else at INFO.
+is logged at INFO. ``hook.report`` is the :class:`~tracekit.report.envelope.Report` once the analysis is done
+(read from the JSON report; None before, or without one).
+
+Without a ``logdir`` the trace goes to a temporary folder: the analysis writes only its JSON report there,
+``report`` is read from it, and the folder is removed, so nothing is left behind (also when the analysis fails,
+times out, or the job is interrupted). A job that exits without ``close()`` then gets no analysis (nobody is left
+to read it): its trace is removed at exit.
 
 Any failure inside tracekit — a log folder that cannot be created, a profiler trace already running, jax
 missing, a trace that cannot be written or read, the analysis failing or running past ``timeout_s`` — is logged
@@ -49,7 +59,7 @@ from tracekit.run.hookchild import EXTENSIONS
 
 _LOG = logging.getLogger("tracekit")
 SEVERITIES = ("info", "warning", "error")
-DEFAULT_LOGDIR = "tracekit-logs"
+TEMP_PREFIX = "tracekit-profile-"  #: the temporary folder of a profile without a logdir
 STEP_NAME = "train"
 
 
@@ -57,8 +67,9 @@ def profile(logdir=None, *, outputs=("json", "html"), fail_on: str | None = None
             all_processes: bool = False, log: logging.Logger = _LOG, start_step: int | None = None,
             num_steps: int | None = None, threads: int = 1, options=None) -> "Profile":
     """A profiling hook: a context manager, a decorator, or (with ``start_step``/``num_steps``) a step window
-    driven by ``hook.step(i)``. ``logdir`` defaults to ``./tracekit-logs``. The analysis child runs on ``threads``
-    threads (decoding, rules, BLAS; default 1: training keeps the other cores). ``options``: the analysis'
+    driven by ``hook.step(i)``. Without ``logdir`` nothing is left on disk and ``hook.report`` is the result (see
+    the module docstring); ``outputs`` then does not apply. The analysis child runs on ``threads`` threads
+    (decoding, rules, BLAS; default 1: training keeps the other cores). ``options``: the analysis'
     :class:`tracekit.options.Options` (chip, rules, thresholds, ...; ``fail_on`` here is the hook's gate). See the
     module docstring."""
     return Profile(logdir, outputs=outputs, fail_on=fail_on, timeout_s=timeout_s, all_processes=all_processes,
@@ -75,14 +86,15 @@ class Profile:
             self.threads = max(1, int(threads))
         except (TypeError, ValueError):
             self._warn(f"threads={threads!r} is not a number; the analysis runs on one thread")
-        self.logdir, self.timeout_s, self.all_processes = DEFAULT_LOGDIR, 120.0, False
+        self.logdir, self.timeout_s, self.all_processes = None, 120.0, False
+        self.temporary = logdir is None  # no logdir: a temporary folder per trace, removed once read
         self.window, self.start_step, self.num_steps = False, 0, 5
         self.outputs, self.fail_on, self._depth = ["json"], None, 0
         self._reset()
         self._safe(self._configure, logdir, outputs, fail_on, timeout_s, all_processes, start_step, num_steps)
 
     def _configure(self, logdir, outputs, fail_on, timeout_s, all_processes, start_step, num_steps):
-        self.logdir = os.fspath(logdir) if logdir is not None else DEFAULT_LOGDIR
+        self.logdir = os.fspath(logdir) if logdir is not None else None
         self.timeout_s = None if timeout_s is None else float(timeout_s)
         self.all_processes = bool(all_processes)
         self.window = start_step is not None or num_steps is not None
@@ -96,6 +108,8 @@ class Profile:
                 self.outputs.append(fmt)
             else:
                 self._warn(f"unknown report format {fmt!r} ignored (use {', '.join(sorted(EXTENSIONS))})")
+        if self.temporary:  # the JSON report is what `report` is read from; nothing else would outlive the folder
+            self.outputs = ["json"]
         self.fail_on = fail_on
         if fail_on not in (None, "never") + SEVERITIES:
             self._warn(f"fail_on={fail_on!r} is not one of {SEVERITIES}; the findings gate is off")
@@ -148,6 +162,18 @@ class Profile:
         """What the analysis reported: ``run``, ``written``, ``skipped``, ``summary_lines``, ``fails`` ..."""
         return self._result
 
+    @property
+    def report(self):
+        """The :class:`~tracekit.report.envelope.Report` of the analysis once it is done (after ``close()`` or
+        the ``with`` block), read from its JSON report; None before that, when it failed, or without a JSON
+        report."""
+        if self._report is None and self._result and self._result.get("json") and not self.temporary:
+            try:
+                self._report = _read_report(self._result["json"])
+            except Exception as e:  # noqa: BLE001
+                self._warn(f"cannot read the report: {type(e).__name__}: {e}")
+        return self._report
+
     # -- internals ------------------------------------------------------------------------------------------
 
     def _reset(self):
@@ -160,6 +186,7 @@ class Profile:
         self._child = None
         self._exiting = self._at_exit = False
         self._result = None
+        self._report = None
         self._closed = False
         self._gated = False
 
@@ -186,6 +213,9 @@ class Profile:
         import jax
 
         from tracekit.run.capture import trace_files
+        if self.temporary:
+            self._discard()
+            self.logdir = tempfile.mkdtemp(prefix=TEMP_PREFIX)
         os.makedirs(self.logdir, exist_ok=True)
         probe = Path(self.logdir) / f".tracekit-probe-{os.getpid()}"
         probe.write_bytes(b"")  # fail now (before tracing) if the folder is not writable
@@ -235,13 +265,18 @@ class Profile:
         run = new_run(self.logdir, self._before)
         if run is None:
             self._warn(f"the profiler wrote no trace under {self.logdir}")
+            self._discard()
             return
         if not self.all_processes:
             import jax
             idx = jax.process_index()
             if idx != 0:
                 self.log.info("trace in %s; process %d leaves the analysis to process 0", run, idx)
+                self._discard()
                 return
+        if self.temporary and self._at_exit:  # nobody is left to read the report: leave nothing behind
+            self._discard()
+            return
         self._launch(run)
 
     def _launch(self, run: Path):
@@ -264,6 +299,8 @@ class Profile:
         self._child = (child, out, err)
         hookchild.lower_priority(child.pid)  # at once: its interpreter's start-up must not slow the job's next steps
         where = ", ".join(hookchild.report_paths(run, self.outputs)) or f"{run} (no report files: outputs=())"
+        if self.temporary:
+            where = "`.report` of the profile (no logdir: its temporary folder is removed once read)"
         self._info("analyzing %s in the background (process %d); the report will be at %s", run,
                    child.pid, where)
         if not self._at_exit:
@@ -276,6 +313,13 @@ class Profile:
         self._thread.join()
 
     def _watch(self, run: Path):
+        try:
+            self._watch_child(run)
+        finally:
+            if self.temporary:  # read (or failed): the temporary folder goes
+                self._discard()
+
+    def _watch_child(self, run: Path):
         try:
             child, out, err = self._child
             try:
@@ -297,6 +341,8 @@ class Profile:
                 self._warn(f"the analysis of {run} failed: {tail}")
                 return
             res = json.loads(lines[-1])
+            if self.temporary and res.get("json"):  # read before the folder goes
+                self._report = _read_report(res["json"])
             self._result = res
             for fmt, why in (res.get("skipped") or {}).items():
                 self._info("no %s report: %s", fmt, why)
@@ -328,10 +374,21 @@ class Profile:
         try:
             self._end_annotation()
         finally:
-            if self._tracing:
-                self._tracing = False
-                import jax
-                jax.profiler.stop_trace()
+            try:
+                if self._tracing:
+                    self._tracing = False
+                    import jax
+                    jax.profiler.stop_trace()
+            finally:
+                if self.temporary and self._child is None:
+                    self._discard()
+
+    def _discard(self):
+        """Remove the temporary folder of a profile without a logdir (nothing else)."""
+        d = self.logdir
+        if self.temporary and d and os.path.basename(d).startswith(TEMP_PREFIX):
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
 
     def _atexit(self):
         """The job exits without ``close()``: stop tracing and start the analysis, never wait for it (the child
@@ -358,11 +415,7 @@ class Profile:
             hit = [f for f in res.get("findings", [])
                    if SEVERITIES.index(f.get("severity", "info")) >= SEVERITIES.index(self.fail_on)]
             names = ", ".join(f"{f.get('rule_id')} {f.get('name')}" for f in hit[:3])
-            rep, path = None, res.get("json")
-            if path:
-                from tracekit.report.envelope import Report
-                with open(path, encoding="utf-8") as fh:
-                    rep = Report(json.load(fh))
+            rep, path = self.report, None if self.temporary else res.get("json")
             return FindingsError(f"tracekit: {len(hit)} finding(s) reached fail_on={self.fail_on!r}: {names} "
                                  f"(report: {path or res.get('run')})", hit, path, rep)
         except Exception as e:  # noqa: BLE001
@@ -374,6 +427,12 @@ class Profile:
 #: BLAS / OpenMP pools NumPy may start.
 THREAD_VARIABLES = ("TRACEKIT_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMEXPR_NUM_THREADS")
+
+
+def _read_report(path: str):
+    from tracekit.report.envelope import Report
+    with open(path, encoding="utf-8") as fh:
+        return Report(json.load(fh))
 
 
 def child_env(threads: int = 1) -> dict:

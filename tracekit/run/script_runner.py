@@ -3,7 +3,9 @@ tracekit.run.script_runner LOGDIR (script.py | -m module) ARGS``, in the script'
 
 It starts ``jax.profiler`` tracing right after the script's first XLA compile (so the script can still set
 ``XLA_FLAGS``/``JAX_PLATFORMS`` or call ``jax.distributed.initialize()`` first) and stops it when the script ends,
-also on an exception or ``sys.exit``. If the script starts its own trace, tracekit's stops first and gives way.
+also on an exception or ``sys.exit``. If the script starts its own trace (``jax.profiler.start_trace`` or
+``jax.profiler.trace``), tracekit's stops first (or never starts) and gives way, and the script's log folders and
+start times are written to :data:`OWN_TRACES` in tracekit's logdir: the parent analyzes the script's own trace.
 
 The script's interpreter need not have tracekit's dependencies: this module uses the standard library and jax
 only (importing the ``tracekit`` package itself imports nothing else). :func:`tracekit.run.capture.run_script`
@@ -18,6 +20,8 @@ import sys
 
 #: set by the parent: the ``PYTHONPATH`` entry it added, and the value ``PYTHONPATH`` had before (unset: absent)
 PATH_ENV, OLD_PYTHONPATH_ENV = "TRACEKIT_RUNNER_PATH", "TRACEKIT_RUNNER_OLD_PYTHONPATH"
+#: the file in tracekit's logdir that lists the script's own traces: one JSON line per start, {"logdir", "time"}
+OWN_TRACES = ".tracekit-script-traces.jsonl"
 
 
 class Tracer:
@@ -61,9 +65,20 @@ class Tracer:
             self.start()
 
     def user_start(self, *a, **k):
+        """The script's own start_trace: tracekit's trace stops (and never starts later); where the script's
+        trace goes is written down for the parent, which analyzes it instead of tracekit's."""
+        self.done = True
         if self.on:
-            self.warn("the script starts its own profiler trace; tracekit's trace stops here")
             self.stop()
+        logdir = a[0] if a else k.get("log_dir")
+        if logdir is not None:
+            try:
+                import json
+                import time
+                with open(os.path.join(self.logdir, OWN_TRACES), "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"logdir": os.path.abspath(os.fspath(logdir)), "time": time.time()}) + "\n")
+            except Exception as e:  # noqa: BLE001 — the script's own trace goes on regardless
+                self.warn("cannot note the script's own trace: %s: %s" % (type(e).__name__, e))
         return self.orig_start(*a, **k)
 
     def jax_loaded(self) -> None:

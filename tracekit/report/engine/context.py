@@ -30,6 +30,7 @@ class Reduction:
     rules: list  #: [(rule, resolved params)] of every rule, in rule order
     files: int  #: host files of the run (analyzed or left out): more than one makes it a pod
     hosts: list = field(default_factory=list)  #: the analyzed hosts, in order
+    notes: tuple = ()  #: the driver's warnings, before the hosts' (which run of the path was taken)
     chips: dict = field(default_factory=dict)  #: (host, device) -> Chip (``chips``)
     devices: pd.DataFrame | None = None  #: the devices frame, busy_ps_z across the pod (``devices``)
     span: dict = field(default_factory=dict)  #: (host, device) -> span_ps (``devices``)

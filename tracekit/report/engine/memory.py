@@ -23,8 +23,9 @@ def reduce(parts: list, ctx) -> dict:
 
 def merge(views: list):
     """The pod's memory view from the hosts' (in host order): programs, buffers, curves and offload of every
-    distinct program as the first host that has it holds them (a program's executions summed over the hosts),
-    device peaks and allocators of every host, the smallest capacity. One view is returned as it is."""
+    distinct program as the first host that has it holds them (a program's executions summed over the hosts, the
+    hosts it ran on joined), device peaks and allocators of every host, the smallest capacity. One view is
+    returned as it is."""
     from tracekit.analysis.memory import MemoryView
     from tracekit.columns import stack
     if len(views) == 1:
@@ -33,12 +34,16 @@ def merge(views: list):
     seen: set = set()
     progs, bufs, off = [], [], []
     runs: dict = {}
+    ran_on: dict = {}  # program -> the hosts it ran on, every host's together
     for v in views:
         p = v.programs
         mine = list(zip(*(p[k].tolist() for k in key))) if len(p) else []
         if "executions" in p.columns:
             for k, n in zip(mine, p["executions"].tolist()):
                 runs[k] = runs.get(k, 0) + int(n)
+        if "hosts" in p.columns:
+            for k, hs in zip(mine, p["hosts"].tolist()):
+                ran_on.setdefault(k, set()).update(h for h in str(hs).split(",") if h)
         new = [k not in seen for k in mine]
         if not any(new):  # (the common case: the programs of a host before it)
             continue
@@ -54,6 +59,8 @@ def merge(views: list):
     progs = stack(progs) if progs else views[0].programs.iloc[:0]
     if "executions" in progs.columns and len(progs):
         progs["executions"] = [runs.get(k, 0) for k in zip(*(progs[k].tolist() for k in key))]
+    if "hosts" in progs.columns and len(progs):
+        progs["hosts"] = [",".join(sorted(ran_on.get(k, ()))) for k in zip(*(progs[k].tolist() for k in key))]
     bufs = stack(bufs).sort_values("size_bytes", ascending=False, kind="stable", ignore_index=True) if bufs else \
         views[0].buffers.iloc[:0]
     curves, timeline = {}, {}

@@ -1,6 +1,8 @@
-"""Section ``warnings``: what the loader found odd (``warnings[]``, the hosts left out named there too) and the
-roofline's self-check (``model_warnings[]``: ops faster than their roofline, trace costs the shapes contradict,
-a CPU trace away from its machine, a ``--chip`` the trace contradicts)."""
+"""Section ``warnings``: which run of the path was taken, what the loader found odd, whether the hosts were
+profiled together and ran the same programs (:mod:`tracekit.analysis.hostcheck`, from each host's profile window
+and program names), the hosts left out (``warnings[]``), and the roofline's self-check (``model_warnings[]``: ops
+faster than their roofline, trace costs the shapes contradict, a CPU trace away from its machine, a ``--chip``
+the trace contradicts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,14 +17,20 @@ class Part:
     loader: tuple  #: the loader's warnings for this host
     groups: tuple  #: :func:`tracekit.model.peaks.warning_groups` of its ops
     disagreements: tuple  #: the roofline join's cost disagreements
+    profile_span: tuple | None = None  #: (start, stop) wall-clock ns of the host's profile, where the trace says
+    programs: frozenset = frozenset()  #: names of the programs with synchronous op executions on the host
 
 
 def summarize(hv) -> Part:
+    from tracekit.analysis import hostcheck
     from tracekit.model import peaks
-    return Part(tuple(hv.trace.warnings), tuple(peaks.warning_groups(hv.ops, hv.chips)), hv.joined.disagreements)
+    ran = hostcheck.programs_by_host(hv.ops)
+    return Part(tuple(hv.trace.warnings), tuple(peaks.warning_groups(hv.ops, hv.chips)), hv.joined.disagreements,
+                hv.trace.profile_spans.get(hv.host), frozenset(set().union(*ran.values())) if ran else frozenset())
 
 
 def reduce(parts: list, ctx) -> dict:
+    from tracekit.analysis import hostcheck
     from tracekit.ingest import badhosts
     from tracekit.ingest.steps import fold_warnings
     from tracekit.model import peaks
@@ -49,5 +57,7 @@ def reduce(parts: list, ctx) -> dict:
     left_out = badhosts.notices(ctx.failures, len(ctx.summaries))
     ctx.shared["left_out"] = tuple(left_out)
     loader = fold_warnings([w for p in parts for w in p.loader])  # (as loading several hosts folds them)
-    return {"warnings": list(loader) + list(left_out) + [w["message"] for w in mw],
+    hosts = hostcheck.warnings({h: p.profile_span for h, p in zip(ctx.hosts, parts) if p.profile_span},
+                               {h: set(p.programs) for h, p in zip(ctx.hosts, parts)})
+    return {"warnings": list(ctx.notes) + list(loader) + hosts + list(left_out) + [w["message"] for w in mw],
             "model_warnings": clean(list(mw))}

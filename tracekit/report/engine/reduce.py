@@ -15,16 +15,18 @@ from tracekit.report.engine.steps import STEP_ROWS
 SCHEMA = "tracekit.report/1"
 
 
-def report(summaries: list, failures: list, rules: list, options: Options, *, files: int | None = None):
+def report(summaries: list, failures: list, rules: list, options: Options, *, files: int | None = None,
+           notes: tuple = ()):
     """The Report of the analyzed hosts' :class:`~tracekit.report.engine.context.HostSummary` (in host order).
     ``failures``: (host, path, reason) of the hosts left out (named in the warnings); ``rules``: [(rule, resolved
-    params)] of every rule; ``files``: host files of the run (default: analyzed + left out)."""
+    params)] of every rule; ``files``: host files of the run (default: analyzed + left out); ``notes``: the
+    driver's own warnings, first (which run or sub-folder of the path was taken: ingest/locate.choose)."""
     from tracekit.analysis import coverage
     from tracekit.report import engine, invariants, trust
     from tracekit.report.envelope import Report, clean, display_path, version
     ctx = Reduction(summaries=list(summaries), failures=list(failures), options=options, rules=list(rules),
                     files=files if files is not None else len(summaries) + len(failures),
-                    hosts=[s.host for s in summaries])
+                    hosts=[s.host for s in summaries], notes=tuple(notes))
     data: dict = {}
     for section in engine.sections():
         data.update(section.reduce(ctx.parts(section.NAME), ctx))

@@ -19,11 +19,18 @@ NOTE = ("time = mean per execution; skew = waiting for the last participant to a
 RIGHT = {2, 4, 5, 6, 7, 8, 9, 10}
 
 
-def rows(ic: dict, limit: int = ROWS) -> list[list[str]]:
+def names(ic: dict, limit: int = ROWS, hosts: int = 1) -> list[str]:
+    """The first ``limit`` collective ops' names, told apart where they collide: ``module:op`` across modules,
+    ``op [host]`` across same-named programs of different hosts (``hosts``: how many the report covers)."""
+    from tracekit.report.render.sections import distinct_names
+    return distinct_names((ic.get("collectives") or [])[:limit], "op", hosts)
+
+
+def rows(ic: dict, limit: int = ROWS, hosts: int = 1) -> list[list[str]]:
     """The table's cells (text) for the first ``limit`` collective ops of the report's ``interconnect`` data."""
     out = []
-    for r in (ic.get("collectives") or [])[:limit]:
-        out.append([str(r.get("op") or ""), str(r.get("kind") or ""), str(r.get("group_size") or "—"),
+    for r, name in zip((ic.get("collectives") or [])[:limit], names(ic, limit, hosts)):
+        out.append([name, str(r.get("kind") or ""), str(r.get("group_size") or "—"),
                     str(r.get("span") or "—"), str(r.get("executions") or 0), fmt_time(r.get("time_ps")),
                     fmt_time(r.get("skew_ps")), fmt_num(r.get("algbw_bytes_per_s"), "B/s"),
                     fmt_num(r.get("busbw_bytes_per_s"), "B/s"), fmt_time(r.get("predicted_ps")),
@@ -40,9 +47,10 @@ def topology_line(ic: dict) -> str:
     return f"{chip}{t.get('description', '')} [{t.get('source', '')}]"
 
 
-def notes(ic: dict, limit: int = ROWS) -> list[tuple[str, str]]:
-    """(op, note) for the ops whose row carries a note."""
-    return [(str(r["op"]), str(r["note"])) for r in (ic.get("collectives") or [])[:limit] if r.get("note")]
+def notes(ic: dict, limit: int = ROWS, hosts: int = 1) -> list[tuple[str, str]]:
+    """(op, note) for the ops whose row carries a note (the op named as in :func:`rows`)."""
+    return [(name, str(r["note"])) for r, name in zip((ic.get("collectives") or [])[:limit], names(ic, limit, hosts))
+            if r.get("note")]
 
 
 def title(ic: dict, shown: int) -> str:
@@ -52,16 +60,17 @@ def title(ic: dict, shown: int) -> str:
 
 def markdown_lines(d: dict, esc, table, limit: int = ROWS) -> list[str]:
     """Markdown lines (``esc`` and ``table`` are the Markdown renderer's escaping and table helpers)."""
+    from tracekit.report.render.sections import n_hosts
     ic = d.get("interconnect") or {}
-    cells = rows(ic, limit)
+    cells = rows(ic, limit, n_hosts(d))
     if not cells:
         return []
     out = [f"### Collectives: measured vs predicted ({ic.get('collective_ops', len(cells))} op(s))", "",
            f"Topology: {esc(topology_line(ic), None)}", "", esc(NOTE, None), "",
            *table(HEADERS, [[esc(c) for c in r] for r in cells], RIGHT), ""]
-    for r in (ic.get("collectives") or [])[:limit]:
+    for r, name in zip((ic.get("collectives") or [])[:limit], names(ic, limit, n_hosts(d))):
         if r.get("phases"):
-            out.append(f"- {esc(r['op'])}: {esc(r['phases'], 300)}" + (f" — {esc(r['note'], 300)}" if r.get("note")
+            out.append(f"- {esc(name)}: {esc(r['phases'], 300)}" + (f" — {esc(r['note'], 300)}" if r.get("note")
                                                                         else ""))
     return out + [""]
 
@@ -72,10 +81,11 @@ def html_section(d: dict, limit: int = 50) -> str:
     recs = (ic.get("collectives") or [])[:limit]
     if not recs:
         return ""
+    from tracekit.report.render.sections import n_hosts
     e = _html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in HEADERS + ["phases", "note"])
     body = []
-    for r, cells in zip(recs, rows(ic, limit)):
+    for r, cells in zip(recs, rows(ic, limit, n_hosts(d))):
         raw = [("" if r.get(k) is None else str(r.get(k))) for k in KEYS]  # what the table sorts by
         tds = "".join(f'<td class="n" data-v="{e(v)}">{e(c)}</td>' if i in RIGHT
                       else f'<td data-v="{e(v)}">{e(c)}</td>' for i, (c, v) in enumerate(zip(cells, raw)))

@@ -209,10 +209,12 @@ OP_COLUMNS = (("op", "op", "text"), ("module", "module", "text"), ("category", "
               ("cost from", "cost_source", "text"), ("source", "source", "text"))
 
 
-def ops_table(ops: list[dict]) -> str:
-    rows = [dict(o, source=f"{o['source_file']}:{o.get('source_line')}" if o.get("source_file") else None)
-            for o in ops]
+def ops_table(ops: list[dict], n_hosts: int = 1) -> str:
+    rows = [dict(o, source=f"{o['source_file']}:{o.get('source_line')}" if o.get("source_file") else None,
+                 hosts=o.get("hosts") or None) for o in ops]
     cols = [c for c in OP_COLUMNS if any(r.get(c[1]) not in (None, "") for r in rows)]
+    if n_hosts > 1:  # a trace of several hosts: which hosts ran the row's program
+        cols.insert(2, ("hosts", "hosts", "text"))
     head = "".join(f"<th>{e(h)}</th>" for h, _, _ in cols)
     body = "".join("<tr>" + "".join(_cell(r.get(k), kind) for _, k, kind in cols) + "</tr>" for r in rows)
     return f'<table class="sortable ops"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -382,7 +384,7 @@ def body(d: dict, *, top: int = 25) -> str:
         f"<section id=\"devices\"><h2>Time per device</h2>{dev}</section></div>\n"
         f"<section id=\"timeline\"><h2>Steps on each device</h2>{timeline}</section>\n"
         f"{custom_calls_html(d.get('custom_calls') or {})}"
-        f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops)}</div>"
+        f"<section id=\"ops\"><h2>Top {len(ops)} ops by time</h2><div class=\"scroll\">{ops_table(ops, sections.n_hosts(d))}</div>"
         f"<p class=\"params\">efficiency = roofline time / measured time; headroom = measured - roofline time; "
         f"click a header to sort. {e(EFF_MARKS_NOTE)}</p>{kernels.html_list(d, top)}</section>\n"
         f"{coll_section.html_section(d)}")

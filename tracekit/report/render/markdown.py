@@ -155,7 +155,7 @@ def finding_details(i: int, f: dict) -> list[str]:
 
 
 TOP_OP_COLUMNS = (  # header, key, kind (time | si | pct | text | int | float)
-    ("op", "op", "text"), ("module", "module", "text"), ("category", "category", "text"),
+    ("op", "op", "text"), ("module", "module", "text"), ("hosts", "hosts", "hosts"), ("category", "category", "text"),
     ("n", "occurrences", "int"), ("total", "total_ps", "time"), ("mean", "mean_ps", "time"),
     ("busy share", "busy_share", "pct"), ("FLOPs", "flops", "si:FLOP"), ("bytes", "bytes_accessed", "si:B"),
     ("intensity (FLOP/B)", "intensity_flops_per_byte", "float"), ("bound by", "bound_by", "text"),
@@ -163,11 +163,11 @@ TOP_OP_COLUMNS = (  # header, key, kind (time | si | pct | text | int | float)
     ("source", "source_file", "source"))
 
 
-def top_ops_table(ops: list[dict]) -> list[str]:
+def top_ops_table(ops: list[dict], n_hosts: int = 1) -> list[str]:
     heads, cols, right = [], [], set()
     for j, (head, key, kind) in enumerate(TOP_OP_COLUMNS):
         vals = [r.get(key) for r in ops]
-        if (kind == "source" and not any(vals)) or all(v is None for v in vals):
+        if (kind == "source" and not any(vals)) or all(v is None for v in vals) or (kind == "hosts" and n_hosts < 2):
             continue
         if kind == "time":
             unit, div = column_unit(vals, _TIME_UNITS)
@@ -179,7 +179,7 @@ def top_ops_table(ops: list[dict]) -> list[str]:
             div, head = 0.01, f"{head} (%)"
         else:
             div = 1.0
-        if kind not in ("text", "source"):
+        if kind not in ("text", "source", "hosts"):
             right.add(len(heads))
         heads.append(head)
         cols.append((key, kind, div))
@@ -190,6 +190,8 @@ def top_ops_table(ops: list[dict]) -> list[str]:
             v = r.get(key)
             if kind == "text":
                 cells.append(esc(v) if v not in (None, "") else "—")
+            elif kind == "hosts":
+                cells.append(esc(v) if v else "—")
             elif kind == "source":
                 cells.append(esc(f"{_basename(v)}:{r.get('source_line')}") if v else "—")
             elif kind == "int":
@@ -244,7 +246,7 @@ def render(report, *, top: int = 12, **_) -> str:
     ops = (d.get("top_ops") or [])[:top]
     if ops:
         out += [f"### Top {len(ops)} ops by time (of {d['summary']['op_executions']:,} executions)", "",
-                OPS_NOTE, "", *top_ops_table(ops), ""]
+                OPS_NOTE, "", *top_ops_table(ops, sections.n_hosts(d)), ""]
         if any(eff_mark(o.get("efficiency")) for o in ops):
             out += [esc(EFF_MARKS_NOTE, None), ""]
         measured = kernels.lines(d, top)  # the trace's own counters and pipeline stages, beside the roofline

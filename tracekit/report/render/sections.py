@@ -22,6 +22,40 @@ def _b(x) -> str:
     return fmt_num(x, "B")
 
 
+# ------------------------------------------------------------------------------------------------ host labels
+def n_hosts(d: dict) -> int:
+    """How many hosts the report covers."""
+    return int((d.get("summary") or {}).get("hosts") or len({i.get("host") for i in d.get("inputs") or []}) or 1)
+
+
+def device_name(r: dict, multi: bool) -> str:
+    """A row's device, as ``host/device`` when the report covers several hosts (CPU:0 of two hosts is two
+    devices)."""
+    return f"{r.get('host')}/{r.get('device')}" if multi and r.get("host") is not None else str(r.get("device"))
+
+
+def distinct_names(rows: list[dict], name: str, n: int, module: bool = True) -> list[str]:
+    """Names of rows (``rows[i][name]``) that tell them apart: the name alone; ``module:name`` where it is in
+    several modules (custom-call.1 of two programs); `` [hosts]`` after it where same-named programs of
+    different hosts share it (a CPU program numbered by each process); `` [#program id]`` as the last resort."""
+    from tracekit.analysis.hostcheck import hosts_label
+    by: dict = {}
+    for r in rows:
+        by.setdefault(str(r.get(name)), []).append(r)
+    out = []
+    for r in rows:
+        same, label = by[str(r.get(name))], str(r.get(name))
+        if len(same) > 1 and module and len({x.get("module") for x in same}) > 1:
+            label = f"{r.get('module')}:{label}"
+        twins = {x.get("program_id"): x for x in same if not module or x.get("module") == r.get("module")}
+        if len(twins) > 1:  # the same name in several programs
+            hl = [hosts_label(x.get("hosts"), n) for x in twins.values()]
+            mine = hosts_label(r.get("hosts"), n)
+            label += f" [{mine}]" if mine and hl.count(mine) == 1 else f" [#{r.get('program_id')}]"
+        out.append(label)
+    return out
+
+
 def _util(x) -> str:
     """A utilization, flagged when above 100% (a peak or a count is off: never shown as if it were fine)."""
     if x is None:
@@ -212,7 +246,8 @@ def memory_facts(d: dict) -> list[tuple[str, str]]:
     devs = m.get("devices") or []
     if devs:
         top = max(devs, key=lambda r: (r.get("peak_bytes") or 0))
-        out.append(("device peak", f"{_b(top['peak_bytes'])} ({_util(top.get('share'))} of device memory) on {top['device']} "
+        out.append(("device peak", f"{_b(top['peak_bytes'])} ({_util(top.get('share'))} of device memory) on "
+                                   f"{device_name(top, n_hosts(d) > 1)} "
                                    f"while {top['programs_at_peak']} runs; up to {_b(top.get('upper_bytes'))} if the "
                                    "other programs' arguments stay live"))
     for o in m.get("offload") or []:
@@ -237,14 +272,20 @@ PROGRAM_HEADERS = ["program", "space", "arguments", "outputs", "aliased", "tempo
 BUFFER_HEADERS = ["size", "kind", "program", "instruction", "shape", "source"]
 
 
+def _ran(p: dict) -> bool:
+    """Whether a program ran in the window (unknown counts as ran)."""
+    return p.get("executions") is None or p["executions"] > 0
+
+
 def program_rows(d: dict, n: int = 8) -> list[list[str]]:
     m = d.get("memory") or {}
     cap = m.get("capacity_bytes")
     rows = []
-    ran = [p for p in (m.get("programs") or []) if p.get("executions") is None or p["executions"] > 0]
-    for p in [p for p in ran if p["memory_space"] in ("device", "host")][:n]:  # only programs run in the window
+    ran = [p for p in (m.get("programs") or []) if _ran(p) and p["memory_space"] in ("device", "host")][:n]
+    names = distinct_names([{**p, "op": p["module"]} for p in ran], "op", n_hosts(d), module=False)
+    for p, name in zip(ran, names):  # only programs run in the window
         share = p["live_peak_bytes"] / cap if cap and p["memory_space"] == "device" else None
-        rows.append([p["module"], p["memory_space"], _b(p["argument_bytes"]), _b(p["output_bytes"]),
+        rows.append([name, p["memory_space"], _b(p["argument_bytes"]), _b(p["output_bytes"]),
                      _b(p["alias_bytes"]), _b(p["temp_bytes"]),
                      _b(p["live_peak_bytes"]) + (" (heap sim)" if p.get("live_peak_source") == "heap simulator" else ""),
                      fmt_pct(share) if share is not None else "—"])
@@ -252,11 +293,18 @@ def program_rows(d: dict, n: int = 8) -> list[list[str]]:
 
 
 def buffer_rows(d: dict, n: int = BUFFER_ROWS) -> list[list[str]]:
+    """The largest buffers of the programs that ran in the window."""
+    m = d.get("memory") or {}
+    idle = {(p.get("module"), p.get("program_id")) for p in m.get("programs") or [] if not _ran(p)}
+    progs = [p for p in m.get("programs") or [] if _ran(p)]
+    label = dict(zip([(p.get("module"), p.get("program_id")) for p in progs],
+                     distinct_names([{**p, "op": p["module"]} for p in progs], "op", n_hosts(d), module=False)))
     rows = []
-    for b in ((d.get("memory") or {}).get("buffers") or [])[:n]:
+    for b in [b for b in m.get("buffers") or [] if (b.get("module"), b.get("program_id")) not in idle][:n]:
         src = f"{str(b.get('source_file') or '').rsplit('/', 1)[-1]}:{b.get('source_line')}" if b.get("source_file") \
             else "—"
-        rows.append([_b(b["size_bytes"]), f"{b['kind']} ({b['memory_space']})", b["module"], b.get("instruction") or "",
+        rows.append([_b(b["size_bytes"]), f"{b['kind']} ({b['memory_space']})",
+                     label.get((b.get("module"), b.get("program_id")), b["module"]), b.get("instruction") or "",
                      b.get("shape") or "", src])
     return rows
 

@@ -66,12 +66,16 @@ def device_range(names: list[str]) -> str:
     """'CPU:0–7 (8 devices)' for CPU:0..CPU:7 in any order (device ids sort as numbers: CPU:10 after CPU:9);
     'GPU:1,4,6 (3 devices)'; mixed kinds listed as they are."""
     parts = [_DEV.match(n) for n in names]
-    if all(parts) and len({p.group(1) for p in parts}) == 1:
-        nums = sorted(int(p.group(2)) for p in parts)
-        prefix = parts[0].group(1)
-        if nums == list(range(nums[0], nums[0] + len(nums))):
-            return f"{prefix}{nums[0]}–{nums[-1]} ({len(nums)} devices)"
-        return f"{prefix}{','.join(map(str, nums))} ({len(nums)} devices)"
+    if all(parts):  # per kind (and host: hostA/CPU:0–7, hostB/CPU:0–7 (16 devices))
+        by: dict = {}
+        for p in parts:
+            by.setdefault(p.group(1), []).append(int(p.group(2)))
+        out = []
+        for prefix, nums in by.items():
+            nums = sorted(nums)
+            contiguous = len(nums) > 1 and nums == list(range(nums[0], nums[0] + len(nums)))
+            out.append(f"{prefix}{nums[0]}–{nums[-1]}" if contiguous else f"{prefix}{','.join(map(str, nums))}")
+        return f"{', '.join(out)} ({len(names)} devices)"
     return f"{', '.join(names)} ({len(names)} devices)"
 
 
@@ -209,11 +213,11 @@ def render(report, *, top: int = 12, color: bool = False, width: int | None = No
     _ops(o, d, s, top)
     _custom_calls(o, d.get("custom_calls") or {})
     _collectives(o, d)
-    _memory(o, d)
     inference_section.lay_out(o, d, _safe)  # the serving programs (render/inference.py)
     for line in sections.extra_text(d):  # (the registered sections that show themselves)
         o.para(line)
     _findings(o, d)
+    _memory(o, d)  # after the findings, laid out as `tracekit memory` lays it out
     if any("trust" in x for x in d.get("findings") or []) or (s.get("trust")):
         o.para(legend())
     for w in d.get("warnings") or []:
@@ -229,7 +233,8 @@ def _steps(o: _Out, d: dict) -> None:
     if not st:
         return
     o.blank()
-    rows = [[_safe(r["device"]), str(r["steps"]), fmt_time(r["mean_ps"]), fmt_time(r["median_ps"]),
+    multi = sections.n_hosts(d) > 1  # CPU:0 of two hosts is two devices: host/device
+    rows = [[_safe(sections.device_name(r, multi)), str(r["steps"]), fmt_time(r["mean_ps"]), fmt_time(r["median_ps"]),
              fmt_time(r["p90_ps"]), fmt_time(r["max_ps"])] for r in st]
     rows = fold_devices(rows)
     shown = rows[:16]
@@ -254,13 +259,11 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
     if not ops:
         return
     o.blank()
-    mods: dict = {}
-    for r in ops:  # an op name in several modules (custom-call.1 of two programs) is shown as module:op
-        mods.setdefault(r["op"], set()).add(r.get("module"))
-    rows = [[_safe(f"{r.get('module')}:{r['op']}" if len(mods[r["op"]]) > 1 else r["op"]), _safe(r["category"]), str(r["occurrences"]), fmt_time(r["total_ps"]),
+    names = sections.distinct_names(ops[:top], "op", sections.n_hosts(d))  # module:op, op [host] where names collide
+    rows = [[_safe(name), _safe(r["category"]), str(r["occurrences"]), fmt_time(r["total_ps"]),
              fmt_pct(r["busy_share"]), fmt_num(r.get("flops")), fmt_num(r.get("bytes_accessed"), "B"),
              _safe(r.get("bound_by") or "—"), fmt_eff(r.get("efficiency")), fmt_time(r.get("headroom_ps")),
-             _safe(r.get("cost_source") or "")] for r in ops[:top]]
+             _safe(r.get("cost_source") or "")] for r, name in zip(ops[:top], names)]
     o.table(f"Top ops by time (of {s['op_executions']:,} executions)",
             ["op", "category", "n", "time", "share", "flops", "bytes", "bound", "eff", "headroom", "src"], rows,
             right={2, 3, 4, 5, 6, 8, 9}, shrink=(0, 1), drop=(10, 1, 6, 5, 9))
@@ -276,13 +279,13 @@ def _ops(o: _Out, d: dict, s: dict, top: int) -> None:
 def _collectives(o: _Out, d: dict) -> None:
     """Per collective op: measured vs predicted on the topology (:mod:`tracekit.report.render.collectives`)."""
     ic = d.get("interconnect") or {}
-    cells = coll_section.rows(ic)
+    cells = coll_section.rows(ic, hosts=sections.n_hosts(d))  # (op [host]: same-named programs of two hosts)
     if not cells:
         return
     o.blank()
     o.table(_safe(coll_section.title(ic, len(cells))), coll_section.HEADERS, [[_safe(c) for c in r] for r in cells],
             right=coll_section.RIGHT, shrink=(0, 3), drop=(3, 1, 8))
-    for op, note in coll_section.notes(ic)[:5]:
+    for op, note in coll_section.notes(ic, hosts=sections.n_hosts(d))[:5]:
         o.para(f"{_safe(op)}: ", _safe(note), indent=2)
 
 
@@ -321,19 +324,18 @@ def _overview(o: _Out, d: dict) -> None:
 
 
 def _memory(o: _Out, d: dict) -> None:
-    """XLA's buffer assignment (:mod:`tracekit.report.render.sections`): facts, programs, largest buffers."""
-    facts = sections.memory_facts(d)
-    if not facts:
+    """XLA's buffer assignment (:func:`tracekit.report.render.sections.memory_text`, as ``tracekit memory``
+    shows it): facts, the programs that ran in the window, their largest buffers; laid out to the width by this
+    module's engine (columns left out with a note, numbers never cut)."""
+    import functools
+    from rich.text import Text
+    lines = sections.memory_text(d, fit=functools.partial(fit_table, width=o.c.width),
+                                 wrap=functools.partial(fit_para, width=o.c.width))
+    if not lines:
         return
     o.blank()
-    o.para("Memory (XLA's buffer assignment)")
-    for k, v in facts:
-        o.para(f"{k}: ", _safe(v), indent=2)
-    o.table("", sections.PROGRAM_HEADERS, [[_safe(c) for c in r] for r in sections.program_rows(d)],
-            right={2, 3, 4, 5, 6, 7}, shrink=(0,))
-    if (d.get("memory") or {}).get("buffers"):
-        o.table("largest buffers:", sections.BUFFER_HEADERS, [[_safe(c) for c in r] for r in sections.buffer_rows(d)],
-                right={0}, shrink=(3, 4, 5, 2), drop=(5, 4))
+    for line in lines:
+        o.c.print(Text(line), overflow="ignore", crop=False, soft_wrap=True)
 
 
 def _findings(o: _Out, d: dict) -> None:
