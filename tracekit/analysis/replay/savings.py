@@ -101,11 +101,13 @@ def _replayed(hv, own: list) -> HostReplay:
     return HostReplay(hv.host, devices, base, tuple(alone), together, steps, s.steps_how, replayed=True)
 
 
-def merge(parts: list, findings: list, rule_list: list) -> dict:
+def merge(parts: list, findings: list, rule_list: list, floor_ps: float | None = None) -> dict:
     """The summary's ``replay``: ``basis`` ('replay' | 'claims'), ``step_ps`` (the replayed measured step),
     ``all_fixed_step_ps``, ``savings_ps`` (all together, per step), ``per_finding`` ({rule id: per-step saving}),
     ``not_replayed`` (rule ids), ``steps_replayed``, ``note``. ``parts``: every host's :class:`HostReplay`, in host
-    order; ``findings``: the report's; ``rule_list``: every rule."""
+    order; ``findings``: the report's; ``rule_list``: every rule; ``floor_ps``: the roofline's possible step (the
+    overview's lower bound, which counts what the replay does not model: virtual CPU devices sharing the host's
+    cores): a replayed step below it is held at it, and the note says so."""
     by_id = {r.id: r for r in rule_list}
     playable = [f.rule_id for f in findings if f.rule_id in by_id and fixes.action(by_id[f.rule_id])]
     out = {"basis": "claims", "per_finding": {}, "not_replayed": [f.rule_id for f in findings
@@ -123,18 +125,24 @@ def merge(parts: list, findings: list, rule_list: list) -> dict:
         return float(max(np.max(scenario(p)) if len(p.devices) else -np.inf for p in parts))
 
     base = slowest(lambda p: p.base)
+    floor = float(floor_ps) if floor_ps is not None and np.isfinite(floor_ps) and floor_ps > 0 else 0.0
+    floor = min(floor, base)  # (a floor above the measured step says nothing about a fix)
     per = {}
     for rid in playable:
         if not any(rid == a for p in parts for a, _ in p.alone):
             out["not_replayed"].append(rid)
             continue
-        step = slowest(lambda p: dict(p.alone).get(rid, p.base))
+        step = max(slowest(lambda p: dict(p.alone).get(rid, p.base)), floor)
         per[rid] = max(int(round(base - step)), 0)
-    after = slowest(lambda p: p.together)
+    raw_after = slowest(lambda p: p.together)
+    after = max(raw_after, floor)
     hows = list(dict.fromkeys(p.how for p in parts))
     how = hows[0] if len(hows) == 1 else "; ".join(f"{p.host}: {p.how}" for p in parts)
     out.update({"basis": "replay", "step_ps": int(round(base)), "all_fixed_step_ps": int(round(after)),
                 "savings_ps": max(int(round(base - after)), 0), "per_finding": per,
                 "steps_replayed": int(len(np.unique(np.concatenate([p.steps for p in parts])))),
-                "note": f"per step, along the critical path ({how})"})
+                "note": f"per step, along the critical path ({how})"
+                + (f"; the replay reached {raw_after / 1e9:.3g} ms, below the roofline's possible step, and is held "
+                   f"at it ({after / 1e9:.3g} ms: the lower bound counts what the replay does not model, such as "
+                   "devices sharing a host's cores)" if raw_after < floor else "")})
     return out

@@ -28,7 +28,9 @@ def reduce(parts: list, ctx) -> dict:
         rep = {"basis": "claims", "per_finding": {}, "not_replayed": [f.rule_id for f in ctx.findings],
                "note": "not replayed (Options.replay off: --no-replay)"}
     else:
-        rep = savings.merge(parts, ctx.findings, [r for r, _ in ctx.rules])
+        ov = getattr(ctx, "overview", None)
+        floor = (getattr(ov, "roofline", None) or {}).get("possible_step_ps")
+        rep = savings.merge(parts, ctx.findings, [r for r, _ in ctx.rules], floor_ps=floor)
     ctx.headline["replay"] = rep
     per = rep.get("per_finding", {})
     found = ctx.shared.get("findings", [])

@@ -104,7 +104,10 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                     f"({src}{_partial(f) if f.get('kind') == 'hardware' else ''}) on "
                     f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
                     f"({peak_origin(f.get('peak_source'))}){tag(f.get('trust'))}"))
-    if f.get("formula") and f.get("per_step") is not None:
+    if f.get("formula") and f.get("per_step") is not None and f.get("mfu") is None:  # (HFU: the line above)
+        out.append(("MFU", "unknown: no model FLOP count (--model-flops-per-step N, or --model transformer for "
+                           "6·N·tokens of the recovered shapes)"))
+    elif f.get("formula") and f.get("per_step") is not None:
         out.append(("MFU and HFU", mfu_hfu(f) + tag(f.get("trust"))))
     bw = ov.get("bandwidth") or {}
     parts, classes = [], []
