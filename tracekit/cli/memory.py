@@ -28,7 +28,7 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     fmt = output_format(fmt, output, ("json", "markdown"), "text")  # a bad -o path fails before the trace is read
     from tracekit.analysis import memory
     from tracekit.report import envelope
-    from tracekit.report.render import markdown, sections
+    from tracekit.report.render import markdown, memview
     tr = load_trace(path, run=run, **limits(max_size, max_events))
     from tracekit.model import roofline
     mv = memory.build(tr, roofline.device_chips(tr, chip))
@@ -40,12 +40,12 @@ def memory_cmd(path, run, fmt, output, chip, top, max_size, max_events):
     elif not data["memory"].get("programs"):
         text = "no buffer assignment in this trace (its HLO protos carry none): no memory view\n"
     elif fmt == "markdown":
-        text = "\n".join(sections.markdown(data, markdown.esc, markdown.table)).rstrip() + "\n"
+        text = "\n".join(memview.markdown(data, markdown.esc, markdown.table)).rstrip() + "\n"
     else:
         import functools
         from tracekit.report.render.text import fit_para, fit_table
         w = term_width()
-        text = "\n".join(sections.memory_text(data, buffers=top, fit=functools.partial(fit_table, width=w),
+        text = "\n".join(memview.memory_text(data, buffers=top, fit=functools.partial(fit_table, width=w),
                                                wrap=functools.partial(fit_para, width=w))) + "\n"
     if output is not None:
         write_output(output, text, "text" if fmt == "text" else fmt)

@@ -20,7 +20,7 @@ import json
 import math
 
 from tracekit.report.render import collectives as coll_section, inference as inference_section
-from tracekit.report.render import kernels
+from tracekit.report.render import kernels, memview
 from tracekit.report.render import sections
 from tracekit.report.trust import legend, tag
 from tracekit.report.render import timeline_html as tlh
@@ -378,7 +378,7 @@ def body(d: dict, *, top: int = 25) -> str:
         f"{findings_html(d.get('findings') or [])}"
         f"{'<p class=params>' + e(legend()) + '</p>' if any('trust' in x for x in d.get('findings') or []) else ''}"
         f"</section>\n"
-        f"{sections.overview_html(d)}{sections.memory_html(d)}{inference_section.html_section(d)}"
+        f"{sections.overview_html(d)}{memview.memory_html(d)}{inference_section.html_section(d)}"
         f"{sections.extra_html(d)}"  # findings first, then overview, then memory
         f"<div class=\"charts\"><section id=\"roofline\"><h2>Roofline</h2>{chart}</section>\n"
         f"<section id=\"devices\"><h2>Time per device</h2>{dev}</section></div>\n"

@@ -10,7 +10,7 @@ import html
 
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import inference as inference_section
-from tracekit.report.render import kernels
+from tracekit.report.render import kernels, memview
 from tracekit.report.render import sections
 from tracekit.report.trust import legend, tag
 from tracekit.units import EFF_MARKS_NOTE, eff_mark, fmt_num, fmt_pct, fmt_time
@@ -231,7 +231,7 @@ def _basename(path: str) -> str:
 def render(report, *, top: int = 12, **_) -> str:
     d = report.data if hasattr(report, "data") else report
     inputs = ", ".join(code(i["path"], False) for i in d.get("inputs") or [])
-    out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table),
+    out = [f"## tracekit report: {inputs}", "", *sections.markdown(d, esc, table), *memview.markdown(d, esc, table),
            *inference_section.markdown(d, esc, table),
            *sections.extra_markdown(d, esc), *headline(d), ""]
     f = d.get("findings") or []

@@ -8,14 +8,13 @@ import re
 
 from tracekit.report.render.parallelism import mfu_hfu
 from tracekit.report.trust import CLASSES, tag
-from tracekit.units import fmt_num, fmt_pct, fmt_time, table
+from tracekit.units import fmt_num, fmt_pct, fmt_time
 
 BUCKET_LABELS = (("compute_bound_ps", "compute-bound compute"), ("memory_bound_ps", "memory-bound compute"),
                  ("compute_other_ps", "compute, roofline unknown"), ("collective_exposed_ps", "exposed collectives"),
                  ("offload_wait_ps", "waiting on host-offload copies"), ("async_wait_ps", "waiting on async copies"),
                  ("host_idle_ps", "idle between steps (no program running: host or input)"),
                  ("launch_idle_ps", "launch gaps between host-launched ops"), ("other_idle_ps", "other idle"))
-BUFFER_ROWS = 8
 
 
 def _b(x) -> str:
@@ -56,7 +55,7 @@ def distinct_names(rows: list[dict], name: str, n: int, module: bool = True) -> 
     return out
 
 
-def _util(x) -> str:
+def fmt_util(x) -> str:
     """A utilization, flagged when above 100% (a peak or a count is off: never shown as if it were fine)."""
     if x is None:
         return "—"
@@ -100,7 +99,7 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
                else "given by --model-flops-per-step" if src.startswith("--") else "HLO cost model, recomputation "
                "included")
         out.append((f["label"],
-                    f"{_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
+                    f"{fmt_util(f.get('utilization'))}: {fmt_num(f.get('per_step'), 'FLOP')} per step "
                     f"({src}{_partial(f) if f.get('kind') == 'hardware' else ''}) on "
                     f"{fmt_num(f.get('peak_flops_per_s'), 'FLOP/s')} {f.get('dtype')} peak "
                     f"({peak_origin(f.get('peak_source'))}){tag(f.get('trust'))}"))
@@ -117,7 +116,7 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         b = bw.get(key) or {}
         if b.get("bytes_per_step"):
             parts.append(f"{name} {fmt_num(b.get('achieved_bytes_per_s'), 'B/s')} of "
-                         f"{fmt_num(b.get('peak_bytes_per_s'), 'B/s')} ({_util(b.get('utilization'))}"
+                         f"{fmt_num(b.get('peak_bytes_per_s'), 'B/s')} ({fmt_util(b.get('utilization'))}"
                          f"{_partial(b, 'bytes')})")
             classes.append(b.get("trust"))
     if parts:
@@ -131,7 +130,7 @@ def overview_facts(d: dict) -> list[tuple[str, str]]:
         out.append(("roofline", f"{fmt_time(r['possible_step_ps'])} per step is possible ({r.get('bound_by')} at its "
                                 f"roofline, the rest hidden{_partial(r, 'a roofline', measured=True)}): the steps "
                                 f"take {_times(ratio)} that{odd}; {(f.get('label') or 'utilization')} would be "
-                                f"{_util(r.get('utilization_at_possible'))}{tag(r.get('trust'))}"))
+                                f"{fmt_util(r.get('utilization_at_possible'))}{tag(r.get('trust'))}"))
     elif r.get("known_share") == 0:
         out.append(("roofline", "unknown: no compute op in the steps has a roofline (the trace has no HLO, or none of "
                                 "its compute ops is priced)"))
@@ -240,78 +239,6 @@ def breakdown_line(rows: list[tuple[str, int, float]]) -> str:
     return ", ".join(parts)
 
 
-def memory_facts(d: dict) -> list[tuple[str, str]]:
-    m = d.get("memory") or {}
-    if not m.get("programs"):
-        return []
-    cap = m.get("capacity_bytes")
-    out = [("device memory", f"{_b(cap)} per device ({(m.get('capacity_source') or 'unknown').split(' (')[0]})")]
-    devs = m.get("devices") or []
-    if devs:
-        top = max(devs, key=lambda r: (r.get("peak_bytes") or 0))
-        out.append(("device peak", f"{_b(top['peak_bytes'])} ({_util(top.get('share'))} of device memory) on "
-                                   f"{device_name(top, n_hosts(d) > 1)} "
-                                   f"while {top['programs_at_peak']} runs; up to {_b(top.get('upper_bytes'))} if the "
-                                   "other programs' arguments stay live"))
-    for o in m.get("offload") or []:
-        verdict = "fits" if o.get("fits") else "does not fit"
-        line = (f"{o['module']} keeps {_b(o['host_bytes'])} in host memory; kept in HBM it needs "
-                f"{_b(o['need_bytes'])} of {_b(o.get('capacity_bytes'))} ({fmt_pct(o.get('share'))}): {verdict}")
-        if o.get("wait_per_step_ps") is not None:
-            line += (f". The steps wait {fmt_time(o['wait_per_step_ps'])} per step on its copies (host-link roofline "
-                     f"of the copies {fmt_time(o.get('host_link_per_step_ps'))} per step)")
-            if o.get("fits"):
-                line += f": keeping the arrays on the device would save about {fmt_time(o['wait_per_step_ps'])} per step"
-        out.append(("host offload", line))
-    al = m.get("allocators") or []
-    if al:
-        out.append(("allocator events", "peak bytes in use during the trace: " + ", ".join(
-            f"{a['allocator']} {_b(a.get('peak_in_trace_bytes'))}" for a in al[:8]) + (", …" if len(al) > 8 else "")))
-    return out
-
-
-PROGRAM_HEADERS = ["program", "space", "arguments", "outputs", "aliased", "temporaries", "live peak",
-                   "of device memory"]
-BUFFER_HEADERS = ["size", "kind", "program", "instruction", "shape", "source"]
-
-
-def _ran(p: dict) -> bool:
-    """Whether a program ran in the window (unknown counts as ran)."""
-    return p.get("executions") is None or p["executions"] > 0
-
-
-def program_rows(d: dict, n: int = 8) -> list[list[str]]:
-    m = d.get("memory") or {}
-    cap = m.get("capacity_bytes")
-    rows = []
-    ran = [p for p in (m.get("programs") or []) if _ran(p) and p["memory_space"] in ("device", "host")][:n]
-    names = distinct_names([{**p, "op": p["module"]} for p in ran], "op", n_hosts(d), module=False)
-    for p, name in zip(ran, names):  # only programs run in the window
-        share = p["live_peak_bytes"] / cap if cap and p["memory_space"] == "device" else None
-        rows.append([name, p["memory_space"], _b(p["argument_bytes"]), _b(p["output_bytes"]),
-                     _b(p["alias_bytes"]), _b(p["temp_bytes"]),
-                     _b(p["live_peak_bytes"]) + (" (heap sim)" if p.get("live_peak_source") == "heap simulator" else ""),
-                     fmt_pct(share) if share is not None else "—"])
-    return rows
-
-
-def buffer_rows(d: dict, n: int = BUFFER_ROWS) -> list[list[str]]:
-    """The largest buffers of the programs that ran in the window."""
-    m = d.get("memory") or {}
-    idle = {(p.get("module"), p.get("program_id")) for p in m.get("programs") or [] if not _ran(p)}
-    progs = [p for p in m.get("programs") or [] if _ran(p)]
-    label = dict(zip([(p.get("module"), p.get("program_id")) for p in progs],
-                     distinct_names([{**p, "op": p["module"]} for p in progs], "op", n_hosts(d), module=False)))
-    rows = []
-    for b in [b for b in m.get("buffers") or [] if (b.get("module"), b.get("program_id")) not in idle][:n]:
-        src = f"{str(b.get('source_file') or '').rsplit('/', 1)[-1]}:{b.get('source_line')}" if b.get("source_file") \
-            else "—"
-        rows.append([_b(b["size_bytes"]), f"{b['kind']} ({b['memory_space']})",
-                     label.get((b.get("module"), b.get("program_id")), b["module"]), b.get("instruction") or "",
-                     b.get("shape") or "", src])
-    return rows
-
-
 # ----------------------------------------------------------------------------------------------------- layouts
 def _indented(lines: list[str]) -> list[str]:
     return ["  " + ln for ln in lines]
@@ -329,28 +256,6 @@ def text(d: dict) -> list[str]:
     return out
 
 
-def memory_text(d: dict, buffers: int = BUFFER_ROWS, fit=None, wrap=None) -> list[str]:
-    """Terminal lines of the memory view. ``fit(headers, rows, right, shrink, drop, width)`` and ``wrap(text,
-    width)``: the text renderer's table and paragraph engine, laid out to the width (``tracekit memory``); without
-    them, the plain aligned tables."""
-    facts = memory_facts(d)
-    if not facts:
-        return []
-    out = ["Memory (XLA's buffer assignment)"]
-    if fit is None:
-        out += [f"  {k}: {v}" for k, v in facts]
-        out += _indented(table(PROGRAM_HEADERS, program_rows(d)))
-        if buffers and (d.get("memory") or {}).get("buffers"):
-            out += ["  largest buffers:"] + _indented(table(BUFFER_HEADERS, buffer_rows(d, buffers)))
-        return out
-    out += [wrap(f"{k}: {v}", indent=2) for k, v in facts]
-    out.append(fit(PROGRAM_HEADERS, program_rows(d), right={2, 3, 4, 5, 6, 7}, shrink=(0,), drop=(1, 4, 3, 2)))
-    if buffers and (d.get("memory") or {}).get("buffers"):
-        out += ["", "largest buffers:", fit(BUFFER_HEADERS, buffer_rows(d, buffers), right={0}, shrink=(3, 4, 5, 2),
-                                        drop=(4, 1, 2))]
-    return out
-
-
 def markdown(d: dict, esc, table) -> list[str]:
     """Markdown lines (``esc``: the renderer's cell escaping, ``table``: its GFM table builder)."""
     out = []
@@ -361,19 +266,10 @@ def markdown(d: dict, esc, table) -> list[str]:
         if rows:
             out += table(["step time goes to", "time (all steps, devices)", "share"],
                          [[esc(lab, None), fmt_time(ps), fmt_pct(sh)] for lab, ps, sh in rows], right={1, 2}) + [""]
-    facts = memory_facts(d)
-    if facts:
-        out += ["### Memory (XLA's buffer assignment)", ""] + [f"- **{esc(k, None)}:** {esc(v, None)}"
-                                                               for k, v in facts] + [""]
-        out += table(PROGRAM_HEADERS, [[esc(c) for c in r] for r in program_rows(d)], right={2, 3, 4, 5, 6, 7})
-        b = buffer_rows(d)
-        if b:
-            out += ["", "Largest buffers:", ""] + table(BUFFER_HEADERS, [[esc(c) for c in r] for r in b], right={0})
-        out.append("")
     return out
 
 
-def _html_table(headers, rows, right=frozenset()) -> str:
+def html_table(headers, rows, right=frozenset()) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f'<td{" class=num" if i in right else ""}>{e(c)}</td>' for i, c in enumerate(r))
@@ -391,24 +287,8 @@ def overview_html(d: dict) -> str:
             f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
         rows = breakdown_rows(d)
         if rows:
-            out += _html_table(["step time goes to", "time (all steps, devices)", "share"],
+            out += html_table(["step time goes to", "time (all steps, devices)", "share"],
                                [[lab, fmt_time(ps), fmt_pct(sh)] for lab, ps, sh in rows], right={1, 2})
-        out += "</section>\n"
-    return out
-
-
-def memory_html(d: dict) -> str:
-    """``<section id="memory">`` (empty string when it has nothing)."""
-    e = html.escape
-    out = ""
-    facts = memory_facts(d)
-    if facts:
-        out += '<section id="memory"><h2>Memory (XLA\'s buffer assignment)</h2><ul class="facts">' + "".join(
-            f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
-        out += _html_table(PROGRAM_HEADERS, program_rows(d), right={2, 3, 4, 5, 6, 7})
-        b = buffer_rows(d)
-        if b:
-            out += "<p>Largest buffers</p>" + _html_table(BUFFER_HEADERS, b, right={0})
         out += "</section>\n"
     return out
 

@@ -15,7 +15,7 @@ import re
 
 from tracekit.report.render import collectives as coll_section
 from tracekit.report.render import inference as inference_section
-from tracekit.report.render import kernels
+from tracekit.report.render import kernels, memview
 from tracekit.report.render import sections
 from tracekit.report.termsafe import safe as _safe, safe_tree
 from tracekit.report.trust import legend, tag
@@ -329,7 +329,7 @@ def _memory(o: _Out, d: dict) -> None:
     module's engine (columns left out with a note, numbers never cut)."""
     import functools
     from rich.text import Text
-    lines = sections.memory_text(d, fit=functools.partial(fit_table, width=o.c.width),
+    lines = memview.memory_text(d, fit=functools.partial(fit_table, width=o.c.width),
                                  wrap=functools.partial(fit_para, width=o.c.width))
     if not lines:
         return
