@@ -2,9 +2,9 @@
 HTML; shared by the report renderers and ``tracekit memory``."""
 from __future__ import annotations
 
-import html
 
-from tracekit.report.render.sections import device_name, distinct_names, fmt_util, html_table, n_hosts
+from tracekit.report.render.sections import (device_name, distinct_names, facts_html, fmt_util, html_table,
+                                             n_hosts)
 from tracekit.units import fmt_num, fmt_pct, fmt_time, table
 
 BUFFER_ROWS = 8
@@ -129,12 +129,10 @@ def markdown(d: dict, esc, table) -> list[str]:
 
 def memory_html(d: dict) -> str:
     """``<section id="memory">`` (empty string when it has nothing)."""
-    e = html.escape
     out = ""
     facts = memory_facts(d)
     if facts:
-        out += '<section id="memory"><h2>Memory (XLA\'s buffer assignment)</h2><ul class="facts">' + "".join(
-            f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
+        out += '<section id="memory"><h2>Memory (XLA\'s buffer assignment)</h2>' + facts_html(facts)
         out += html_table(PROGRAM_HEADERS, program_rows(d), right={2, 3, 4, 5, 6, 7})
         b = buffer_rows(d)
         if b:

@@ -277,14 +277,18 @@ def html_table(headers, rows, right=frozenset()) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def facts_html(facts: list[tuple[str, str]]) -> str:
+    """``<ul class="facts">`` of (label, text) lines, escaped."""
+    e = html.escape
+    return '<ul class="facts">' + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
+
+
 def overview_html(d: dict) -> str:
     """``<section id="overview">`` (empty string when it has nothing)."""
-    e = html.escape
     out = ""
     facts = overview_facts(d)
     if facts:
-        out += '<section id="overview"><h2>Overview</h2><ul class="facts">' + "".join(
-            f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul>"
+        out += '<section id="overview"><h2>Overview</h2>' + facts_html(facts)
         rows = breakdown_rows(d)
         if rows:
             out += html_table(["step time goes to", "time (all steps, devices)", "share"],
@@ -320,6 +324,5 @@ def extra_markdown(d: dict, esc) -> list[str]:
 def extra_html(d: dict) -> str:
     """``<section>`` per registered section with facts (see :func:`_extra`)."""
     e = html.escape
-    return "".join(f'<section class="extra"><h2>{e(title)}</h2><ul class="facts">'
-                   + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in facts) + "</ul></section>\n"
+    return "".join(f'<section class="extra"><h2>{e(title)}</h2>' + facts_html(facts) + "</section>\n"
                    for title, facts in _extra(d))
