@@ -189,6 +189,25 @@ def test_tk024_figures_equal_the_overview(report):
     _verdict(name, "consistency", bad)
 
 
+def test_replayed_step_never_below_the_possible_step(report):
+    """The page must not contradict itself: the step with every finding fixed (the replay) is never shorter than
+    the overview's possible step time (every resource at its roofline, a lower bound), and no finding alone wins
+    more than that leaves (the JSON keeps 6 significant digits: a relative 1e-5 of slack)."""
+    name, d, _ = report
+    rep = (d.get("summary") or {}).get("replay_savings") or {}
+    floor = ((d.get("overview") or {}).get("roofline") or {}).get("possible_step_ps")
+    if rep.get("basis") != "replay":
+        pytest.skip("no replay on this trace")
+    bad = []
+    if floor is not None and rep["step_ps"] >= floor and rep["all_fixed_step_ps"] < floor * (1 - 1e-5):
+        bad.append(("all fixed", rep["all_fixed_step_ps"], "possible", floor))
+    for rid, saved in (rep.get("per_finding") or {}).items():
+        if saved > rep["step_ps"] or (floor is not None and rep["step_ps"] >= floor
+                                      and rep["step_ps"] - saved < floor * (1 - 1e-5)):
+            bad.append((rid, saved, "of", rep["step_ps"]))
+    _verdict(name, "consistency", bad)
+
+
 def test_no_finding_claims_zero(report):
     name, d, rendered = report
     bad = [(f["rule_id"], f["savings_ps"]) for f in d["findings"]

@@ -126,3 +126,15 @@ def test_color_flag_and_no_color(rep, monkeypatch):
     monkeypatch.delenv("NO_COLOR")
     assert options.terminal("auto")["color"] is True and options.terminal("never")["color"] is False
     assert options.terminal("auto")["width"] == 80
+
+
+def test_utilization_said_once_when_mfu_is_unknown():
+    """Without a model FLOP count the overview gives the HFU once (its own line) and says only that MFU is unknown;
+    with one (--model-flops-per-step), the MFU-and-HFU line gives both with their formula."""
+    path = str(cpu_fixture("big_matmul"))
+    out = CliRunner().invoke(main, ["analyze", path], env={"COLUMNS": "200"}).output
+    assert out.count("hardware FLOPs utilization:") == 1 and "HFU =" not in out
+    assert "MFU: unknown: no model FLOP count" in out
+    out = CliRunner().invoke(main, ["analyze", path, "--model-flops-per-step", "1e9"],
+                             env={"COLUMNS": "200"}).output
+    assert "MFU and HFU: HFU = " in out and "MFU = model FLOPs per step / (peak x step time) = 1 GFLOP / (" in out and "MFU: unknown" not in out
