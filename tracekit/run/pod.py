@@ -46,6 +46,40 @@ def _pool_context():
     return mp.get_context()
 
 
+def _quiet_worker() -> None:
+    """A pool worker's initializer: Ctrl-C at a terminal reaches the whole process group, and a worker waiting
+    for its next host would print the pool's traceback; the parent reports the interrupt in one line, so a
+    worker just ends (exit 130) on SIGINT, whether it is reading a host or idle."""
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    if hasattr(signal, "pthread_sigmask"):  # held while the parent forked this worker (see _held_sigint)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class _held_sigint:
+    """SIGINT held (blocked) in this thread while the pool forks its workers: a forked worker starts with the
+    parent's handler until its initializer runs, and a Ctrl-C in that window printed its traceback; held, the
+    signal waits for the initializer (the worker) and for the end of the block (here, where it raises)."""
+
+    def __enter__(self):
+        import signal
+        self.old = None
+        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def __exit__(self, *exc):
+        import signal
+        if self.old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+
+
+def _stop_workers() -> None:
+    """End this process's pool workers now (the interrupt must not wait for a host being read)."""
+    import multiprocessing as mp
+    for child in mp.active_children():
+        child.terminate()
+
+
 def map_hosts(files: list, opt: Options, run_hosts: tuple = (), progress=None) -> tuple[list, list]:
     """(summaries in host order, failures [(host, path, reason)]) of ``files``
     (:class:`tracekit.ingest.paths.HostFile`), each host tried up to :data:`ATTEMPTS` times: on the Dask cluster
@@ -95,10 +129,12 @@ def _in_pool(files, task, jobs, hp) -> dict:
     while todo:
         width = 1 if isolate else min(jobs, len(todo))
         batch = todo[:1] if isolate else todo
-        ex = ProcessPoolExecutor(max_workers=width, mp_context=_pool_context())
+        ex = ProcessPoolExecutor(max_workers=width, mp_context=_pool_context(), initializer=_quiet_worker)
         futs = {}
         try:
-            futs = {ex.submit(summarize_file, os.fspath(files[i].path), files[i].host, *task): i for i in batch}
+            with _held_sigint():
+                futs = {ex.submit(summarize_file, os.fspath(files[i].path), files[i].host, *task): i
+                        for i in batch}
             for i in batch:
                 tries[i] += 1
             pending = set(futs)
@@ -119,12 +155,14 @@ def _in_pool(files, task, jobs, hp) -> dict:
             if broken:
                 isolate = True
         except KeyboardInterrupt:
-            for fu in futs:
-                fu.cancel()
-            ex.shutdown(wait=False, cancel_futures=True)  # the workers got the terminal's SIGINT too
+            # the workers got the terminal's SIGINT too (and ended), or not (a SIGINT to this process alone):
+            # end them, so the reads running are not waited for; the broken pool then fails what is queued.
+            # No future is cancelled: Python 3.11's pool raises InvalidStateError in its thread when a worker
+            # dies after a cancel (it sets the pool-broken exception on the cancelled future).
+            _stop_workers()
             raise
         finally:
-            ex.shutdown(wait=True, cancel_futures=True)
+            ex.shutdown(wait=True)
         todo = [i for i in batch if isinstance(results.get(i), BaseException) and tries[i] < ATTEMPTS] + \
             [i for i in todo if i not in batch]
         for i in batch:
