@@ -12,8 +12,6 @@ a conversion compiled earlier) holds no memory there, so the rule on undonated a
 """
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 
 
 def allocation_shapes(buffers: list) -> dict:
@@ -61,20 +59,16 @@ def executions(tr) -> dict:
     ops = tr.ops
     if not len(ops):
         return out
-    # integer codes, not text: a text copy of three columns of a 1.5 M-row frame is ~200 MB of Python strings
-    m, names = codes(ops["module"])
-    keys = pd.DataFrame({"m": m, "p": ops["program_id"].to_numpy(np.uint64), "h": codes(ops["host"])[0],
-                         "d": codes(ops["device"])[0],
-                         "r": ops["run_id"].to_numpy() if "run_id" in ops.columns else np.zeros(len(ops), np.int64)})
-    runs = keys.drop_duplicates().groupby(["m", "p"]).size()
-    for (mi, p), n in runs.items():  # programs with ops but no module execution events
-        out.setdefault((str(names[mi]), int(p)), int(n))
+    # the project's grouping (integer codes, a dense key), not text or a pandas frame of keys: a 1.5 M-row copy of
+    # five key columns and its hashing were the analysis' peak memory
+    from tracekit.grouping import distinct_rows
+    cols = [c for c in ("module", "program_id", "host", "device", "run_id") if c in ops.columns]
+    _, _, tuples = distinct_rows(ops, cols)
+    runs: dict = {}
+    for t in tuples:
+        if t[0] is not None and t[1] is not None:
+            k = (str(t[0]), int(t[1]))
+            runs[k] = runs.get(k, 0) + 1
+    for k, n in runs.items():  # programs with ops but no module execution events
+        out.setdefault(k, n)
     return out
-
-
-def codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(an integer code per row, the distinct values the codes index) of a column, categorical or not."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), np.asarray(col.cat.categories.astype(str))
-    c, uniq = pd.factorize(col.astype(str) if col.dtype == object else col)
-    return c, np.asarray(pd.Index(uniq).astype(str))

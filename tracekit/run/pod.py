@@ -132,13 +132,15 @@ def _in_pool(files, task, jobs, hp) -> dict:
         ex = ProcessPoolExecutor(max_workers=width, mp_context=_pool_context(), initializer=_quiet_worker)
         futs = {}
         try:
-            with _held_sigint():
-                futs = {ex.submit(summarize_file, os.fspath(files[i].path), files[i].host, *task): i
-                        for i in batch}
-            for i in batch:
-                tries[i] += 1
-            pending = set(futs)
             broken = False
+            with _held_sigint():
+                for i in batch:
+                    try:
+                        futs[ex.submit(summarize_file, os.fspath(files[i].path), files[i].host, *task)] = i
+                        tries[i] += 1
+                    except BrokenProcessPool as e:  # a worker died before this host was queued (a Ctrl-C as
+                        results[i], broken = e, True  # the pool started): queued again, no try counted
+            pending = set(futs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fu in done:
