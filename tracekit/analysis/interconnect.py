@@ -174,27 +174,67 @@ def reduce(parts: list) -> pd.DataFrame:
 
 def _skews(parts: list, offs: np.ndarray, gid: np.ndarray, n_op: int) -> tuple[np.ndarray, np.ndarray]:
     """Per pod op: the waits summed over its executions whose instance has two or more participants, and how
-    many such executions there are (see the module docstring)."""
-    cat = {f: np.concatenate([p.instances[f] for p in parts]) for f in INSTANCE_FIELDS}
-    if not len(cat["op"]):
+    many such executions there are (see the module docstring). Host by host: the driver holds one host's
+    temporaries and an int32 instance id per (instance, host), not every host's instance arrays side by side."""
+    ids, m = _instance_ids(parts, offs, gid)
+    if not m:
         return np.zeros(n_op), np.zeros(n_op, np.int64)
-    host_of = np.concatenate([np.full(len(p.instances["op"]), i) for i, p in enumerate(parts)])
-    op = gid[offs[host_of] + cat["op"].astype(np.int64)]
-    key = pd.DataFrame({"op": op, "a": cat["is_async"], "g": cat["group"], "k": cat["k"]})
-    inv = key.groupby(["op", "a", "g", "k"], sort=False).ngroup().to_numpy()
-    m = int(inv.max()) + 1
     last = np.full(m, np.iinfo(np.int64).min)
-    np.maximum.at(last, inv, cat["arrival"])
-    who = _isum(inv, cat["n"], m)
-    L, n = last[inv], cat["n"]
-    ahead = n * L.astype(float) - cat["start_sum"].astype(float)
-    wait = np.where(cat["arrival"] == L, cat["skew"],
-                    np.where(L <= cat["min_end"], ahead,
-                             np.where(L >= cat["max_end"], cat["dur_sum"].astype(float),
-                                      np.minimum(ahead, cat["dur_sum"].astype(float)))))
-    ok = who[inv] >= 2
-    return (np.bincount(op, weights=np.where(ok, wait, 0.0), minlength=n_op),
-            np.bincount(op, weights=np.where(ok, n, 0), minlength=n_op).astype(np.int64))
+    who = np.zeros(m, np.int64)
+    for p, inv in zip(parts, ids):
+        np.maximum.at(last, inv, p.instances["arrival"])
+        np.add.at(who, inv, p.instances["n"].astype(np.int64))
+    waits, counts = np.zeros(n_op), np.zeros(n_op, np.int64)
+    for i, (p, inv) in enumerate(zip(parts, ids)):
+        if not len(inv):
+            continue
+        c = p.instances
+        op = gid[offs[i] + c["op"].astype(np.int64)]
+        L, n = last[inv], c["n"].astype(np.int64)
+        dur = c["dur_sum"].astype(float)
+        ahead = n * L.astype(float) - c["start_sum"].astype(float)
+        wait = np.where(c["arrival"] == L, c["skew"],
+                        np.where(L <= c["min_end"], ahead,
+                                 np.where(L >= c["max_end"], dur, np.minimum(ahead, dur))))
+        ok = who[inv] >= 2
+        waits += np.bincount(op, weights=np.where(ok, wait, 0.0), minlength=n_op)
+        counts += np.bincount(op, weights=np.where(ok, n, 0), minlength=n_op).astype(np.int64)
+    return waits, counts
+
+
+def _instance_ids(parts: list, offs: np.ndarray, gid: np.ndarray) -> tuple[list, int]:
+    """(per host: the pod-wide id of each of its instances (int32), how many instances the pod has). An instance
+    is (pod op, async, replica group, k), packed exactly into one int64 (the groups by their rank among the pod's
+    distinct groups); the pod's distinct packed keys grow host by host (a sorted union), so the driver never
+    holds every host's keys side by side."""
+    if not parts:
+        return [], 0
+    groups = np.unique(np.concatenate([np.unique(p.instances["group"]) for p in parts]))
+    n_k = max((int(p.instances["k"].max()) + 1 for p in parts if len(p.instances["k"])), default=1)
+    n_op = int(gid.max()) + 1 if len(gid) else 1
+    if n_op * 2 * max(len(groups), 1) * n_k >= 1 << 62:  # (no real pod gets near: a frame groupby then)
+        return _instance_ids_by_frame(parts, offs, gid)
+
+    def packed(i, p):
+        c = p.instances
+        op = gid[offs[i] + c["op"].astype(np.int64)].astype(np.int64)
+        g = np.searchsorted(groups, c["group"]).astype(np.int64)
+        return ((op * 2 + c["is_async"].astype(np.int64)) * len(groups) + g) * n_k + c["k"].astype(np.int64)
+
+    known = np.zeros(0, np.int64)
+    for i, p in enumerate(parts):
+        known = np.union1d(known, packed(i, p))
+    return [np.searchsorted(known, packed(i, p)).astype(np.int32) for i, p in enumerate(parts)], len(known)
+
+
+def _instance_ids_by_frame(parts: list, offs: np.ndarray, gid: np.ndarray) -> tuple[list, int]:
+    """:func:`_instance_ids` by a pandas groupby of every host's keys at once."""
+    keys = pd.concat([pd.DataFrame({"op": gid[offs[i] + p.instances["op"].astype(np.int64)],
+                                    "a": p.instances["is_async"], "g": p.instances["group"], "k": p.instances["k"]})
+                      for i, p in enumerate(parts)], ignore_index=True)
+    inv = keys.groupby(["op", "a", "g", "k"], sort=False).ngroup().to_numpy(np.int64)
+    cuts = np.cumsum([0] + [len(p.instances["op"]) for p in parts])
+    return [inv[a:b].astype(np.int32) for a, b in zip(cuts[:-1], cuts[1:])], int(inv.max()) + 1 if len(inv) else 0
 
 
 def summary(ops: pd.DataFrame, model) -> pd.DataFrame:
