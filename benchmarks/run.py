@@ -383,14 +383,18 @@ def _stages_child(trace: str, profile: bool) -> None:
     alloc.tune()  # as the CLI does
     mark_one_shot()  # as the tracekit process does (tracekit.cli.app.entry)
     times: dict = {}
+    inner = [0.0]  # time of the timed stages nested in the one running (each stage's own time excludes them)
 
     def wrap(label, fn):
         def timed(*a, **kw):
-            t = time.perf_counter()
+            t, outer = time.perf_counter(), inner[0]
+            inner[0] = 0.0
             try:
                 return fn(*a, **kw)
             finally:
-                times[label] = times.get(label, 0.0) + time.perf_counter() - t
+                spent = time.perf_counter() - t
+                times[label] = times.get(label, 0.0) + spent - inner[0]
+                inner[0] = outer + spent
         return timed
 
     missing = []
@@ -441,7 +445,7 @@ def stages_text(st: dict, events: int) -> str:
     if "error" in st:
         return f"  stage timings unavailable: {st['error']}"
     total = st["total_s"]
-    lines = [f"  {'stage':<24} {'s':>8} {'share':>7} {'ns/event':>9}"]
+    lines = [f"  {'stage (own time)':<24} {'s':>8} {'share':>7} {'ns/event':>9}"]
     acc = 0.0
     for label, _, _ in STAGES + [("render json", "", "")]:
         if label in st["stages"]:

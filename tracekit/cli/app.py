@@ -11,6 +11,7 @@ import click
 
 from tracekit.cli import collectives, commands, hlo, inference, memory, parallelism, reference, whatif
 from tracekit.cli.console import OneLineErrors, interrupted
+from tracekit.errors import EXIT_INTERRUPTED
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,4 +48,24 @@ def entry():
         collector.pause()  # no cyclic collection while the command imports; loading a trace resumes it
         main()
     except KeyboardInterrupt:  # before or after a command (its own SIGINT is main's): the same line and 130
+        _bounded_exit()
         interrupted()
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPTED:
+            _bounded_exit()
+        raise
+
+
+#: seconds an interrupted command's normal exit (atexit handlers, thread joins) may take before it is cut short
+EXIT_GRACE_S = 5.0
+
+
+def _bounded_exit() -> None:
+    """An interrupted process ends within :data:`EXIT_GRACE_S`: its exit must not wait on what the interrupt cut
+    short (a process pool's threads, joined at exit, once held a CI run for 120 s). Everything is written or
+    removed by then. Only here, in the command's own process: never in a caller's (click's runner, a notebook)."""
+    import os
+    import threading
+    t = threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_INTERRUPTED,))
+    t.daemon = True
+    t.start()

@@ -162,9 +162,12 @@ def _in_pool(files, task, jobs, hp) -> dict:
             # No future is cancelled: Python 3.11's pool raises InvalidStateError in its thread when a worker
             # dies after a cancel (it sets the pool-broken exception on the cancelled future).
             _stop_workers()
+            ex.shutdown(wait=False)  # (nothing joined: the interrupt must not wait on the pool's threads)
+            ex = None
             raise
         finally:
-            ex.shutdown(wait=True)
+            if ex is not None:
+                ex.shutdown(wait=True)
         todo = [i for i in batch if isinstance(results.get(i), BaseException) and tries[i] < ATTEMPTS] + \
             [i for i in todo if i not in batch]
         for i in batch:
