@@ -33,11 +33,30 @@ def action(rule) -> str | None:
     return None
 
 
-def _in(cols: list, want: set) -> np.ndarray:
-    """Rows whose tuple of ``cols`` is in ``want``."""
-    if not want or not len(cols[0]):
-        return np.zeros(len(cols[0]), bool)
-    return pd.MultiIndex.from_arrays(cols).isin(list(want))
+def _text_at(ops: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
+    """``ops[col].astype(str)`` at ``rows`` only (a categorical's text per category, gathered by code)."""
+    s = ops[col]
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        cats = np.asarray([str(c) for c in s.cat.categories] + ["nan"], dtype=object)
+        return cats[s.array.codes[rows]]  # (code -1, missing: the last entry, as astype(str) writes it)
+    return s.to_numpy()[rows].astype(str)
+
+
+def _rows_in(ops: pd.DataFrame, key: np.ndarray, want: set, texts: tuple) -> np.ndarray:
+    """Mask of the rows whose (``texts`` columns as text..., ``key``) tuple is in ``want``: the integer ``key``
+    (each tuple's last item) narrows the rows first, so no text column of the whole frame is built (a 1.7 M-row
+    MultiIndex of three text columns per finding was the what-if section's peak memory)."""
+    n = len(ops)
+    out = np.zeros(n, bool)
+    if not want or not n:
+        return out
+    rows = np.flatnonzero(np.isin(key, np.fromiter({w[-1] for w in want}, np.int64)))
+    if not len(rows):
+        return out
+    cols = [_text_at(ops, c, rows) for c in texts] + [key[rows]]
+    hit = pd.MultiIndex.from_arrays(cols).isin(list(want))
+    out[rows[np.asarray(hit, bool)]] = True
+    return out
 
 
 def evidence_rows(ops: pd.DataFrame, frame: str, ev: pd.DataFrame) -> np.ndarray:
@@ -45,20 +64,19 @@ def evidence_rows(ops: pd.DataFrame, frame: str, ev: pd.DataFrame) -> np.ndarray
     n = len(ops)
     if not len(ev) or not n:
         return np.zeros(n, bool)
-    h, d = ops["host"].astype(str).to_numpy(), ops["device"].astype(str).to_numpy()
     st = ops["start_ps"].to_numpy(np.int64)
     if frame == "gaps":
         end = ev["start_ps"].to_numpy(np.int64) + ev["duration_ps"].to_numpy(np.int64)
         want = set(zip(ev["host"].astype(str), ev["device"].astype(str), end.tolist()))
-        return ~ops["is_async"].to_numpy(bool) & _in([h, d, st], want)
+        return ~ops["is_async"].to_numpy(bool) & _rows_in(ops, st, want, ("host", "device"))
     if frame == "steps":
         from tracekit.analysis.timeline import is_collective
         want = set(zip(ev["host"].astype(str), ev["device"].astype(str), ev["step"].astype(int).tolist()))
-        return is_collective(ops) & _in([h, d, ops["step"].to_numpy(np.int64)], want)
+        return is_collective(ops) & _rows_in(ops, ops["step"].to_numpy(np.int64), want, ("host", "device"))
     if {"host", "device", "op", "start_ps"} <= set(ev.columns):
         want = set(zip(ev["host"].astype(str), ev["device"].astype(str), ev["op"].astype(str),
                        ev["start_ps"].astype(np.int64).tolist()))
-        return _in([h, d, ops["op"].astype(str).to_numpy(), st], want)
+        return _rows_in(ops, st, want, ("host", "device", "op"))
     if "op" in ev.columns:
         if "module" in ev.columns:
             return op_rows(ops, [f"{m}/{o}" for m, o in zip(ev["module"].astype(str), ev["op"].astype(str))])
