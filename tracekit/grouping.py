@@ -1,8 +1,8 @@
 """Work once per distinct value instead of once per row: the codes and distinct values of a column
 (:func:`codes_of`), group keys and inverse indexes (:func:`group_index`, :func:`unique_rows`, :func:`distinct_rows`),
 the rows of each group (:func:`runs`, :func:`row_parts`, :func:`rows_by_text`), sorted distinct values
-(:func:`unique`, :func:`distinct_values`) and values computed per distinct value spread to the rows
-(:func:`cat_from`, :func:`cat_apply`)."""
+(:func:`unique`, :func:`distinct_values`), exact integer sums per group (:func:`int_sums`) and values computed per
+distinct value spread to the rows (:func:`cat_from`, :func:`cat_apply`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -173,6 +173,14 @@ def rows_by_text(df: pd.DataFrame, cols, keep: np.ndarray | None = None) -> dict
             idx = idx[keep[idx]]
         if len(idx):
             out[k] = idx
+    return out
+
+
+def int_sums(inv: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``v`` per group (``inv``: each value's group, in [0, ``n``)): no float rounding, as a
+    weighted ``np.bincount`` would give past 2**53."""
+    out = np.zeros(n, np.int64)
+    np.add.at(out, inv, np.asarray(v).astype(np.int64, copy=False))
     return out
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import self_time
+from tracekit.grouping import distinct_rows, int_sums
 from tracekit.units import fmt_pct
 
 #: one device's part: (host, device, op time ps, covered op time ps)
@@ -36,28 +37,23 @@ def parts(ops: pd.DataFrame) -> tuple:
     """Per device with synchronous ops: (host, device, op_time_ps, covered_ps), in host, device order."""
     if not len(ops):
         return ()
-    from tracekit.grouping import distinct_rows
     sync = ~ops["is_async"].to_numpy(bool)
     t = self_time(ops)
-    cov = covered(ops)
-    # group codes and per-group sums (no text copy of the host and device columns: two 1.7 M-row object arrays
-    # and pandas' groupby over them were the analysis' peak memory at 1.2 M op executions)
+    # group codes and exact per-group sums (no text copy of the host and device columns: two 1.7 M-row object
+    # arrays and pandas' groupby over them were the analysis' peak memory at 1.2 M op executions)
     keys = [c for c in ("host", "device") if c in ops.columns]
-    inv, first, tuples = distinct_rows(ops, keys) if keys else (np.zeros(len(ops), np.int64), [0], [()])
+    inv, _, tuples = distinct_rows(ops, keys)
     inv = np.asarray(inv)
     n = len(tuples)
-    op_t = np.zeros(n, np.int64)
-    cov_t = np.zeros(n, np.int64)
-    np.add.at(op_t, inv[sync], t[sync])
-    m = sync & cov
-    np.add.at(cov_t, inv[m], t[m])
-    seen = np.zeros(n, bool)
-    seen[inv[sync]] = True
+    op_t = int_sums(inv[sync], t[sync], n)
+    m = sync & covered(ops)
+    cov_t = int_sums(inv[m], t[m], n)
+    ran = np.bincount(inv[sync], minlength=n) > 0
     out = []
-    for g in np.flatnonzero(seen):
+    for g in np.flatnonzero(ran):
         v = dict(zip(keys, tuples[g]))
         out.append((str(v.get("host", "")), str(v.get("device", "")), int(op_t[g]), int(cov_t[g])))
-    return tuple(sorted(out, key=lambda r: (r[0], r[1])))
+    return tuple(sorted(out))
 
 
 def share(ops: pd.DataFrame, rows: np.ndarray | None = None) -> float:

@@ -12,6 +12,7 @@ a conversion compiled earlier) holds no memory there, so the rule on undonated a
 """
 from __future__ import annotations
 
+from tracekit.grouping import distinct_rows
 
 
 def allocation_shapes(buffers: list) -> dict:
@@ -61,7 +62,6 @@ def executions(tr) -> dict:
         return out
     # the project's grouping (integer codes, a dense key), not text or a pandas frame of keys: a 1.5 M-row copy of
     # five key columns and its hashing were the analysis' peak memory
-    from tracekit.grouping import distinct_rows
     cols = [c for c in ("module", "program_id", "host", "device", "run_id") if c in ops.columns]
     _, _, tuples = distinct_rows(ops, cols)
     runs: dict = {}

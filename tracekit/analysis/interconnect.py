@@ -21,6 +21,7 @@ import pandas as pd
 
 from tracekit.analysis.collectives import busbw_factor, executions
 from tracekit.columns import stack
+from tracekit.grouping import int_sums
 
 #: one row per collective op (module, op), executions aggregated
 SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
@@ -102,17 +103,10 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
     inst = {"op": ik["op"].to_numpy()[first].astype(np.int32), "is_async": ik["is_async"].to_numpy()[first],
             "group": ik["group"].to_numpy()[first], "k": ik["k"].to_numpy()[first],
             "n": np.bincount(inv, minlength=n_i).astype(np.int64), "arrival": arrival,
-            "start_sum": _isum(inv, start, n_i),
-            "min_end": min_end, "max_end": max_end, "dur_sum": _isum(inv, dur, n_i),
+            "start_sum": int_sums(inv, start, n_i),
+            "min_end": min_end, "max_end": max_end, "dur_sum": int_sums(inv, dur, n_i),
             "skew": np.bincount(inv, weights=skew, minlength=n_i)}
     return HostPart(o[OP_COLUMNS], inst)
-
-
-def _isum(inv: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
-    """Exact integer sums of ``v`` per group."""
-    out = np.zeros(n, np.int64)
-    np.add.at(out, inv, v.astype(np.int64))
-    return out
 
 
 def reduce(parts: list) -> pd.DataFrame:
@@ -133,13 +127,13 @@ def reduce(parts: list) -> pd.DataFrame:
     out = allo.iloc[first].reset_index(drop=True)[KEY + ["size_bytes", "bound", "groups", "span", "phases",
                                                          "reason", "pattern", "global_bytes", "first_start",
                                                          "first_host", "first_device"]]
-    out["executions"] = _isum(gid, allo["n"].to_numpy(np.int64), n_op)
-    out["total_ps"] = _isum(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
+    out["executions"] = int_sums(gid, allo["n"].to_numpy(np.int64), n_op)
+    out["total_ps"] = int_sums(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
     out["group_size"] = pd.Series(allo["gmax"].to_numpy(np.int64)).groupby(gid).max().to_numpy()
     out["devices"] = [len(set().union(*d)) for d in pd.Series(list(allo["devices"])).groupby(gid).agg(list)]
     out["hosts"] = [",".join(sorted({x for v in h if isinstance(v, tuple) for x in v}))  # (unknown: none named)
                     for h in pd.Series(list(allo["hosts"])).groupby(gid).agg(list)]
-    pred_n = _isum(gid, allo["pred_n"].to_numpy(np.int64), n_op)
+    pred_n = int_sums(gid, allo["pred_n"].to_numpy(np.int64), n_op)
     pred_sum = np.bincount(gid, weights=allo["pred_sum"].to_numpy(float), minlength=n_op)
     skew_sum, skew_n = _skews(parts, offs, gid, n_op)
     n = out["executions"].to_numpy(float)
@@ -183,7 +177,7 @@ def _skews(parts: list, offs: np.ndarray, gid: np.ndarray, n_op: int) -> tuple[n
     who = np.zeros(m, np.int64)
     for p, inv in zip(parts, ids):
         np.maximum.at(last, inv, p.instances["arrival"])
-        np.add.at(who, inv, p.instances["n"].astype(np.int64))
+        who += int_sums(inv, p.instances["n"], m)
     waits, counts = np.zeros(n_op), np.zeros(n_op, np.int64)
     for i, (p, inv) in enumerate(zip(parts, ids)):
         if not len(inv):

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import parallel_axes, parallel_dims, parallel_hlo, parallel_limits
-from tracekit.grouping import codes_of
+from tracekit.grouping import codes_of, distinct_rows, int_sums
 from tracekit.model import precision
 
 #: the columns of the rule frame ``parallel_axes`` (one row per axis with a limit)
@@ -111,11 +111,9 @@ def step_program(ops: pd.DataFrame) -> tuple[tuple[str, int] | None, int, int, i
         return None, 0, 0, 0
     # integer codes and per-program sums (no text copy of the module column, no pandas groupby: at 1.2 M op
     # executions those were the analysis' peak memory)
-    from tracekit.grouping import distinct_rows
     inv, _, tuples = distinct_rows(ops, ["module", "program_id"])
     inv = np.asarray(inv)
-    tot = np.zeros(len(tuples), np.int64)
-    np.add.at(tot, inv[use], ops["duration_ps"].to_numpy(np.int64)[use])
+    tot = int_sums(inv[use], ops["duration_ps"].to_numpy(np.int64)[use], len(tuples))
     present = np.bincount(inv[use], minlength=len(tuples)) > 0
     ok = [i for i, (m, p) in enumerate(tuples) if m is not None and p is not None and present[i]]
     if not ok:

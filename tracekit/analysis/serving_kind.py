@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.serving_hlo import ATTENTION_KERNELS, ProgramShape
+from tracekit.grouping import distinct_rows
 
 KINDS = ("prefill", "decode", "unknown")
 WORKLOADS = ("training", "serving")
@@ -64,7 +65,6 @@ def by_names(ops: pd.DataFrame, modules: pd.DataFrame, skip: set = frozenset()) 
     docstring), for the programs not in ``skip`` (those the HLO describes)."""
     if ops is None or not len(ops):
         return {}
-    from tracekit.grouping import distinct_rows
     # the distinct (module, program, op, kernel) by the project's dense grouping: pandas' drop_duplicates over the
     # 1.7 M-row frame of a 1.2 M-op trace was the analysis' peak memory (~60 MB of hashing temporaries)
     _, _, names = distinct_rows(ops, ["module", "program_id", "op"] + (["kernel"] if "kernel" in ops.columns else []))

@@ -13,6 +13,7 @@ completes. Ctrl-C cancels what is queued or running and leaves no worker busy.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -56,27 +57,31 @@ def _quiet_worker() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-class _held_sigint:
+@contextlib.contextmanager
+def _held_sigint():
     """SIGINT held (blocked) in this thread while the pool forks its workers: a forked worker starts with the
     parent's handler until its initializer runs, and a Ctrl-C in that window printed its traceback; held, the
     signal waits for the initializer (the worker) and for the end of the block (here, where it raises)."""
-
-    def __enter__(self):
-        import signal
-        self.old = None
-        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
-            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-    def __exit__(self, *exc):
-        import signal
-        if self.old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+    import signal
+    old = None
+    if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _stop_workers() -> None:
-    """End this process's pool workers now (the interrupt must not wait for a host being read)."""
+def _children() -> set:
     import multiprocessing as mp
-    for child in mp.active_children():
+    return set(mp.active_children())
+
+
+def _stop_workers(before: set) -> None:
+    """End the child processes started since ``before`` (:func:`_children`): the pool's workers, not a
+    caller's own children (the interrupt must not wait for a host being read)."""
+    for child in _children() - before:
         child.terminate()
 
 
@@ -129,6 +134,7 @@ def _in_pool(files, task, jobs, hp) -> dict:
     while todo:
         width = 1 if isolate else min(jobs, len(todo))
         batch = todo[:1] if isolate else todo
+        before = _children()
         ex = ProcessPoolExecutor(max_workers=width, mp_context=_pool_context(), initializer=_quiet_worker)
         futs = {}
         try:
@@ -161,7 +167,7 @@ def _in_pool(files, task, jobs, hp) -> dict:
             # end them, so the reads running are not waited for; the broken pool then fails what is queued.
             # No future is cancelled: Python 3.11's pool raises InvalidStateError in its thread when a worker
             # dies after a cancel (it sets the pool-broken exception on the cancelled future).
-            _stop_workers()
+            _stop_workers(before)
             ex.shutdown(wait=False)  # (nothing joined: the interrupt must not wait on the pool's threads)
             ex = None
             raise

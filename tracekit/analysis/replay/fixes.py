@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.grouping import codes_of
+
 OVERLAP_RULES = frozenset({"unoverlapped-collective", "collective-bound-step"})
 ROOFLINE_FRAMES = frozenset({"op_stats", "ops", "collectives"})
 
@@ -34,12 +36,10 @@ def action(rule) -> str | None:
 
 
 def _text_at(ops: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
-    """``ops[col].astype(str)`` at ``rows`` only (a categorical's text per category, gathered by code)."""
-    s = ops[col]
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        cats = np.asarray([str(c) for c in s.cat.categories] + ["nan"], dtype=object)
-        return cats[s.array.codes[rows]]  # (code -1, missing: the last entry, as astype(str) writes it)
-    return s.to_numpy()[rows].astype(str)
+    """``ops[col].astype(str)`` at ``rows`` only: each distinct value's text, gathered by code."""
+    codes, values = codes_of(ops[col], compact=True)
+    text = np.asarray([str(v) for v in values] + ["nan"], dtype=object)  # (code -1, missing: as astype(str))
+    return text[codes[rows]]
 
 
 def _rows_in(ops: pd.DataFrame, key: np.ndarray, want: set, texts: tuple) -> np.ndarray:

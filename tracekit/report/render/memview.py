@@ -2,7 +2,6 @@
 HTML; shared by the report renderers and ``tracekit memory``."""
 from __future__ import annotations
 
-
 from tracekit.report.render.sections import (device_name, distinct_names, facts_html, fmt_util, html_table,
                                              n_hosts)
 from tracekit.units import fmt_num, fmt_pct, fmt_time, table
