@@ -1,7 +1,8 @@
-"""Build configuration for the optional C decoder only; all package metadata lives in pyproject.toml.
+"""Build configuration for the optional C extensions only; all package metadata lives in pyproject.toml.
 
-`tracekit.ingest._wire` speeds up reading .xplane.pb files. It is optional: when no C compiler is available the build
-carries on without it and tracekit uses its pure-Python reader (same results, slower)."""
+`tracekit.ingest._wire` speeds up reading .xplane.pb files; `tracekit.analysis.replay._walk` runs the replay's
+loops. Both are optional: when no C compiler is available the build carries on without them and tracekit uses the
+same code in Python (same results, slower)."""
 import os
 
 from setuptools import Extension, setup
@@ -15,6 +16,7 @@ setup(
             # decoding threads (pthreads) on POSIX; Windows builds decode on one thread
             extra_compile_args=["-pthread"] if os.name == "posix" else [],
             extra_link_args=["-pthread"] if os.name == "posix" else [],
-        )
+        ),
+        Extension("tracekit.analysis.replay._walk", ["tracekit/analysis/replay/_walk.c"], optional=True),
     ]
 )

@@ -19,17 +19,18 @@ measured times, every S and E is the measured one, so the replay reproduces each
 constraints the measurement itself breaks, which count in :attr:`Result.clipped`).
 
 The evaluation is a topological pass (Kahn's algorithm) over 2 quantities per node and 1 per collective instance:
-a Python loop bounded by the chosen steps' nodes (thousands per step; the steps replayed are capped by the
-caller, :func:`tracekit.analysis.replay.whatif.choose_steps`). Everything around it (dependency lists, collective
-instances, offsets, the steps' results) is vectorized.
+a loop in C (:mod:`tracekit.analysis.replay.walk`, with the same loop in Python where the build had no compiler)
+bounded by the chosen steps' nodes (thousands per step; the steps replayed are capped by the caller,
+:func:`tracekit.analysis.replay.whatif.choose_steps`). Everything around it (dependency lists, collective instances,
+offsets, the steps' results) is vectorized.
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracekit.analysis.replay import walk
 from tracekit.analysis.replay.graph import DONE, END, WIN, HostGraph
 
 _NEG = -(1 << 62)
@@ -137,150 +138,83 @@ class Result:
     clipped: int  #: nodes the measurement itself puts earlier than its constraints allow (reproduction error)
 
 
-def _structure(j: Joined) -> dict:
-    """The joined graph as Python lists, and one topological order of its quantities (q = 2i: node i's S, 2i + 1:
-    its E, 2n + g: instance g's last arrival), worked out once per :class:`Joined` (Kahn's algorithm over every
-    dependency: an evaluation that drops some, an overlapped collective, can still follow it)."""
+def structure(j: Joined) -> dict:
+    """The joined graph's node arrays (global indices) and one topological order of its quantities (q = 2i: node
+    i's S, 2i + 1: its E, 2n + g: instance g's last arrival), worked out once per :class:`Joined` (Kahn's algorithm
+    over every dependency, :func:`tracekit.analysis.replay.walk.order`: an evaluation that drops some, an
+    overlapped collective, can still follow it)."""
     if "structure" in j.cache:
         return j.cache["structure"]
     gs = j.graphs
     n = len(j.start)
     base = j.base
+    z = np.zeros(0, np.int64)
 
     def shift(name):  # a host's node links as global indices (-1 stays -1)
         parts = [np.where(getattr(g, name) >= 0, getattr(g, name) + b, -1) for g, b in zip(gs, base)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    st = {"kind": _cat(gs, "kind", np.int64).tolist(), "window": shift("window").tolist(),
-          "qprev": shift("qprev").tolist(), "parent": shift("parent").tolist()}
+        return np.concatenate(parts).astype(np.int64) if parts else z
+    st = {"kind": _cat(gs, "kind", np.int64), "window": shift("window"), "qprev": shift("qprev"),
+          "parent": shift("parent")}
     for k in ("nowait", "after", "tail"):
-        st[k] = _cat(gs, k, np.int64).tolist()
-    st["psrc"] = np.concatenate([g.pred_src + b for g, b in zip(gs, base)]).tolist() if gs else []
-    st["pkind"] = np.concatenate([g.pred_kind for g in gs]).tolist() if gs else []
-    counts = np.concatenate([np.diff(g.pred_ptr) for g in gs]) if gs else np.zeros(0, np.int64)
-    st["pptr"] = np.r_[0, np.cumsum(counts)].tolist()
-    st["origin"] = np.concatenate([g.steps_start[g.slot] - j.offset[h] for h, g in enumerate(gs)]).tolist() \
-        if gs else []
-    st["gid"], st["gexit"] = j.gid.tolist(), j.g_exit.tolist()
-    kind, window, qprev, parent = st["kind"], st["window"], st["qprev"], st["parent"]
-    psrc, pkind, pptr, gid = st["psrc"], st["pkind"], st["pptr"], st["gid"]
+        st[k] = _cat(gs, k, np.int64)
+    st["psrc"] = np.concatenate([g.pred_src + b for g, b in zip(gs, base)]).astype(np.int64) if gs else z
+    st["pkind"] = np.concatenate([g.pred_kind for g in gs]).astype(np.int64) if gs else z
+    counts = np.concatenate([np.diff(g.pred_ptr) for g in gs]).astype(np.int64) if gs else z
+    st["pptr"] = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    st["origin"] = np.concatenate([g.steps_start[g.slot] - j.offset[h] for h, g in enumerate(gs)]).astype(
+        np.int64) if gs else z
+    st["gid"], st["gexit"] = j.gid.astype(np.int64), j.g_exit.astype(np.int64)
+    sizes = np.asarray([len(m) for m in j.g_members], np.int64)
+    st["gptr"] = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    st["gmem"] = np.concatenate(j.g_members).astype(np.int64) if len(j.g_members) else z
+    st["has_child"] = np.zeros(n, bool)
+    st["has_child"][st["parent"][st["parent"] >= 0]] = True
     G = len(j.g_members)
-    nq = 2 * n + G
-    deps_of = [[] for _ in range(nq)]  # dependents of each quantity
-    need = [0] * nq
-    for i in range(n):
-        for e in range(pptr[i], pptr[i + 1]):
-            deps_of[2 * psrc[e] + (1 if pkind[e] == END else 0)].append(2 * i)
-            need[2 * i] += 1
-        qe = 2 * i + 1
-        deps_of[2 * i].append(qe)
-        need[qe] += 1
-        if gid[i] >= 0:
-            deps_of[2 * n + gid[i]].append(qe)
-            need[qe] += 1
-        if kind[i] == DONE and window[i] >= 0:
-            deps_of[2 * window[i] + 1].append(qe)
-            need[qe] += 1
-        if kind[i] == WIN and qprev[i] >= 0:
-            deps_of[2 * qprev[i] + 1].append(qe)
-            need[qe] += 1
-        if parent[i] >= 0:
-            deps_of[qe].append(2 * parent[i] + 1)
-            need[2 * parent[i] + 1] += 1
-    for g, m in enumerate(j.g_members):
-        for i in m.tolist():
-            deps_of[2 * i].append(2 * n + g)
-            need[2 * n + g] += 1
-    ready = deque(q for q in range(nq) if need[q] == 0)
-    order = []
-    while ready:
-        q = ready.popleft()
-        order.append(q)
-        for d in deps_of[q]:
-            need[d] -= 1
-            if need[d] == 0:
-                ready.append(d)
-    if len(order) != nq:  # a cycle: only corrupt input makes one (every edge points forward in measured time)
-        raise ValueError(f"replay: {nq - len(order)} of {nq} quantities in a dependency cycle")
-    st["order"] = order
-    has_child = [False] * n
-    for i in range(n):
-        if parent[i] >= 0:
-            has_child[parent[i]] = True
-    st["has_child"] = has_child
+    src, dst, key = edges(st, n, G, counts)
+    # dependents of each quantity in the order they were appended (node by node, then instance by instance)
+    by = np.argsort(src * (8 * (n + G) + 8) + key, kind="stable")
+    dep_ptr = np.r_[0, np.cumsum(np.bincount(src, minlength=2 * n + G))].astype(np.int64)
+    st["order"] = walk.order(dep_ptr, dst[by])
     j.cache["structure"] = st
     return st
+
+
+def edges(st: dict, n: int, G: int, counts: np.ndarray) -> tuple:
+    """Every dependency as (source quantity, dependent quantity, append key): per node i its predecessors' edges
+    into S (key 8i), S -> E (8i + 1), its instance's arrival -> E (8i + 2), a -done's window -> E (8i + 3), a
+    queued window's copy ahead -> E (8i + 4), E -> its parent's E (8i + 5); then per instance g each member's S ->
+    the arrival (key 8(n + g))."""
+    i = np.arange(n, dtype=np.int64)
+    kind, window, qprev, parent, gid = st["kind"], st["window"], st["qprev"], st["parent"], st["gid"]
+    pi = np.repeat(i, counts)
+    parts = [(2 * st["psrc"] + (st["pkind"] == END), 2 * pi, 8 * pi), (2 * i, 2 * i + 1, 8 * i + 1)]
+    m = gid >= 0
+    parts.append((2 * n + gid[m], 2 * i[m] + 1, 8 * i[m] + 2))
+    m = (kind == DONE) & (window >= 0)
+    parts.append((2 * window[m] + 1, 2 * i[m] + 1, 8 * i[m] + 3))
+    m = (kind == WIN) & (qprev >= 0)
+    parts.append((2 * qprev[m] + 1, 2 * i[m] + 1, 8 * i[m] + 4))
+    m = parent >= 0
+    parts.append((2 * i[m] + 1, 2 * parent[m] + 1, 8 * i[m] + 5))
+    g = np.repeat(np.arange(G, dtype=np.int64), np.diff(st["gptr"]))
+    parts.append((2 * st["gmem"], 2 * n + g, 8 * (n + g)))
+    return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64) for k in range(3))
 
 
 def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None = None,
              slack: np.ndarray | None = None, free: np.ndarray | None = None, tail: list | None = None) -> Result:
     """Replay with the nodes' ``work`` (global; None: measured), the instances' ``core`` (None: measured),
     ``slack`` (None: measured), ``free`` nodes (an overlapped collective: it holds nothing up, E = S) and each
-    host's steps' ``tail`` to the next run (None: measured). One pass over :func:`_structure`'s order."""
+    host's steps' ``tail`` to the next run (None: measured). One pass over :func:`structure`'s order
+    (:func:`tracekit.analysis.replay.walk.run`)."""
     gs = j.graphs
     n = len(j.start)
-    st = _structure(j)
-    kind, window, qprev, parent = st["kind"], st["window"], st["qprev"], st["parent"]
-    nowait, after, ptail = st["nowait"], st["after"], st["tail"]
-    psrc, pkind, pptr, origin = st["psrc"], st["pkind"], st["pptr"], st["origin"]
-    gid, gexit, has_child = st["gid"], st["gexit"], st["has_child"]
-    w = (_cat(gs, "work", np.int64) if work is None else work).tolist()
-    sl = (_cat(gs, "slack", np.int64) if slack is None else slack).tolist()
-    fr = np.zeros(n, bool).tolist() if free is None else np.asarray(free, bool).tolist()
-    gcore = (j.g_core if core is None else core).tolist()
+    st = structure(j)
+    w = _cat(gs, "work", np.int64) if work is None else work
+    sl = _cat(gs, "slack", np.int64) if slack is None else slack
+    fr = np.zeros(n, bool) if free is None else np.asarray(free, bool)
+    S_a, E_a, why_s, why_e = walk.run(st, w, sl, fr, j.g_core if core is None else core, (END, DONE, WIN))
     base = j.base
-    G = len(j.g_members)
-    S = [0] * n
-    E = [0] * n
-    A = [_NEG] * G
-    who_a = [-1] * G
-    why_s = [-1] * n
-    why_e = [-1] * n
-    last_child = [_NEG] * n
-    last_child_q = [-1] * n
-    for q in st["order"]:
-        if q < 2 * n:
-            i = q >> 1
-            if q & 1 == 0:  # S
-                best, arg = _NEG, -1
-                for e in range(pptr[i], pptr[i + 1]):
-                    s = psrc[e]
-                    t = E[s] if pkind[e] == END else S[s]
-                    if t > best:
-                        best, arg = t, (2 * s + 1 if pkind[e] == END else 2 * s)
-                if arg < 0:
-                    best = origin[i]
-                S[i] = best + sl[i]
-                why_s[i] = arg
-            else:  # E
-                s_i = S[i]
-                k = kind[i]
-                if fr[i]:
-                    e_i, arg = s_i, 2 * i
-                elif gid[i] >= 0:
-                    g = gid[i]
-                    e_i, arg = A[g] + gcore[g] + gexit[i], 2 * who_a[g]
-                elif has_child[i]:
-                    e_i, arg = max(last_child[i] + ptail[i], s_i), last_child_q[i]
-                elif k == DONE and window[i] >= 0:
-                    a, b = s_i + nowait[i], E[window[i]] + after[i]
-                    e_i, arg = (a, 2 * i) if a >= b else (b, 2 * window[i] + 1)
-                elif k == WIN and qprev[i] >= 0 and E[qprev[i]] > s_i:
-                    e_i, arg = E[qprev[i]] + w[i], 2 * qprev[i] + 1
-                else:
-                    e_i, arg = s_i + w[i], 2 * i
-                E[i] = e_i
-                why_e[i] = arg
-                p = parent[i]
-                if p >= 0 and e_i > last_child[p]:
-                    last_child[p], last_child_q[p] = e_i, q
-        else:
-            g = q - 2 * n
-            best, arg = _NEG, -1
-            for i in j.g_members[g].tolist():
-                if S[i] > best:
-                    best, arg = S[i], i
-            A[g], who_a[g] = best, arg
-    S_a, E_a = np.asarray(S, np.int64), np.asarray(E, np.int64)
     steps, clipped = [], 0
     for h, g in enumerate(gs):
         b = base[h]
@@ -293,7 +227,7 @@ def evaluate(j: Joined, work: np.ndarray | None = None, core: np.ndarray | None 
         steps.append(pred)
     if work is None and slack is None and core is None and free is None and tail is None:
         clipped = int(((S_a != j.start) | (E_a != j.end)).sum())
-    return Result(S_a, E_a, np.asarray(why_s, np.int64), np.asarray(why_e, np.int64), steps, clipped)
+    return Result(S_a, E_a, why_s, why_e, steps, clipped)
 
 
 def critical_path(j: Joined, r: Result, host: int, slot: int) -> list[tuple[int, str]]:
