@@ -80,8 +80,10 @@ def run(st: dict, work: np.ndarray, slack: np.ndarray, free: np.ndarray, core: n
 
 def _run_py(st: dict, work, slack, free, core, consts) -> tuple:
     END, DONE, WIN = consts
-    L = {k: np.asarray(st[k]).tolist() for k in ("pptr", "psrc", "pkind", "gptr", "gmem", "has_child")
-         + NODE_FIELDS}
+    if "lists" not in st:  # the structure as Python lists, once per structure (a replay evaluates it many times)
+        st["lists"] = {k: np.asarray(st[k]).tolist() for k in ("order", "pptr", "psrc", "pkind", "gptr", "gmem",
+                                                                "has_child") + NODE_FIELDS}
+    L = st["lists"]
     pptr, psrc, pkind, gptr, gmem, has_child = (L[k] for k in ("pptr", "psrc", "pkind", "gptr", "gmem", "has_child"))
     origin, kind, window, qprev, parent, nowait, after, ptail, gid, gexit = (L[k] for k in NODE_FIELDS)
     w, sl = np.asarray(work).tolist(), np.asarray(slack).tolist()
@@ -91,7 +93,7 @@ def _run_py(st: dict, work, slack, free, core, consts) -> tuple:
     A, who_a = [_NEG] * G, [-1] * G
     why_s, why_e = [-1] * n, [-1] * n
     last_child, last_child_q = [_NEG] * n, [-1] * n
-    for q in np.asarray(st["order"]).tolist():
+    for q in L["order"]:
         if q < 2 * n:
             i = q >> 1
             if q & 1 == 0:  # S
