@@ -446,3 +446,15 @@ def test_narrow_int_narrows_only_what_fits():
     assert C.narrow_int(big_const) is big_const
     f = np.array([1.5])
     assert C.narrow_int(f) is f
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 18])
+@pytest.mark.parametrize("wanted", [0, 1, 8, 9, 200])
+def test_member_mask_equals_isin(monkeypatch, chunk, wanted):
+    monkeypatch.setattr(C, "_CHUNK", chunk)
+    rng = np.random.default_rng(wanted)
+    key = rng.integers(-(1 << 50), 1 << 50, 2001)
+    values = np.r_[rng.choice(key, wanted // 2), rng.integers(-(1 << 50), 1 << 50, wanted - wanted // 2)]
+    for k in (key, key.astype(np.int32), np.sort(key)):
+        v = values.astype(k.dtype)
+        assert np.array_equal(C.member_mask(k, v), np.isin(k, v))

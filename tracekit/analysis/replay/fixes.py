@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import member_mask
 from tracekit.grouping import codes_of
 
 OVERLAP_RULES = frozenset({"unoverlapped-collective", "collective-bound-step"})
@@ -50,7 +51,7 @@ def _rows_in(ops: pd.DataFrame, key: np.ndarray, want: set, texts: tuple) -> np.
     out = np.zeros(n, bool)
     if not want or not n:
         return out
-    rows = np.flatnonzero(np.isin(key, np.fromiter({w[-1] for w in want}, np.int64)))
+    rows = np.flatnonzero(member_mask(key, np.fromiter({w[-1] for w in want}, np.int64)))
     if not len(rows):
         return out
     cols = [_text_at(ops, c, rows) for c in texts] + [key[rows]]
