@@ -28,9 +28,10 @@ class HostRules:
     floor: dict | None  #: (host, device) -> sync op time at the roofline floor (None: no roofline columns)
 
 
-def evaluate(frames, rule_items: list, max_evidence: int) -> HostRules:
+def evaluate(frames, rule_items: list, max_evidence: int, keep=None, kept: dict | None = None) -> HostRules:
     """:class:`HostRules` of ``frames`` (one host's :class:`tracekit.analysis.rule_checks.RuleFrames`);
-    ``rule_items``: [(rule, resolved params)] of every rule."""
+    ``rule_items``: [(rule, resolved params)] of every rule. ``kept``: filled with rule id -> (evidence rows,
+    summary or None) of the rules with evidence for which ``keep(rule)`` holds (what a later section reads again)."""
     from tracekit.analysis import evidence, rules
     out, laid = [], {}
     for rule, params in rule_items:
@@ -43,8 +44,11 @@ def evaluate(frames, rule_items: list, max_evidence: int) -> HostRules:
         if ev.empty:
             continue
         laid[rule.id] = claims_mod.claim_intervals(rule.frame, ev, frames, rule.time)
-        if rule.frame in HOST_FRAMES:
-            out.append((rule.id, evidence.summarize(rule, ev, max_evidence)))
+        summary = evidence.summarize(rule, ev, max_evidence) if rule.frame in HOST_FRAMES else None
+        if summary is not None:
+            out.append((rule.id, summary))
+        if kept is not None and keep is not None and keep(rule):
+            kept[rule.id] = (ev, summary)
     nonempty = frozenset(k for k in HOST_FRAMES if frames.get(k) is not None and len(frames[k]))
     return HostRules(tuple(out), nonempty, claims_mod.atoms(laid), claims_mod.floor_per_device(frames["ops"]))
 

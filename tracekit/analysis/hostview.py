@@ -9,7 +9,7 @@ trace is the one-host case: the report of one host is reduced from its one :clas
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -35,6 +35,9 @@ class HostView:
     #: :class:`tracekit.analysis.inference.HostServing`: this host's part of the serving view (its rule frame is
     #: ``frames.serving``)
     serving: object = None
+    #: what one section works out for a later one on the same host (never leaves the host): ``"evidence"``, rule
+    #: id -> (evidence rows, summary or None) of the rules whose fix the replay plays, from the findings section
+    shared: dict = field(default_factory=dict)
 
     @property
     def ops(self) -> pd.DataFrame:

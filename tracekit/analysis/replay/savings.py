@@ -56,16 +56,20 @@ def _own_findings(hv, items: list) -> list:
     k = hv.options.max_evidence
     span, profiled = evidence.spans(hv.frames.devices)
     rows, summaries = {}, []
+    kept = hv.shared.pop("evidence", None)  # (the findings section's, when it ran before on this host)
     for rule, params in items:
         if fixes.action(rule) is None or rules.applicable(rule, hv.frames):
             continue
-        try:
-            ev = rules.evidence_rows(rule, hv.frames, params)
-        except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError):
-            continue  # (the findings section names the failing rule)
-        if len(ev):
+        if kept is not None:
+            ev, summary = kept.get(rule.id, (None, None))
+        else:
+            try:
+                ev, summary = rules.evidence_rows(rule, hv.frames, params), None
+            except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError):
+                continue  # (the findings section names the failing rule)
+        if ev is not None and len(ev):
             rows[rule.id] = (rule, params, ev)
-            summaries.append((rule, params, evidence.summarize(rule, ev, k)))
+            summaries.append((rule, params, summary if summary is not None else evidence.summarize(rule, ev, k)))
     return [rows[f.rule_id] for f in evidence.findings(summaries, span, profiled, k)]
 
 

@@ -20,9 +20,13 @@ NO_DEVICE_OPS = "TK000"
 
 
 def summarize(hv):
-    """:class:`tracekit.analysis.hostrules.HostRules` of the host's frames."""
+    """:class:`tracekit.analysis.hostrules.HostRules` of the host's frames (the evidence of the rules whose fix the
+    replay plays is left in ``hv.shared`` for the replay section, which reads it again)."""
     from tracekit.analysis import hostrules
-    return hostrules.evaluate(hv.frames, hostrules.rule_items(hv.options), hv.options.max_evidence)
+    from tracekit.analysis.replay import fixes
+    kept = hv.shared.setdefault("evidence", {}) if hv.options.replay else None
+    return hostrules.evaluate(hv.frames, hostrules.rule_items(hv.options), hv.options.max_evidence,
+                              keep=fixes.action, kept=kept)
 
 
 def reduce(parts: list, ctx) -> dict:
