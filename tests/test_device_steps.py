@@ -19,6 +19,7 @@ from functools import lru_cache
 import pandas as pd
 import pytest
 
+import tracekit
 from conftest import FIXTURES
 
 CASES = ("async_dp8", "async_dp8_sleepy", "blocking_dp8", "async_1dev")
@@ -229,3 +230,29 @@ def test_annotations_holding_their_runs_say_nothing(tmp_path):
     tr = tracekit.load(_cpu_trace(tmp_path, runs, windows))
     assert tr.steps["step"].tolist() == [0, 1]
     assert not [w for w in tr.warnings if ANNOTATION_WARNING in w]
+
+
+def _closed_by_text(steps: pd.DataFrame) -> pd.DataFrame:
+    """closed_steps the plain pandas way (the oracle): per (host, device) text, open_end rows dropped where the
+    device has closed ones."""
+    if "open_end" not in steps.columns or not steps["open_end"].any():
+        return steps
+    dev = steps["host"].astype(str) + "\0" + steps["device"].astype(str)
+    closed = ~steps["open_end"].to_numpy(bool)
+    counts = dev[closed].value_counts()
+    return steps[closed | ~(dev.map(counts).fillna(0).to_numpy() > 0)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_closed_steps_drop_each_devices_open_end_as_the_text_grouping_does(case):
+    from tracekit.analysis.stepstats import closed_steps
+    st = tracekit.load(FIXTURES / "cpu" / case).steps
+    assert st["open_end"].any()
+    pd.testing.assert_frame_equal(closed_steps(st), _closed_by_text(st))
+    # a device whose only step is open keeps it; a device with closed steps loses its open one
+    extra = pd.DataFrame({"host": ["h", "h", "h"], "device": ["CPU:7", "CPU:8", "CPU:8"], "open_end": [True, False, True]})
+    both = pd.concat([st[["host", "device", "open_end"]].astype(str).astype({"open_end": bool}), extra],
+                     ignore_index=True)
+    got = closed_steps(both)
+    pd.testing.assert_frame_equal(got, _closed_by_text(both))
+    assert ("CPU:7" in set(got["device"])) and (got["device"] == "CPU:8").sum() == 1

@@ -98,3 +98,17 @@ def test_undonated_matches_shape_and_dtype(args, outs, aliased, want):
         allocs.append(_alloc(j, "output", size))
         bufs.append(_buf(j, s, size))
     assert donation.undonated(allocs, allocs, aliased, donation.allocation_shapes(bufs)) == want
+
+
+@pytest.mark.parametrize("case", ["donation_undonated", "async_dp8", "fori_loop"])
+def test_executions_count_each_programs_runs_as_the_rows_text_does(case):
+    """Programs without module events count their distinct (host, device, run_id) among their op rows: checked
+    against pandas on the rows' text (module events removed, so every program is counted from its ops)."""
+    import tracekit
+    tr = tracekit.load(cpu_fixture(case))
+    tr.modules = tr.modules.iloc[:0]
+    ops = tr.ops.astype({"module": str, "host": str, "device": str})
+    want = ops.groupby(["module", "program_id"])[["host", "device", "run_id"]].apply(
+        lambda g: len(g.drop_duplicates()))
+    assert donation.executions(tr) == {(m, int(p)): int(v) for (m, p), v in want.items()}
+    assert len(want) and want.max() > 1

@@ -12,7 +12,9 @@ a conversion compiled earlier) holds no memory there, so the rule on undonated a
 """
 from __future__ import annotations
 
-from tracekit.grouping import distinct_rows
+import numpy as np
+
+from tracekit.grouping import distinct_rows, group_index
 
 
 def allocation_shapes(buffers: list) -> dict:
@@ -62,13 +64,17 @@ def executions(tr) -> dict:
         return out
     # the project's grouping (integer codes, a dense key), not text or a pandas frame of keys: a 1.5 M-row copy of
     # five key columns and its hashing were the analysis' peak memory
+    if not {"module", "program_id"} <= set(ops.columns):
+        return out
     cols = [c for c in ("module", "program_id", "host", "device", "run_id") if c in ops.columns]
-    _, _, tuples = distinct_rows(ops, cols)
+    _, first = group_index(ops, cols)  # the distinct runs, by their first row
+    prog, pfirst, programs = distinct_rows(ops, cols[:2])
+    per_program = np.bincount(prog[first], minlength=len(pfirst))  # runs of each (module, program_id)
     runs: dict = {}
-    for t in tuples:
+    for t, n in zip(programs, per_program.tolist()):
         if t[0] is not None and t[1] is not None:
             k = (str(t[0]), int(t[1]))
-            runs[k] = runs.get(k, 0) + 1
+            runs[k] = runs.get(k, 0) + n
     for k, n in runs.items():  # programs with ops but no module execution events
         out.setdefault(k, n)
     return out

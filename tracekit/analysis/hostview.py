@@ -35,6 +35,8 @@ class HostView:
     #: :class:`tracekit.analysis.inference.HostServing`: this host's part of the serving view (its rule frame is
     #: ``frames.serving``)
     serving: object = None
+    #: :func:`tracekit.analysis.opstats.op_sums` of ``ops`` (the rules' ``op_stats`` and the ops section read them)
+    op_sums: tuple | None = None
     #: what one section works out for a later one on the same host (never leaves the host): ``"evidence"``, rule
     #: id -> (evidence rows, summary or None) of the rules whose fix the replay plays, from the findings section
     shared: dict = field(default_factory=dict)
@@ -55,7 +57,7 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     """The :class:`HostView` of a one-host trace ``tr``. ``hosts``: every host of the run in order (GPU device ids
     count the hosts before this one); ``ops``: the caller's own roofline-joined ops (else joined here);
     ``release_trace_costs``: the trace's own cost stats leave ``tr.ops`` once they have served."""
-    from tracekit.analysis import inference, inference_report, memory, overview, rule_checks, stepstats
+    from tracekit.analysis import inference, inference_report, memory, opstats, overview, rule_checks, stepstats
     from tracekit.ingest import steps as steps_mod
     from tracekit.model import collective_model, identity, roofline
     from tracekit.progress import NULL
@@ -79,8 +81,9 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     finally:
         tr.hosts, tr.paths = [host], paths
     progress.stage("timelines")
+    sums = opstats.op_sums(j.ops)
     fr = rule_checks.frames_for_rules(j.ops, tr.steps, tr.host_events, modules=tr.modules,
-                                      kernel_profile=tr.kernel_profile, **options.timeline())
+                                      kernel_profile=tr.kernel_profile, sums=sums, **options.timeline())
     step_source = tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ()
     mem = memory.build(tr, j.chips)
     parts = overview.device_parts(j.ops, fr.steps, j.chips)
@@ -95,4 +98,4 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     fr = replace(fr, serving=inference_report.rule_frame(inference.reduce([serving])))
     return HostView(host=host, path=path, hosts=run_hosts, trace=tr,
                     options=options, joined=j, frames=fr, memory=mem, overview_parts=parts, step_summary=ss,
-                    step_source=step_source, cost_table=cost_table, serving=serving)
+                    step_source=step_source, cost_table=cost_table, serving=serving, op_sums=sums)

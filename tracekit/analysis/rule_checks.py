@@ -27,7 +27,7 @@ import pandas as pd
 from tracekit.analysis import gaps as idle, timeline as tl
 from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
 from tracekit.analysis import kernelprof
-from tracekit.analysis.opstats import op_stats
+from tracekit.analysis.opstats import finish, op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.columns import with_columns
 from tracekit.grouping import cat_apply
@@ -126,13 +126,15 @@ class RuleFrames(Mapping):
 def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_events: pd.DataFrame | None = None,
                      *, hidden: float = DEFAULTS.hidden, exposed: float = DEFAULTS.exposed,
                      min_gap_ps: int = DEFAULTS.min_gap_ps,
-                     modules: pd.DataFrame | None = None, kernel_profile: pd.DataFrame | None = None) -> RuleFrames:
+                     modules: pd.DataFrame | None = None, kernel_profile: pd.DataFrame | None = None,
+                     sums: tuple | None = None) -> RuleFrames:
     """Every frame the rules read (see the module docstring), from the ops frame (with roofline columns when the
     roofline stage ran), the steps frame and optional host events. ``devices`` adds ``busy_ps_z`` (modified z
     across devices of the same device_kind). ``modules``: the program executions per device, which split the
     steps' idle time (see :func:`tracekit.analysis.timeline.step_breakdown`). ``kernel_profile``: what the trace
     measured inside its kernels (``Trace.kernel_profile``), in ``op_stats`` (:func:`tracekit.analysis.kernelprof.annotate`;
-    NaN columns without it)."""
+    NaN columns without it). ``sums``: :func:`tracekit.analysis.opstats.op_sums` of ``ops``, when the caller has
+    them (``op_stats`` is made from them instead of grouping the rows again)."""
     steps = steps if steps is not None else pd.DataFrame(
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
@@ -145,7 +147,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     # one index per frame, handed to every job that reads it by device: grouped once, dropped when this returns
     ix, sx = DeviceIndex(narrow), DeviceIndex(steps)
     # (op stats first: their grouping's temporaries come before the device index holds its parts)
-    done = {"op_stats": op_stats(ops), "devices": tl.device_summary(ix, sx),
+    done = {"op_stats": op_stats(ops) if sums is None else finish(*sums), "devices": tl.device_summary(ix, sx),
             "collectives": tl.collective_overlap(ix, hidden, exposed),
             "steps": tl.step_breakdown(ix, sx, modules), "gaps": idle.gaps(ix, sx, min_gap_ps),
             "in_step": in_steps(ix, sx)}

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import KEYS
+from tracekit.grouping import group_index
 
 
 def closed_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -16,9 +17,9 @@ def closed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     has no next start) is left out where the device has other steps."""
     if "open_end" not in steps.columns or not steps["open_end"].any():
         return steps
-    dev = steps["host"].astype(str) + "\0" + steps["device"].astype(str)
+    dev, first = group_index(steps, KEYS)  # (integer codes per device: no text per row)
     closed = ~steps["open_end"].to_numpy(bool)
-    has_closed = dev.map(dev[closed].value_counts()).fillna(0).to_numpy() > 0
+    has_closed = np.bincount(dev[closed], minlength=len(first))[dev] > 0
     return steps[closed | ~has_closed]
 
 

@@ -71,7 +71,7 @@ class Part:
 
 def summarize(hv) -> Part:
     from tracekit.analysis import opstats
-    sums, busy = opstats.op_sums(hv.ops)
+    sums, busy = hv.op_sums if hv.op_sums is not None else opstats.op_sums(hv.ops)
     h = hv.trace.hlo
     if len(h) and len(sums):
         src = h[SOURCE_COLUMNS].drop_duplicates(["program_id", "name"])
