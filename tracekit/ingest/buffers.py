@@ -85,73 +85,23 @@ def _on_host(shape) -> bool:
 
 
 def tables(modules: list) -> BufferTables:
-    """The three frames for ``modules`` (:class:`tracekit.ingest.hlo.Module` with ``buffers``)."""
+    """The three frames for ``modules`` (:class:`tracekit.ingest.hlo.Module` with ``buffers``). Each module's rows
+    are read from its protos once (kept in ``Module.buffer_rows``: the memory view, the serving view and the
+    serving rules ask for the same modules)."""
     al = {k: [] for k in ALLOCATIONS}
     bu = {k: [] for k in BUFFERS}
     hp = {k: [] for k in HEAP}
     for mod in modules:
-        ba = getattr(mod, "buffers", None)
-        if ba is None:
+        if getattr(mod, "buffers", None) is None:
             continue
-        m = mod.proto
-        instr = {}
-        for comp in m.computations:
-            for ins in comp.instructions:
-                instr[ins.id] = (ins, comp.name)
-        by_name = {ins.name: i for i, (ins, _) in instr.items()}
-        for a in ba.buffer_allocations:
-            al["module"].append(mod.name)
-            al["program_id"].append(mod.program_id)
-            al["allocation"].append(a.index)
-            al["size_bytes"].append(max(int(a.size), 0))
-            al["color"].append(int(a.color))
-            al["memory_space"].append(space_name(a.color))
-            al["kind"].append(_kind(a))
-            al["parameter_number"].append(int(a.parameter_number) if a.is_entry_computation_parameter else -1)
-            al["is_tuple"].append(bool(a.is_tuple))
-        where = {}  # logical buffer id -> (allocation index, offset)
-        for a in ba.buffer_allocations:
-            for s in a.assigned:
-                where.setdefault(s.logical_buffer_id, (a.index, s.offset))
-        for lb in ba.logical_buffers:
-            loc = lb.defined_at
-            iid = loc.instruction_id if loc.instruction_id or not loc.instruction_name else \
-                by_name.get(loc.instruction_name, -1)
-            ins, comp = instr.get(iid, (None, ""))
-            shape = _at(ins.shape, list(loc.shape_index)) if ins is not None else None
-            src_file, src_line = source_location(m, ins.metadata) if ins is not None else ("", 0)
-            from_host = False
-            dest = list(loc.shape_index) == ([0] if ins is not None and ins.opcode == "copy-start" else [])
-            if ins is not None and ins.opcode in ("copy-start", "copy") and dest and ins.operand_ids and \
-                    lb.color != HOST_MEMORY_SPACE:
-                op = instr.get(ins.operand_ids[0])
-                from_host = op is not None and _on_host(op[0].shape)
-            alloc, off = where.get(lb.id, (-1, 0))
-            bu["module"].append(mod.name)
-            bu["program_id"].append(mod.program_id)
-            bu["allocation"].append(alloc)
-            bu["buffer_id"].append(int(lb.id))
-            bu["offset_bytes"].append(int(off))
-            bu["size_bytes"].append(max(int(lb.size), 0))
-            bu["color"].append(int(lb.color))
-            bu["instruction"].append(ins.name if ins is not None else loc.instruction_name)
-            bu["opcode"].append(ins.opcode if ins is not None else "")
-            bu["computation"].append(comp)
-            bu["shape"].append(hloshape.text(shape) if shape is not None else "")
-            bu["shape_index"].append("{" + ",".join(map(str, loc.shape_index)) + "}" if loc.shape_index else "")
-            bu["source_file"].append(src_file)
-            bu["source_line"].append(int(src_line))
-            bu["from_host"].append(from_host)
-        for t, tr in enumerate(ba.heap_simulator_traces):
-            for i, ev in enumerate(tr.events):
-                hp["module"].append(mod.name)
-                hp["program_id"].append(mod.program_id)
-                hp["trace"].append(t)
-                hp["seq"].append(i)
-                hp["kind"].append(int(ev.kind))
-                hp["buffer_id"].append(int(ev.buffer_id))
-                hp["share_with"].append(int(ev.share_with_canonical_id) if ev.kind == 2 else -1)
-                hp["instruction"].append(ev.instruction_name)
+        rows = getattr(mod, "buffer_rows", None)
+        if rows is None:
+            rows = _module_rows(mod)
+            if hasattr(mod, "buffer_rows"):
+                mod.buffer_rows = rows
+        for acc, part in zip((al, bu, hp), rows):
+            for k, v in part.items():
+                acc[k].extend(v)
     i64 = "int64"
     return BufferTables(
         pd.DataFrame(al).astype({"program_id": "uint64", "allocation": i64, "size_bytes": i64, "color": i64,
@@ -160,3 +110,71 @@ def tables(modules: list) -> BufferTables:
                                  "size_bytes": i64, "color": i64, "source_line": i64, "from_host": bool}),
         pd.DataFrame(hp).astype({"program_id": "uint64", "trace": i64, "seq": i64, "kind": i64, "buffer_id": i64,
                                  "share_with": i64}))
+
+
+def _module_rows(mod) -> tuple[dict, dict, dict]:
+    """One module's rows of the three tables, as column lists."""
+    al = {k: [] for k in ALLOCATIONS}
+    bu = {k: [] for k in BUFFERS}
+    hp = {k: [] for k in HEAP}
+    ba = mod.buffers
+    m = mod.proto
+    instr = {}
+    for comp in m.computations:
+        for ins in comp.instructions:
+            instr[ins.id] = (ins, comp.name)
+    by_name = {ins.name: i for i, (ins, _) in instr.items()}
+    for a in ba.buffer_allocations:
+        al["module"].append(mod.name)
+        al["program_id"].append(mod.program_id)
+        al["allocation"].append(a.index)
+        al["size_bytes"].append(max(int(a.size), 0))
+        al["color"].append(int(a.color))
+        al["memory_space"].append(space_name(a.color))
+        al["kind"].append(_kind(a))
+        al["parameter_number"].append(int(a.parameter_number) if a.is_entry_computation_parameter else -1)
+        al["is_tuple"].append(bool(a.is_tuple))
+    where = {}  # logical buffer id -> (allocation index, offset)
+    for a in ba.buffer_allocations:
+        for s in a.assigned:
+            where.setdefault(s.logical_buffer_id, (a.index, s.offset))
+    for lb in ba.logical_buffers:
+        loc = lb.defined_at
+        iid = loc.instruction_id if loc.instruction_id or not loc.instruction_name else \
+            by_name.get(loc.instruction_name, -1)
+        ins, comp = instr.get(iid, (None, ""))
+        shape = _at(ins.shape, list(loc.shape_index)) if ins is not None else None
+        src_file, src_line = source_location(m, ins.metadata) if ins is not None else ("", 0)
+        from_host = False
+        dest = list(loc.shape_index) == ([0] if ins is not None and ins.opcode == "copy-start" else [])
+        if ins is not None and ins.opcode in ("copy-start", "copy") and dest and ins.operand_ids and \
+                lb.color != HOST_MEMORY_SPACE:
+            op = instr.get(ins.operand_ids[0])
+            from_host = op is not None and _on_host(op[0].shape)
+        alloc, off = where.get(lb.id, (-1, 0))
+        bu["module"].append(mod.name)
+        bu["program_id"].append(mod.program_id)
+        bu["allocation"].append(alloc)
+        bu["buffer_id"].append(int(lb.id))
+        bu["offset_bytes"].append(int(off))
+        bu["size_bytes"].append(max(int(lb.size), 0))
+        bu["color"].append(int(lb.color))
+        bu["instruction"].append(ins.name if ins is not None else loc.instruction_name)
+        bu["opcode"].append(ins.opcode if ins is not None else "")
+        bu["computation"].append(comp)
+        bu["shape"].append(hloshape.text(shape) if shape is not None else "")
+        bu["shape_index"].append("{" + ",".join(map(str, loc.shape_index)) + "}" if loc.shape_index else "")
+        bu["source_file"].append(src_file)
+        bu["source_line"].append(int(src_line))
+        bu["from_host"].append(from_host)
+    for t, tr in enumerate(ba.heap_simulator_traces):
+        for i, ev in enumerate(tr.events):
+            hp["module"].append(mod.name)
+            hp["program_id"].append(mod.program_id)
+            hp["trace"].append(t)
+            hp["seq"].append(i)
+            hp["kind"].append(int(ev.kind))
+            hp["buffer_id"].append(int(ev.buffer_id))
+            hp["share_with"].append(int(ev.share_with_canonical_id) if ev.kind == 2 else -1)
+            hp["instruction"].append(ev.instruction_name)
+    return al, bu, hp

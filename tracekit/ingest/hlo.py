@@ -2,7 +2,7 @@
 (one row per instruction; schema :data:`tracekit.schema.HLO`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 from google.protobuf.message import DecodeError
@@ -21,6 +21,8 @@ class Module:
     proto: hlo_pb2.HloModuleProto
     #: XLA's buffer assignment of the compiled program (``xla.HloProto`` field 3); None when the trace has none
     buffers: hlo_pb2.BufferAssignmentProto | None = None
+    #: :func:`tracekit.ingest.buffers.tables`' rows of this module, worked out on first use
+    buffer_rows: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Module]:

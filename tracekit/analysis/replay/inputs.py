@@ -11,7 +11,7 @@ import pandas as pd
 from tracekit.analysis.replay import graph
 
 _DONE = re.compile(r"-done(\.\d+)?$")
-#: at most this many nodes are replayed (the engine's pass is a Python loop): steps beyond it are sampled
+#: at most this many nodes are replayed (built and walked node by node): steps beyond it are sampled
 MAX_NODES = 200_000
 
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from tracekit.analysis.replay import changes as ch, engine, fixes
 
-#: the analysis replays at most this many op executions per host (the engine's pass is a Python loop), and at most
-#: :data:`MAX_FINDINGS` findings one by one (the largest claims first)
+#: the analysis replays at most this many op executions per host (its graph is built and walked node by node),
+#: and at most :data:`MAX_FINDINGS` findings one by one (the largest claims first)
 MAX_NODES = 50_000
 MAX_FINDINGS = 8
 
