@@ -80,3 +80,19 @@ def test_the_c_loops_refuse_arrays_that_point_outside():
     st["psrc"] = np.array([0])
     with pytest.raises(ValueError, match="expected 1 items"):
         walk.run(st, np.zeros(2), np.zeros(1), np.zeros(1, bool), np.zeros(0), (END, DONE, WIN), use_c=True)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_step_rows_ranges_equal_the_latest_window_search(seed):
+    """graph._in_windows (each step's rows as a range of the device's sorted starts) against the search it replaces:
+    each row to the latest window starting at or before it, kept when it starts before that window's end."""
+    from tracekit.analysis.replay import graph
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.integers(0, 1000, 500))
+    ws = np.sort(rng.choice(np.arange(0, 1000, 7), 30))  # (duplicates: several windows may start together)
+    we = ws + rng.integers(-5, 120, len(ws))  # (overlapping, short, even negative windows)
+    pos = np.searchsorted(ws, start, "right") - 1
+    ok = pos >= 0
+    ok &= start < we[np.maximum(pos, 0)]
+    rows, win = graph._in_windows(start, ws, we)
+    assert rows.tolist() == np.flatnonzero(ok).tolist() and win.tolist() == pos[ok].tolist()

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit.grouping import codes_of
+from tracekit.grouping import codes_of, row_parts
 
 OP, WIN, DONE = 0, 1, 2
 END, START = 0, 1  #: a predecessor edge waits for the source's end, or (a window's -start) its start
@@ -155,6 +155,23 @@ def producers(hlo: pd.DataFrame) -> dict:
     return {(p, n): visible(p, c, n) for (p, c, n) in info}
 
 
+def _ascending(a: np.ndarray) -> bool:
+    return bool((a[1:] >= a[:-1]).all()) if len(a) > 1 else True
+
+
+def _in_windows(start: np.ndarray, w_start: np.ndarray, w_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ascending ``start`` of the rows each window holds, each one's window) where a row belongs to
+    the latest window (``w_start`` ascending) starting at or before it, if it starts before that window's end."""
+    if not len(w_start):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    upto = np.minimum(w_end, np.r_[w_start[1:], np.iinfo(np.int64).max])  # (the next window takes over)
+    a = np.searchsorted(start, w_start, "left")
+    cnt = np.maximum(np.searchsorted(start, upto, "left") - a, 0)
+    offsets = np.cumsum(cnt) - cnt
+    pos = np.repeat(a - offsets, cnt) + np.arange(int(cnt.sum()), dtype=np.int64)
+    return pos.astype(np.int64), np.repeat(np.arange(len(w_start), dtype=np.int64), cnt)
+
+
 def _parents(line: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per node: the innermost node of its line whose window contains it (-1)."""
     from tracekit.ingest.nesting import self_times
@@ -186,10 +203,19 @@ def step_rows(ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, host: str | 
         hmask = hcodes == (mine[0] if mine else -2)
     dmap = {str(d): i for i, d in enumerate(dnames)}
     ostart = ops["start_ps"].to_numpy(np.int64)
+    # one host's frame sorted by device and start (as the loader leaves it): each device's rows are a slice, and
+    # each step's rows a range of it found by binary search (no device-sized temporaries)
+    parts = row_parts(ops, ["host", "device"]) if host is not None else {}
     rows, slots = [], []
     for d, name in enumerate(devices):
         srows = np.flatnonzero(sdev == d)
         srows = srows[np.argsort(s_start[srows], kind="stable")]
+        part = parts.get((host, name), slice(0, 0)) if host is not None else None
+        if isinstance(part, slice) and _ascending(ostart[part]):
+            r, k = _in_windows(ostart[part], s_start[srows], s_next[srows])
+            rows.append(part.start + r)
+            slots.append(srows[k])
+            continue
         on = dcodes == dmap.get(name, -2)
         orows = np.flatnonzero(on & hmask if hmask is not None else on)
         pos = np.searchsorted(s_start[srows], ostart[orows], "right") - 1

@@ -26,6 +26,9 @@ from tracekit.analysis.replay import changes as ch, engine, fixes
 #: and at most :data:`MAX_FINDINGS` findings one by one (the largest claims first)
 MAX_NODES = 50_000
 MAX_FINDINGS = 8
+#: the columns of the replayed rows the fixes read (own link times, evidence rows, roofline caps, collectives)
+COLUMNS = ("host", "device", "module", "op", "opcode", "category", "kernel", "start_ps", "duration_ps", "step",
+           "is_async", "is_host_transfer", "net_bytes", "roofline_ps")
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def host_part(hv, items: list) -> HostReplay:
 
 def _replayed(hv, own: list) -> HostReplay:
     from tracekit.analysis.replay import whatif
-    s = whatif.setup(hv.trace, hv.ops, MAX_NODES, model=hv.joined.model)
+    s = whatif.setup(hv.trace, hv.ops, MAX_NODES, model=hv.joined.model, columns=COLUMNS)
     j, ops = s.joined, s.ops  # (the replayed rows only, from here on)
     devices, base = _medians(j, s.measured)
     link = ch.own_link(ops, hv.chips)

@@ -69,9 +69,10 @@ class Setup:
 
 
 def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES, topology: str | None = None,
-          model=None):
+          model=None, columns: tuple | None = None):
     """The measured replay of ``tr`` (``ops``: its ops with the roofline columns, when the caller has them;
-    ``model``: the collective model they were priced on)."""
+    ``model``: the collective model they were priced on; ``columns``: the only columns of the replayed rows the
+    caller reads, None: all)."""
     from tracekit.model import roofline
     if ops is None:
         ops = roofline.join(tr, topology=topology)
@@ -88,7 +89,8 @@ def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES
     j = engine.join(gs)
     if not len(j.start):
         raise TraceError("nothing to replay: the chosen steps hold no op executions")
-    return Setup(tr, ops.take(rows).reset_index(drop=True), j, how, engine.evaluate(j),
+    taken = ops if columns is None else ops[[c for c in columns if c in ops.columns]]
+    return Setup(tr, taken.take(rows).reset_index(drop=True), j, how, engine.evaluate(j),
                  _base_assumptions(tr, j, how), ops, rows)
 
 
