@@ -16,8 +16,10 @@ from tracekit.analysis.replay.graph import DONE, END, WIN
 
 pytestmark = pytest.mark.skipif(walk.cwalk is None, reason="the C extension was not built")
 
-CASES = [FIXTURES / "cpu" / "async_dp8", FIXTURES / "cpu" / "fori_loop", FIXTURES / "collectives" / "mesh4x4"] + sorted(
-    p for p in (FIXTURES / "whatif").iterdir() if p.is_dir())
+#: one fixture of each kind of graph: async dispatch on 8 devices, a loop, collectives on a mesh, and the what-if
+#: captures (batch scaling, cores, a slow op)
+CASES = [FIXTURES / "cpu" / "async_dp8", FIXTURES / "cpu" / "fori_loop", FIXTURES / "collectives" / "mesh4x4"] + [
+    FIXTURES / "whatif" / c for c in ("batch_b256_r1", "cores_2core_r1", "slowop_slow_r1")]
 
 
 def _setups():
