@@ -1,6 +1,6 @@
 """Build configuration for the optional C extensions only; all package metadata lives in pyproject.toml.
 
-`tracekit.ingest._wire` speeds up reading .xplane.pb files; `tracekit.analysis.replay._walk` runs the replay's
+`tracekit.ingest._wire` speeds up reading .xplane.pb files; `tracekit.analysis.replay.walkc` runs the replay's
 loops. Both are optional: when no C compiler is available the build carries on without them and tracekit uses the
 same code in Python (same results, slower)."""
 import os
@@ -17,6 +17,6 @@ setup(
             extra_compile_args=["-pthread"] if os.name == "posix" else [],
             extra_link_args=["-pthread"] if os.name == "posix" else [],
         ),
-        Extension("tracekit.analysis.replay._walk", ["tracekit/analysis/replay/_walk.c"], optional=True),
+        Extension("tracekit.analysis.replay.walkc", ["tracekit/analysis/replay/walkc.c"], optional=True),
     ]
 )

@@ -1,4 +1,4 @@
-"""The replay's loops in C (``tracekit.analysis.replay._walk``) against the same loops in Python
+"""The replay's loops in C (``tracekit.analysis.replay.walkc``) against the same loops in Python
 (:mod:`tracekit.analysis.replay.walk`): identical orders and identical starts, ends and reasons on every committed
 fixture with several steps and on the shared v6e trace, with measured and with changed op times; bad arrays are
 refused with ValueError, not read out of bounds. The replay's own correctness (measured times reproduce the
@@ -14,7 +14,7 @@ from tracekit.analysis.replay import engine, walk
 from tracekit.analysis.replay import whatif as wi
 from tracekit.analysis.replay.graph import DONE, END, WIN
 
-pytestmark = pytest.mark.skipif(walk.cwalk is None, reason="the C extension was not built")
+pytestmark = pytest.mark.skipif(walk.walkc is None, reason="the C extension was not built")
 
 #: one fixture of each kind of graph: async dispatch on 8 devices, a loop, collectives on a mesh, and the what-if
 #: captures (batch scaling, cores, a slow op)
@@ -71,9 +71,9 @@ def test_a_cycle_is_refused_by_both():
 
 def test_the_c_loops_refuse_arrays_that_point_outside():
     with pytest.raises(ValueError, match="out of range"):
-        walk.cwalk.order(np.array([0, 1], np.int64), np.array([5], np.int64), np.empty(1, np.int64))
+        walk.walkc.order(np.array([0, 1], np.int64), np.array([5], np.int64), np.empty(1, np.int64))
     with pytest.raises(ValueError, match="does not span"):
-        walk.cwalk.order(np.array([0, 3], np.int64), np.array([0], np.int64), np.empty(1, np.int64))
+        walk.walkc.order(np.array([0, 3], np.int64), np.array([0], np.int64), np.empty(1, np.int64))
     st = {"order": np.array([0, 1]), "pptr": np.array([0, 1]), "psrc": np.array([9]), "pkind": np.array([END]),
           "gptr": np.array([0]), "gmem": np.zeros(0, np.int64), "has_child": np.zeros(1, bool),
           **{k: np.full(1, -1) for k in walk.NODE_FIELDS}}

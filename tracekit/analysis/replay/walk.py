@@ -1,6 +1,6 @@
 """The replay's two loops: a topological order of the joined graph's quantities (Kahn's algorithm) and the pass
 that computes every node's start and end along it (:func:`tracekit.analysis.replay.engine.evaluate` defines
-them). Both run in C (``_walk``, built with the package; ~50x faster: at 1.5 M device events the replay's passes
+them). Both run in C (``walkc``, built with the package; ~50x faster: at 1.5 M device events the replay's passes
 took 0.7 s of Python) or, where the build had no compiler or ``TRACEKIT_NO_C=1``, in the Python below: the same
 rule step for step, so the two give identical arrays (a test holds them equal on the committed traces)."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections import deque
 import numpy as np
 
 try:  # pragma: no cover - depends on the build
-    from tracekit.analysis.replay import _walk as cwalk
+    from tracekit.analysis.replay import walkc
 except ImportError:  # pragma: no cover
-    cwalk = None
+    walkc = None
 
-HAVE_C: bool = cwalk is not None and os.environ.get("TRACEKIT_NO_C", "") in ("", "0")
+HAVE_C: bool = walkc is not None and os.environ.get("TRACEKIT_NO_C", "") in ("", "0")
 _NEG = -(1 << 62)
 
 
@@ -31,7 +31,7 @@ def order(dep_ptr: np.ndarray, dep: np.ndarray, use_c: bool | None = None) -> np
     nq = len(dep_ptr) - 1
     if HAVE_C if use_c is None else use_c:
         out = np.empty(nq, np.int64)
-        placed = cwalk.order(dep_ptr, dep, out)
+        placed = walkc.order(dep_ptr, dep, out)
         out = out[:placed]
     else:
         out = np.asarray(_order_py(dep_ptr.tolist(), dep.tolist(), nq), np.int64)
@@ -69,7 +69,7 @@ def run(st: dict, work: np.ndarray, slack: np.ndarray, free: np.ndarray, core: n
     n = len(st["kind"])
     if HAVE_C if use_c is None else use_c:
         S, E, why_s, why_e = (np.empty(n, np.int64) for _ in range(4))
-        cwalk.evaluate(_i64(st["order"]), _i64(st["pptr"]), _i64(st["psrc"]), _i64(st["pkind"]),
+        walkc.evaluate(_i64(st["order"]), _i64(st["pptr"]), _i64(st["psrc"]), _i64(st["pkind"]),
                        _i64(st["origin"]), _i64(slack), _i64(work), np.ascontiguousarray(free, np.uint8),
                        *(_i64(st[k]) for k in NODE_FIELDS[1:]), np.ascontiguousarray(st["has_child"], np.uint8),
                        _i64(core), _i64(st["gptr"]), _i64(st["gmem"]), tuple(int(c) for c in consts),

@@ -31,7 +31,7 @@ static int get(PyObject *o, Buf *b, Py_ssize_t itemsize, Py_ssize_t n, int writa
         return -1;
     b->held = 1;
     if (b->v.itemsize != itemsize || (n >= 0 && b->v.len != n * itemsize)) {
-        PyErr_Format(PyExc_ValueError, "_walk: %s: %zd bytes of %zd-byte items, expected %zd items", name,
+        PyErr_Format(PyExc_ValueError, "walkc: %s: %zd bytes of %zd-byte items, expected %zd items", name,
                      b->v.len, b->v.itemsize, n);
         return -1;
     }
@@ -65,7 +65,7 @@ static PyObject *walk_order(PyObject *self, PyObject *args)
     Py_ssize_t nq = b[0].v.len / 8 - 1, m = b[1].v.len / 8;
     if (nq < 0 || get(o_out, &b[2], 8, nq, 1, "out") < 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "_walk: dep_ptr is empty");
+            PyErr_SetString(PyExc_ValueError, "walkc: dep_ptr is empty");
         release(b, 3);
         return NULL;
     }
@@ -73,13 +73,13 @@ static PyObject *walk_order(PyObject *self, PyObject *args)
     int64_t *out = I64(b[2]);
     if (ptr[0] != 0 || ptr[nq] != m) {
         release(b, 3);
-        PyErr_SetString(PyExc_ValueError, "_walk: dep_ptr does not span dep");
+        PyErr_SetString(PyExc_ValueError, "walkc: dep_ptr does not span dep");
         return NULL;
     }
     for (Py_ssize_t e = 0; e < m; e++)
         if (dep[e] < 0 || dep[e] >= nq) {
             release(b, 3);
-            PyErr_SetString(PyExc_ValueError, "_walk: a dependent out of range");
+            PyErr_SetString(PyExc_ValueError, "walkc: a dependent out of range");
             return NULL;
         }
     int64_t *need = calloc(nq ? (size_t)nq : 1, sizeof(int64_t));
@@ -134,7 +134,7 @@ static PyObject *walk_evaluate(PyObject *self, PyObject *args)
     Py_ssize_t n = b[B_PPTR].v.len / 8 - 1, G = b[B_GPTR].v.len / 8 - 1;
     if (n < 0 || G < 0) {
         release(b, NB);
-        PyErr_SetString(PyExc_ValueError, "_walk: pptr or gptr is empty");
+        PyErr_SetString(PyExc_ValueError, "walkc: pptr or gptr is empty");
         return NULL;
     }
     for (int i = 0; i < NB; i++) {
@@ -172,7 +172,7 @@ static PyObject *walk_evaluate(PyObject *self, PyObject *args)
         bad = window[i] >= n || qprev[i] >= n || parent[i] >= n || gid[i] >= G;
     if (bad) {
         release(b, NB);
-        PyErr_SetString(PyExc_ValueError, "_walk: an index out of range");
+        PyErr_SetString(PyExc_ValueError, "walkc: an index out of range");
         return NULL;
     }
     int64_t *A = malloc((G ? (size_t)G : 1) * sizeof(int64_t)), *who_a = malloc((G ? (size_t)G : 1) * sizeof(int64_t));
@@ -283,6 +283,6 @@ static PyMethodDef methods[] = {
     {"evaluate", walk_evaluate, METH_VARARGS, "One replay pass over a topological order (see the module source)."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_walk", "The replay's loops in C.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "walkc", "The replay's loops in C.", -1, methods};
 
-PyMODINIT_FUNC PyInit__walk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_walkc(void) { return PyModule_Create(&module); }
