@@ -98,3 +98,23 @@ def test_step_rows_ranges_equal_the_latest_window_search(seed):
     ok &= start < we[np.maximum(pos, 0)]
     rows, win = graph._in_windows(start, ws, we)
     assert rows.tolist() == np.flatnonzero(ok).tolist() and win.tolist() == pos[ok].tolist()
+
+
+def test_tracekit_no_c_runs_the_python_loops_with_the_same_whatif():
+    """``TRACEKIT_NO_C=1`` (README, Install) turns the replay's C loops off; the what-if answer is the same."""
+    import json
+    import os
+    import subprocess
+    import sys
+    case = FIXTURES / "cpu" / "async_dp8"
+    code = ("import json, sys, tracekit; from tracekit.analysis.replay import walk, whatif as wi; "
+            "out = wi.whatif(tracekit.load(sys.argv[1]), wi.Request()); "
+            "print(json.dumps([walk.HAVE_C, out['predicted_step_ps'], out['replayed_step_ps']]))")
+    got = {}
+    for flag in ("0", "1"):
+        env = {**os.environ, "TRACEKIT_NO_C": flag}
+        r = subprocess.run([sys.executable, "-c", code, str(case)], env=env, capture_output=True, text=True,
+                           check=True)
+        got[flag] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["0"][0] is True and got["1"][0] is False
+    assert got["0"][1:] == got["1"][1:]
