@@ -37,6 +37,15 @@ def cpu_fixture(case: str) -> Path:
     return p
 
 
+def pytest_sessionstart(session):
+    """Byte-compile tracekit's modules once, as ``pip install`` does for a regular install: an editable install
+    writes no .pyc where PYTHONDONTWRITEBYTECODE is set (this machine and CI set it), and every command a test
+    starts in a child process (the CLI, the hook's child, pool and Dask workers) would compile every module again
+    (~0.2 CPU-s each). Up-to-date files are left as they are; the xdist workers find them done."""
+    import compileall
+    compileall.compile_dir(str(ROOT / "tracekit"), quiet=2)
+
+
 @pytest.fixture
 def v6e():
     return shared_trace("tpu/v6e-4_jax_inference.xplane.pb")
