@@ -1,6 +1,6 @@
 """Build configuration for the optional C extensions only; all package metadata lives in pyproject.toml.
 
-`tracekit.ingest._wire` speeds up reading .xplane.pb files; `tracekit.analysis.replay.walkc` runs the replay's
+`tracekit.ingest.wirec` speeds up reading .xplane.pb files; `tracekit.analysis.replay.walkc` runs the replay's
 loops. Both are optional: when no C compiler is available the build carries on without them and tracekit uses the
 same code in Python (same results, slower)."""
 import os
@@ -10,8 +10,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "tracekit.ingest._wire",
-            ["tracekit/ingest/_wire.c"],
+            "tracekit.ingest.wirec",
+            ["tracekit/ingest/wirec.c"],
             optional=True,
             # decoding threads (pthreads) on POSIX; Windows builds decode on one thread
             extra_compile_args=["-pthread"] if os.name == "posix" else [],

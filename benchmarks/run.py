@@ -100,7 +100,7 @@ def machine() -> dict:
             versions[dist] = "absent"
     try:
         from tracekit.ingest import wire
-        versions["wire decoder"] = "C" if getattr(wire, "_wire", None) is not None else "python"
+        versions["wire decoder"] = "C" if getattr(wire, "wirec", None) is not None else "python"
     except Exception:  # noqa: BLE001
         versions["wire decoder"] = "?"
     m = _meminfo()

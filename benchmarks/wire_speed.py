@@ -49,7 +49,7 @@ def main():
     data = out.read_bytes()
 
     n = ns = None
-    if wire._wire is not None:
+    if wire.wirec is not None:
         # the C decoder first, while the process is fresh: its first call pays for all its page faults, as in a
         # real run (later calls may reuse memory freed by earlier ones)
         for threads in sorted({default_threads(), 1}, reverse=True):
@@ -63,7 +63,7 @@ def main():
             print(f"wire C, {threads} thread(s): first call {t_first * 1e3:7.1f} ms {n / t_first / 1e6:6.1f} M events/s;"
                   f"  best of {a.repeat} {t_c * 1e3:7.1f} ms {n / t_c / 1e6:6.1f} M events/s")
     else:
-        print("wire C: tracekit.ingest._wire not built")
+        print("wire C: tracekit.ingest.wirec not built")
 
     t_upb, space = best_of(lambda: xplane_pb2.XSpace.FromString(data), a.repeat)
     if n is None:

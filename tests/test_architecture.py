@@ -4,7 +4,7 @@
 * no import cycles, lazy imports inside functions included;
 * imports only go down the stages: spine <- ingest <- model <- analysis <- report <- pipeline <- run <- cli;
 * no ``_private`` name of another tracekit module, whether imported or reached as an attribute of an imported
-  module (a package's own private submodule, such as the C decoder ``tracekit.ingest._wire``, is its own);
+  module (a package's own private submodule is its own);
 * no re-export shims: a tracekit name a module imports at its top is used there (package ``__init__`` files,
   the public faces, excepted);
 * the top of ``tracekit/`` holds the stage packages and the spine only.
@@ -43,7 +43,8 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 #: compiled extensions (no .py source): modules too
 EXTENSIONS = {".".join(p.relative_to(ROOT).parts[:-1] + (p.name.split(".")[0],))
-              for p in PKG.rglob("*.so")} | {"tracekit.ingest._wire"}
+              for p in PKG.rglob("*.so")} | {"tracekit.ingest.wirec",
+                                             "tracekit.analysis.replay.walkc"}  # (built or not)
 
 
 def _is_module(name: str) -> bool:
@@ -359,7 +360,7 @@ def option_defaults(path: Path, options: set) -> list[str]:
 
 
 #: parameters named like an option that are not one: the pure-Python decoder mirrors the C decoder's signature,
-#: where -1 means "no limit" (tracekit.ingest._wire.read_space)
+#: where -1 means "no limit" (tracekit.ingest.wirec.read_space)
 NOT_OPTIONS = {"tracekit/ingest/pywire.py read_space(max_events=...)"}
 
 

@@ -192,8 +192,8 @@ def _run_case(data: bytes, folder: Path, full: bool, name: str) -> str:
 @pytest.fixture(params=["c", "python"])
 def decoder(request, monkeypatch):
     """Run the test with the C decoder, then with the pure-Python one (what ``TRACEKIT_NO_C=1`` selects)."""
-    if request.param == "c" and wire._wire is None:
-        pytest.skip("tracekit.ingest._wire not built")
+    if request.param == "c" and wire.wirec is None:
+        pytest.skip("tracekit.ingest.wirec not built")
     monkeypatch.setattr(wire, "HAVE_C", request.param == "c")
     return request.param
 
@@ -618,8 +618,8 @@ def test_truncation_at_every_byte(decoder, folder):
 
 def test_truncation_at_every_byte_of_a_larger_trace(folder):
     """Every byte of a 40 kB trace (C decoder; the loads are cheap, the few that decode are analyzed)."""
-    if wire._wire is None:
-        pytest.skip("tracekit.ingest._wire not built")
+    if wire.wirec is None:
+        pytest.skip("tracekit.ingest.wirec not built")
     data = fixture_bytes("train_step")
     step = 1 if LONG else 7
     for n in range(0, len(data) + 1, step):
@@ -968,8 +968,8 @@ def _nasty_files(folder: Path) -> list[str]:
 @pytest.mark.skipif(resource is None or not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux's")
 @pytest.mark.parametrize("impl", ["python", "c"])
 def test_subprocess_under_rlimit_as(impl, tmp_path):
-    if impl == "c" and wire._wire is None:
-        pytest.skip("tracekit.ingest._wire not built")
+    if impl == "c" and wire.wirec is None:
+        pytest.skip("tracekit.ingest.wirec not built")
     files = _nasty_files(tmp_path)
     lst = tmp_path / "files.json"
     lst.write_text(json.dumps(files))
@@ -1013,8 +1013,8 @@ def test_over_long_tags_are_rejected_by_both_decoders():
     for width in range(1, 11):
         data = wirefuzz.varint(4 << 3 | 2, width) + b"\x01a"  # hostnames: "a", the tag in `width` bytes
         expect = "ok" if width <= 5 else "corrupt"
-        if wire._wire is not None:
-            assert wirefuzz.outcome(wire._wire.read_space, data)[0] == expect, width
+        if wire.wirec is not None:
+            assert wirefuzz.outcome(wire.wirec.read_space, data)[0] == expect, width
         assert wirefuzz.outcome(pywire.read_space, data)[0] == expect, width
         if width > 5:
             with pytest.raises(Exception):
@@ -1024,14 +1024,14 @@ def test_over_long_tags_are_rejected_by_both_decoders():
 def test_decoders_agree_on_mutated_traces():
     """Every mutated file: both decoders accept it with identical columns, or both reject it with the same message
     (same byte offset), or both stop at a limit. About 300 inputs in CI (25x with TRACEKIT_FUZZ=long)."""
-    if wire._wire is None:
-        pytest.skip("tracekit.ingest._wire not built")
+    if wire.wirec is None:
+        pytest.skip("tracekit.ingest.wirec not built")
     import wirefuzz
     from tracekit.ingest import pywire
     seen: dict = {}
     for data, kw, threads in _diff_inputs(300 * SCALE, seed=17):
         with bounded():
-            c = wirefuzz.outcome(wire._wire.read_space, data, threads=threads, **kw)
+            c = wirefuzz.outcome(wire.wirec.read_space, data, threads=threads, **kw)
             p = wirefuzz.outcome(pywire.read_space, data, **kw)
         seen[c[0]] = seen.get(c[0], 0) + 1
         if c[0] == p[0] == "limit":
@@ -1044,7 +1044,7 @@ ASAN_CHILD = textwrap.dedent("""
     import ctypes, importlib.util, mmap, os, random, sys, time
     so, tests, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     sys.path.insert(0, tests)
-    spec = importlib.util.spec_from_file_location("tracekit.ingest._wire", so)
+    spec = importlib.util.spec_from_file_location("tracekit.ingest.wirec", so)
     w = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(w)
     import wirefuzz
@@ -1100,11 +1100,11 @@ def test_c_decoder_under_address_sanitizer(tmp_path):
     runtime = _asan_runtime(cc) if cc else None
     if not runtime:
         pytest.skip("no gcc with an AddressSanitizer runtime")
-    so = tmp_path / ("_wire" + sysconfig.get_config_var("EXT_SUFFIX"))
+    so = tmp_path / ("wirec" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = subprocess.run(
         [cc, "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
          "-fno-sanitize-recover=undefined", "-pthread", f"-I{sysconfig.get_paths()['include']}",
-         str(ROOT / "tracekit/ingest/_wire.c"), "-o", str(so)], capture_output=True, text=True, timeout=300)
+         str(ROOT / "tracekit/ingest/wirec.c"), "-o", str(so)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     seeds = [str(FIXTURES / "cpu" / c / "plugins/profile/run1/cpu.xplane.pb") for c in DIFF_SEEDS]
     seeds = [s for s in seeds if os.path.exists(s)]

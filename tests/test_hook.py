@@ -245,11 +245,11 @@ THREAD_SPY = """
 import concurrent.futures as cf, json, os, sys
 from tracekit.ingest import wire
 seen = {"decode_threads": [], "pool_workers": []}
-real = wire._wire.read_space
+real = wire.wirec.read_space
 def read_space(data, threads=1, *a, **k):
     seen["decode_threads"].append(threads)
     return real(data, threads, *a, **k)
-wire._wire.read_space = read_space
+wire.wirec.read_space = read_space
 class Pool(cf.ThreadPoolExecutor):
     def __init__(self, max_workers=None, *a, **k):
         seen["pool_workers"].append(max_workers)
@@ -269,7 +269,7 @@ def test_analysis_child_runs_on_one_thread(tmp_path, monkeypatch):
     import shutil
 
     from tracekit.ingest import wire
-    if wire._wire is None:
+    if wire.wirec is None:
         pytest.skip("the C decoder's threads")
     src = ROOT / "fixtures" / "cpu" / "sharded8" / "plugins" / "profile" / "run1"
     if not src.exists():

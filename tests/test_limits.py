@@ -93,7 +93,7 @@ def baseline_rss(tmp_path_factory) -> int:
 def test_crafted_traces_are_refused_before_the_memory_is_spent(tmp_path, baseline_rss, craft, size, decoder):
     """Each costs less memory than the work budget of its size before it is refused (it used to cost 0.2-1.7 GB
     per MB and be accepted)."""
-    if decoder == "c" and wire._wire is None:
+    if decoder == "c" and wire.wirec is None:
         pytest.skip("C decoder not built")
     f = tmp_path / "crafted.xplane.pb"
     f.write_bytes(craft(size))
@@ -128,7 +128,7 @@ def test_budget_can_be_lifted(tmp_path, monkeypatch):
 def test_max_events_stops_the_decoder_before_it_decodes(tmp_path, baseline_rss, decoder):
     """A 40 MB file of 5 M valid ops under --max-events 1000: refused while the framing is read, before any event
     column exists (it used to decode all 5 M events first, then refuse)."""
-    if decoder == "c" and wire._wire is None:
+    if decoder == "c" and wire.wirec is None:
         pytest.skip("C decoder not built")
     f = tmp_path / "ops.xplane.pb"
     f.write_bytes(op_events(40 << 20))
@@ -144,7 +144,7 @@ def test_stats_count_too(tmp_path):
     f = tmp_path / "stats.xplane.pb"
     f.write_bytes(many_stats(100_000))
     for impl in ("c", "python"):
-        if impl == "c" and wire._wire is None:
+        if impl == "c" and wire.wirec is None:
             continue
         read = wire.read_space_c if impl == "c" else wire.read_space_python
         with pytest.raises(pywire.LimitError) as e:
@@ -157,7 +157,7 @@ def test_stats_count_too(tmp_path):
 
 def test_limits_are_the_same_in_both_decoders():
     """Same counts, same order: a limit stops both decoders at the same item, with the same numbers."""
-    if wire._wire is None:
+    if wire.wirec is None:
         pytest.skip("C decoder not built")
     data = (cpu_fixture("sharded8") / "plugins/profile/run1/cpu.xplane.pb").read_bytes()
     planes, _ = wire.read_space(data)

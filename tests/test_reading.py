@@ -209,7 +209,7 @@ main()
 """
 
 
-@pytest.mark.skipif(not getattr(wire._wire, "HAVE_BUS_GUARD", 0), reason="needs the C decoder's SIGBUS guard (POSIX)")
+@pytest.mark.skipif(not getattr(wire.wirec, "HAVE_BUS_GUARD", 0), reason="needs the C decoder's SIGBUS guard (POSIX)")
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("shape", ["tiled", "one-big-event"])
 def test_file_shrinking_under_the_memory_map_is_one_line_not_sigbus(tmp_path, shape, threads):
@@ -220,7 +220,7 @@ def test_file_shrinking_under_the_memory_map_is_one_line_not_sigbus(tmp_path, sh
     one_line(p, "changed while it was being read", "wait until the profiler has finished writing it")
 
 
-@pytest.mark.skipif(not getattr(wire._wire, "HAVE_BUS_GUARD", 0), reason="needs the C decoder's SIGBUS guard (POSIX)")
+@pytest.mark.skipif(not getattr(wire.wirec, "HAVE_BUS_GUARD", 0), reason="needs the C decoder's SIGBUS guard (POSIX)")
 def test_file_that_shrank_and_is_whole_again_is_read_again(tmp_path):
     f, data = _tiled(tmp_path)
     p = subprocess.run([sys.executable, "-c", SHRINK, str(f), "restore"], capture_output=True, text=True,

@@ -28,7 +28,7 @@ SHARED_NAMES = ["tpu/v6e-4_jax_inference.xplane.pb", "gpu/mi300x8_jax_conv3d.xpl
                 "gpu/mi300x_jax_gemm.xplane.pb", "gpu/v100x8_tf_bert.xplane.pb"]
 MANGLED = "bad/v6e-4_jax_inference.utf8_mangled.xplane.pb"
 
-needs_c = pytest.mark.skipif(wire._wire is None, reason="tracekit.ingest._wire not built")
+needs_c = pytest.mark.skipif(wire.wirec is None, reason="tracekit.ingest.wirec not built")
 
 
 def shared(rel: str) -> Path:
@@ -167,7 +167,7 @@ def test_mangled_file_raises_in_both_paths():
     data = shared(MANGLED).read_bytes()
     with pytest.raises(ValueError, match="corrupt XSpace"):
         wire.read_space_python(data)
-    if wire._wire is not None:
+    if wire.wirec is not None:
         with pytest.raises(ValueError, match=r"corrupt XSpace: .* at byte \d+"):
             wire.read_space_c(data)
 
@@ -177,7 +177,7 @@ def test_env_forces_python_path():
     env = dict(os.environ, TRACEKIT_NO_C="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
-    if wire._wire is not None:
+    if wire.wirec is not None:
         env["TRACEKIT_NO_C"] = "0"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.split() == ["True", "True"]
@@ -280,14 +280,14 @@ def space_of(*events: bytes, line_extra: bytes = b"", plane_extra: bytes = b"", 
 
 def both(data: bytes):
     py = wire.read_space_python(data)
-    if wire._wire is not None:
+    if wire.wirec is not None:
         assert_same(wire.read_space_c(data), py)
     return py
 
 
 def c_rejects(data: bytes, match: str = "corrupt XSpace"):
-    if wire._wire is None:
-        pytest.skip("tracekit.ingest._wire not built")
+    if wire.wirec is None:
+        pytest.skip("tracekit.ingest.wirec not built")
     with pytest.raises(ValueError, match=match):
         wire.read_space_c(data)
 

@@ -1,7 +1,7 @@
-"""The pure-Python XSpace decoder: the C decoder (``_wire.c``) rule for rule, in Python.
+"""The pure-Python XSpace decoder: the C decoder (``wirec.c``) rule for rule, in Python.
 
-:func:`read_space` takes the same arguments and returns the same layout as ``tracekit.ingest._wire.read_space``
-(planes as ``(id, name, head, lines)``, each line a tuple of scalars and column buffers; see ``_wire.c``), so that
+:func:`read_space` takes the same arguments and returns the same layout as ``tracekit.ingest.wirec.read_space``
+(planes as ``(id, name, head, lines)``, each line a tuple of scalars and column buffers; see ``wirec.c``), so that
 :mod:`tracekit.ingest.wire` turns either into the same arrays. It accepts exactly the inputs the C decoder accepts,
 rejects the others with the same ``ValueError`` message (same byte offset), and counts the same limits in the same
 order: a file decodes, or fails, the same way whether or not the C extension was built. About 20 times slower.
@@ -326,7 +326,7 @@ def _decode_line(buf, job: tuple, lim: _Limits, stats: bool = True) -> tuple:
 
 def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, weights=(0, 0, 0, 0, 0),
                max_stats: int = -1, stats: bool = True):
-    """Same arguments, result and errors as ``tracekit.ingest._wire.read_space`` (``threads`` is ignored)."""
+    """Same arguments, result and errors as ``tracekit.ingest.wirec.read_space`` (``threads`` is ignored)."""
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     lim = _Limits(max_events if max_events >= 0 else -1, budget if budget >= 0 else -1, weights,
                   max_stats if max_stats >= 0 else -1)

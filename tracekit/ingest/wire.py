@@ -2,7 +2,7 @@
 
 Two implementations with identical results, that accept exactly the same inputs:
 
-* the C extension ``tracekit.ingest._wire`` (built by ``pip install`` when a C compiler is present; about 15 M
+* the C extension ``tracekit.ingest.wirec`` (built by ``pip install`` when a C compiler is present; about 15 M
   events/s per thread, GIL released, lines decoded on :func:`tracekit.threads.default_threads` threads), used by
   :func:`read_space` when it is importable and ``TRACEKIT_NO_C`` is unset, empty or ``0``;
 * :mod:`tracekit.ingest.pywire`, the same decoder rule for rule in Python (slow, ~0.1-0.2 M events/s).
@@ -44,14 +44,14 @@ from tracekit.threads import default_threads
 from tracekit.ingest import pywire
 
 try:  # pragma: no cover - depends on the build
-    from tracekit.ingest import _wire
+    from tracekit.ingest import wirec
 except ImportError:  # pragma: no cover
-    _wire = None
+    wirec = None
 
 _NO_C = os.environ.get("TRACEKIT_NO_C", "") not in ("", "0")
-HAVE_C: bool = _wire is not None and not _NO_C
+HAVE_C: bool = wirec is not None and not _NO_C
 #: the C decoder turns a SIGBUS on a memory-mapped input that shrinks into InputChanged (POSIX builds)
-HAVE_BUS_GUARD: bool = HAVE_C and bool(getattr(_wire, "HAVE_BUS_GUARD", 0))
+HAVE_BUS_GUARD: bool = HAVE_C and bool(getattr(wirec, "HAVE_BUS_GUARD", 0))
 
 KIND_UNSET, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF = 0, 2, 3, 4, 5, 6, 7
 
@@ -139,11 +139,11 @@ def read_space_c(data, threads: int | None = None, *, max_events: int | None = N
     released meanwhile); default :func:`tracekit.threads.default_threads`. ``max_events`` / ``budget`` (work, see
     :data:`WEIGHTS`): :class:`tracekit.ingest.pywire.LimitError` past them. A memory map whose file shrinks meanwhile:
     :class:`tracekit.ingest.pywire.InputChanged`."""
-    if _wire is None:
-        raise RuntimeError("tracekit.ingest._wire is not built")
+    if wirec is None:
+        raise RuntimeError("tracekit.ingest.wirec is not built")
     if threads is None:
         threads = default_threads()
-    raw_planes, hostnames = _wire.read_space(data, threads, **_limits(max_events, budget), stats=stats)
+    raw_planes, hostnames = wirec.read_space(data, threads, **_limits(max_events, budget), stats=stats)
     return _planes(raw_planes), hostnames
 
 

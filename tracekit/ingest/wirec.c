@@ -1,4 +1,4 @@
-/* tracekit.ingest._wire: a bounds-checked decoder for the XSpace wire format (tracekit/proto/xplane.proto).
+/* tracekit.ingest.wirec: a bounds-checked decoder for the XSpace wire format (tracekit/proto/xplane.proto).
  * Written for tracekit; see tracekit/ingest/wire.py for the Python-facing API and the pure-Python twin.
  *
  * read_space(buffer, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1)
@@ -235,7 +235,7 @@ static PySequenceMethods wbuf_as_sequence = {(lenfunc)wbuf_length, NULL, NULL, N
                                              NULL};
 
 static PyTypeObject WBufType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit.ingest._wire.Buffer",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit.ingest.wirec.Buffer",
     .tp_basicsize = sizeof(WBuf),
     .tp_dealloc = (destructor)wbuf_dealloc,
     .tp_as_sequence = &wbuf_as_sequence,
@@ -1613,12 +1613,12 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "tracekit.ingest._wire", "Bounds-checked XSpace wire decoder (see tracekit/ingest/wire.py).", -1,
+    PyModuleDef_HEAD_INIT, "tracekit.ingest.wirec", "Bounds-checked XSpace wire decoder (see tracekit/ingest/wire.py).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
-PyInit__wire(void)
+PyInit_wirec(void)
 {
     if (PyType_Ready(&WBufType) < 0)
         return NULL;
