@@ -29,6 +29,7 @@ from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merg
 from tracekit.analysis import kernelprof
 from tracekit.analysis.opstats import finish, op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
+from tracekit.analysis.textmatch import cat_mask
 from tracekit.columns import with_columns
 from tracekit.grouping import cat_apply
 from tracekit.options import DEFAULTS
@@ -261,9 +262,9 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     (``launch_gap_ps``; longer gaps are host waits). Devices with at least ``min_kernels`` tiny kernels, a tiny
     fraction of at least ``min_tiny_fraction`` and launch gaps of at least ``min_gap_share`` of their span."""
     ops = frames["ops"]
-    gpu = tl.cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
+    gpu = cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
         np.zeros(len(ops), bool)
-    gpu = gpu | tl.cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
+    gpu = gpu | cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
     k = ops[gpu & ~ops["is_async"].to_numpy(bool)]
     kx = DeviceIndex(k)
     st, en = k["start_ps"].to_numpy(np.int64), kx.ends()
@@ -289,7 +290,7 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     """Host events whose name matches ``pattern`` (case-insensitive), lasting at least ``min_duration_ps``, that
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
     ev, steps = frames["host_events"], frames["steps"]
-    hit = tl.cat_mask(ev["name"], lambda names: regex_search_mask(names, p["pattern"], case=False))  # RE2
+    hit = cat_mask(ev["name"], lambda names: regex_search_mask(names, p["pattern"], case=False))  # RE2
     ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
     dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
     s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)

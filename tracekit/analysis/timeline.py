@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import spread_mask
+from tracekit.analysis.textmatch import Matcher, cat_mask
 from tracekit.options import DEFAULTS
 from tracekit.analysis.intervals import covered, device_index, merge, rows_view, sync_rows, union
 
@@ -38,30 +38,20 @@ COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-a
 #: (copy-start/copy-done) are transfers between memory spaces, not layout changes, and are not included.
 DATA_SHUFFLE = frozenset({"copy", "transpose", "gather", "scatter", "pad", "concatenate", "slice", "dynamic-slice",
                           "dynamic-update-slice", "reshape", "reverse", "broadcast"})
-_SUFFIX = r"-(start|done|update)$"
-
-
-def cat_mask(s: pd.Series, fn) -> np.ndarray:
-    """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows."""
-    c = s.astype("category") if s.dtype != "category" else s
-    cats = pd.Series(c.cat.categories.astype(str))
-    return spread_mask(np.asarray(fn(cats), dtype=bool), c.array.codes)  # missing -> False
 
 
 def _col(ops: pd.DataFrame, name: str) -> pd.Series:
     return ops[name] if name in ops.columns else pd.Series("", index=ops.index, dtype="category")
 
 
-def _base_in(names, strip: bool = True) -> callable:
+def _base_in(names, strip: bool = True) -> Matcher:
     """Matcher: the lower-cased opcode, ``-start``/``-done``/``-update`` stripped when ``strip``, is in ``names``."""
-    if not strip:
-        return lambda s: s.str.lower().isin(names)
-    return lambda s: s.str.lower().str.replace(_SUFFIX, "", regex=True).isin(names)
+    return Matcher("in", names=frozenset(names), strip=strip)
 
 
-def _has(pattern: str) -> callable:
+def _has(pattern: str) -> Matcher:
     """Matcher: the text contains the regular expression ``pattern`` (case-insensitive)."""
-    return lambda s: s.str.contains(pattern, case=False, regex=True)
+    return Matcher("has", pattern=pattern)
 
 
 def is_collective(ops: pd.DataFrame) -> np.ndarray:
@@ -99,10 +89,14 @@ def is_host_transfer(ops: pd.DataFrame) -> np.ndarray:
     return hit
 
 
+#: an async op's launch or wait: the opcode ends in ``-start``/``-done`` (as written: opcodes are lower case)
+_MARKER = Matcher("has", pattern=r"-(?:start|done)$", case=True)
+
+
 def is_async_marker(ops: pd.DataFrame) -> np.ndarray:
     """Sync ``*-start``/``*-done`` ops: they launch or wait for an async op; a ``-done`` that lasts is the device
     stalled on it, so neither counts as compute that could hide other work."""
-    return sync_rows(ops) & cat_mask(_col(ops, "opcode"), lambda s: s.str.contains(r"-(?:start|done)$", regex=True))
+    return sync_rows(ops) & cat_mask(_col(ops, "opcode"), _MARKER)
 
 
 def compute_mask(ops: pd.DataFrame) -> np.ndarray:

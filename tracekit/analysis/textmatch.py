@@ -1,0 +1,60 @@
+"""Text matching over a column's distinct values: :func:`cat_mask` evaluates a matcher once per distinct value of a
+(categorical) column and spreads the verdicts to the rows; a :class:`Matcher`'s verdicts are kept by the distinct
+values, so the stages and sections of one analysis (and every host of a pod) that ask the same question of the same
+opcodes pay for it once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit.columns import spread_mask
+
+#: what :class:`Matcher` ``"in"`` strips from an opcode before the lookup (an async op's parts)
+SUFFIX = r"-(start|done|update)$"
+
+#: a :class:`Matcher`'s verdicts on a column's distinct values (by matcher and values): the same few opcodes and
+#: categories are matched by several stages and sections of one analysis, and again on every host of a pod
+_VERDICTS: dict = {}
+
+
+def cat_mask(s: pd.Series, fn) -> np.ndarray:
+    """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows (a
+    :class:`Matcher`'s verdicts are kept by the distinct values and reused)."""
+    c = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
+    cats = c.cat.categories
+    key = (fn, tuple(cats.astype(str))) if isinstance(fn, Matcher) and len(cats) <= _CACHED_VALUES else None
+    hit = _VERDICTS.get(key) if key is not None else None
+    if hit is None:
+        hit = np.asarray(fn(pd.Series(cats.astype(str))), dtype=bool)
+        if key is not None:
+            if len(_VERDICTS) >= _CACHED_SETS:
+                _VERDICTS.clear()
+            hit.flags.writeable = False  # (shared by every later call)
+            _VERDICTS[key] = hit
+    return spread_mask(hit, c.array.codes)  # missing -> False
+
+
+#: columns with at most this many distinct values have their verdicts kept (opcodes, categories, kernels), at most
+#: this many sets of verdicts (then they are all dropped)
+_CACHED_VALUES, _CACHED_SETS = 1024, 512
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """A text matcher ``cat_mask`` may keep verdicts of (hashable, pure): ``kind`` "in" (the lower-cased text,
+    ``-start``/``-done``/``-update`` stripped when ``strip``, is one of ``names``) or "has" (the text contains the
+    regular expression ``pattern``; case-insensitive unless ``case``)."""
+
+    kind: str
+    names: frozenset = frozenset()
+    strip: bool = True
+    pattern: str = ""
+    case: bool = False
+
+    def __call__(self, s: pd.Series):
+        if self.kind == "has":
+            return s.str.contains(self.pattern, case=self.case, regex=True)
+        low = s.str.lower()
+        return (low.str.replace(SUFFIX, "", regex=True) if self.strip else low).isin(self.names)
