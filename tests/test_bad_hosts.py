@@ -27,8 +27,13 @@ SRC = "plugins/profile/run1/cpu.xplane.pb"
 SHARED_GPU = SHARED / "gpu/mi300x8_jax_conv3d.xplane.pb"
 SHARED_BAD = SHARED / "bad/v6e-4_jax_inference.utf8_mangled.xplane.pb"
 PATHS = ("in-process", "jobs=2", "dask")
+#: one xdist worker runs this module (``--dist loadgroup``): its module fixtures (run folders analysed alone, a
+#: Dask cluster) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("bad_hosts")
 KINDS = ("empty", "truncated", "random", "clash", "many", "real-gpu")
-MANY = 200
+#: hosts of the "many" kind (a run folder of tiny hosts with bad ones among them, analysed on every path and alone:
+#: 64 keep the pool and the Dask workers busy with many tasks each); the bound test runs HUNDREDS
+MANY, HUNDREDS = 64, 200
 BASE_PS, STEP_PS, OPS = 500_000, 1000, 3  # a synthetic host h, device d: OPS fusions of BASE_PS + STEP_PS*h + d ps
 
 
@@ -65,7 +70,7 @@ def build(kind: str, folder: Path) -> tuple[dict, dict]:
         bads = {"b.xplane.pb": shared_trace("bad/v6e-4_jax_inference.utf8_mangled.xplane.pb").read_bytes()}
     else:  # many tiny hosts, one of them cut short, one random
         good = {f"h{h:03d}.xplane.pb": synthetic(h) for h in range(MANY)}
-        bads = {"h050x.xplane.pb": synthetic(50)[:40], "h150x.xplane.pb": random.Random(7).randbytes(300)}
+        bads = {"h020x.xplane.pb": synthetic(20)[:40], "h040x.xplane.pb": random.Random(7).randbytes(300)}
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in {**good, **bads}.items():
         (folder / name).write_bytes(data)
@@ -238,16 +243,18 @@ sys.argv = ["tracekit", "analyze", sys.argv[1], "-q", "--format", "json", "-o", 
 main()
 """
 BOUND_MEMORY = 1 << 30  # address space above the imports' (200 tiny hosts took ~120 MB RSS in all here)
-BOUND_SECONDS = 60  # 200 tiny hosts and their bad ones took ~3 s here (20x headroom)
+#: 200 tiny hosts and their bad ones: ~25 s of one core on this VM when idle (about 0.12 s a host: each host's
+#: analysis has a fixed cost), 28 s in a CI run of the whole suite on a slow day (2 workers on 2 cores)
+BOUND_SECONDS = 60
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
-@pytest.mark.parametrize("good", [MANY, 0], ids=["200-good-20-bad", "200-bad"])
+@pytest.mark.parametrize("good", [HUNDREDS, 0], ids=["200-good-20-bad", "200-bad"])
 def test_hundreds_of_hosts_within_time_and_memory(tmp_path, good):
     """Hundreds of hosts, many bad (0-byte, cut short, random), in process under an address-space limit: the good
     hosts' report and one line per bad host, or (none good) one error line, exit 2; within the stated bounds."""
     import time
-    bad = 20 if good else MANY
+    bad = 20 if good else HUNDREDS
     for h in range(good):
         (tmp_path / f"h{h:03d}.xplane.pb").write_bytes(synthetic(h))
     rng = random.Random(5)

@@ -19,6 +19,9 @@ from tracekit.report import stragglers
 from tracekit.run import pod
 
 SRC = "plugins/profile/run1/cpu.xplane.pb"
+#: one xdist worker runs this module (``--dist loadgroup``): its module fixtures (run folders analysed alone, a
+#: Dask cluster) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("pod")
 #: the report fields that may differ between engines (timing, provenance of the engine): the report holds no
 #: timing and names no engine, so none — every other field must be equal, value for value
 VARIES: tuple = ()

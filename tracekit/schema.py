@@ -235,13 +235,15 @@ def columns(schema: dict) -> list[str]:
 NARROW_INTS = ("step", "run_id", "loop_trip_count")
 
 
-def _dtype_ok(s: pd.Series, d: str) -> bool:
+def _dtype_ok(name: str, dtype, d: str) -> bool:
+    """Column ``name`` of dtype ``dtype`` is stored as the schema's ``d`` says (read from the dtype alone: no
+    Series is built)."""
     if d == CAT:
-        return isinstance(s.dtype, pd.CategoricalDtype) and (
-            s.name not in CATEGORIES or list(s.cat.categories[:len(CATEGORIES[s.name])]) == CATEGORIES[s.name])
+        return isinstance(dtype, pd.CategoricalDtype) and (
+            name not in CATEGORIES or list(dtype.categories[:len(CATEGORIES[name])]) == CATEGORIES[name])
     if d == "object":
-        return s.dtype == object
-    return str(s.dtype) == d or (d == "int64" and s.dtype == np.int32 and s.name in NARROW_INTS)
+        return dtype == object
+    return str(dtype) == d or (d == "int64" and dtype == np.int32 and name in NARROW_INTS)
 
 
 #: the empty frame of each schema met so far (by its columns and dtypes): :func:`empty` hands out copies
@@ -264,8 +266,8 @@ def empty(schema: dict) -> pd.DataFrame:
 def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:
     """Coerce ``df`` to ``schema``: missing columns are filled with the unknown value, dtypes are cast, and the
     schema's columns come first in order. Columns not in the schema are kept at the end when ``extra``."""
-    if all(c in df.columns and _dtype_ok(df[c], d) for c, (d, _) in schema.items()) and \
-            list(df.columns[:len(schema)]) == list(schema) and (extra or len(df.columns) == len(schema)):
+    if list(df.columns[:len(schema)]) == list(schema) and (extra or len(df.columns) == len(schema)) and \
+            all(_dtype_ok(c, t, schema[c][0]) for c, t in zip(schema, df.dtypes)):
         return df  # already conforming: no copy
     out = {}
     n = len(df)
@@ -273,7 +275,7 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
         if c in df.columns:
             s = df[c]
             if d == CAT and c in CATEGORIES:
-                if not _dtype_ok(s, d):
+                if not _dtype_ok(c, s.dtype, d):
                     text = s.astype(str)
                     cats = CATEGORIES[c] + sorted(set(text.unique()) - set(CATEGORIES[c]))
                     s = pd.Series(pd.Categorical(text, categories=cats), index=df.index, name=c)
