@@ -243,8 +243,8 @@ sys.argv = ["tracekit", "analyze", sys.argv[1], "-q", "--format", "json", "-o", 
 main()
 """
 BOUND_MEMORY = 1 << 30  # address space above the imports' (200 tiny hosts took ~120 MB RSS in all here)
-#: 200 tiny hosts and their bad ones: ~25 s of one core on this VM when idle (about 0.12 s a host: each host's
-#: analysis has a fixed cost), 28 s in a CI run of the whole suite on a slow day (2 workers on 2 cores)
+#: CPU seconds: 200 tiny hosts and their bad ones took ~25 CPU-s here (about 0.12 s a host: each host's analysis
+#: has a fixed cost); wall time in CI 28-39 s on a slow day, 2 workers on 2 cores
 BOUND_SECONDS = 60
 
 
@@ -253,7 +253,6 @@ BOUND_SECONDS = 60
 def test_hundreds_of_hosts_within_time_and_memory(tmp_path, good):
     """Hundreds of hosts, many bad (0-byte, cut short, random), in process under an address-space limit: the good
     hosts' report and one line per bad host, or (none good) one error line, exit 2; within the stated bounds."""
-    import time
     bad = 20 if good else HUNDREDS
     for h in range(good):
         (tmp_path / f"h{h:03d}.xplane.pb").write_bytes(synthetic(h))
@@ -261,11 +260,15 @@ def test_hundreds_of_hosts_within_time_and_memory(tmp_path, good):
     for b in range(bad):
         data = (b"", synthetic(b)[: 10 + b], rng.randbytes(64 + b))[b % 3]
         (tmp_path / f"x{b:03d}.xplane.pb").write_bytes(data)
-    t0 = time.monotonic()
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-c", BOUND_CHILD, str(tmp_path), str(BOUND_MEMORY)], capture_output=True,
                        text=True, timeout=BOUND_SECONDS * 3, env=dict(os.environ, PYTHONPATH=str(ROOT),
                                                                      TRACEKIT_THREADS="1"))
-    took = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # the child's own CPU time (user + system): what the analysis costs, whatever else shares the machine (the
+    # suite runs a test on each core; its wall time rose to 55 s with other work beside it)
+    took = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = p.stderr.splitlines()
     assert took < BOUND_SECONDS, took
     if good:
