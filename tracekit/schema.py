@@ -12,6 +12,7 @@ rules read (their columns, kinds and units) are declared in :mod:`tracekit.analy
 """
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 import numpy as np
@@ -246,21 +247,17 @@ def _dtype_ok(name: str, dtype, d: str) -> bool:
     return str(dtype) == d or (d == "int64" and dtype == np.int32 and name in NARROW_INTS)
 
 
-#: the empty frame of each schema met so far (by its columns and dtypes): :func:`empty` hands out copies
-_EMPTY: dict = {}
-
-
 def empty(schema: dict) -> pd.DataFrame:
     """An empty frame with the schema's columns and dtypes: a copy of one built once per schema (building one
     costs ~1.5 ms, a copy ~0.2; a small trace's analysis asks for dozens, a pod's hundreds per host)."""
-    key = tuple((c, d) for c, (d, _) in schema.items())
-    df = _EMPTY.get(key)
-    if df is None:
-        if len(_EMPTY) >= 256:  # (schemas are few: a bound for callers that make their own)
-            _EMPTY.clear()
-        df = _EMPTY[key] = pd.DataFrame({c: pd.Categorical([]) if d == CAT else
-                                         np.empty(0, object if d == "object" else d) for c, d in key}, copy=False)
-    return df.copy()
+    return _empty_of(tuple((c, d) for c, (d, _) in schema.items())).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_of(columns: tuple) -> pd.DataFrame:
+    """The empty frame of ``columns`` ((name, dtype) pairs): only ever copied, never handed out."""
+    return pd.DataFrame({c: pd.Categorical([]) if d == CAT else np.empty(0, object if d == "object" else d)
+                         for c, d in columns}, copy=False)
 
 
 def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:

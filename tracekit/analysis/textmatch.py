@@ -4,6 +4,7 @@ values, so the stages and sections of one analysis (and every host of a pod) tha
 opcodes pay for it once."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,31 +15,30 @@ from tracekit.columns import spread_mask
 #: what :class:`Matcher` ``"in"`` strips from an opcode before the lookup (an async op's parts)
 SUFFIX = r"-(start|done|update)$"
 
-#: a :class:`Matcher`'s verdicts on a column's distinct values (by matcher and values): the same few opcodes and
-#: categories are matched by several stages and sections of one analysis, and again on every host of a pod
-_VERDICTS: dict = {}
-
 
 def cat_mask(s: pd.Series, fn) -> np.ndarray:
     """``fn`` (str Series -> bool array) evaluated once per distinct value, then spread to rows (a
-    :class:`Matcher`'s verdicts are kept by the distinct values and reused)."""
+    :class:`Matcher`'s verdicts are kept by the distinct values and reused: :func:`_verdicts`)."""
     c = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
-    cats = c.cat.categories
-    key = (fn, tuple(cats.astype(str))) if isinstance(fn, Matcher) and len(cats) <= _CACHED_VALUES else None
-    hit = _VERDICTS.get(key) if key is not None else None
-    if hit is None:
-        hit = np.asarray(fn(pd.Series(cats.astype(str))), dtype=bool)
-        if key is not None:
-            if len(_VERDICTS) >= _CACHED_SETS:
-                _VERDICTS.clear()
-            hit.flags.writeable = False  # (shared by every later call)
-            _VERDICTS[key] = hit
+    values = c.cat.categories.astype(str)
+    if isinstance(fn, Matcher) and len(values) <= CACHED_VALUES:
+        hit = _verdicts(fn, tuple(values))
+    else:
+        hit = np.asarray(fn(pd.Series(values)), dtype=bool)
     return spread_mask(hit, c.array.codes)  # missing -> False
 
 
-#: columns with at most this many distinct values have their verdicts kept (opcodes, categories, kernels), at most
-#: this many sets of verdicts (then they are all dropped)
-_CACHED_VALUES, _CACHED_SETS = 1024, 512
+#: columns with at most this many distinct values have their verdicts kept (opcodes, categories, kernels)
+CACHED_VALUES = 1024
+
+
+@functools.lru_cache(maxsize=512)
+def _verdicts(matcher: "Matcher", values: tuple) -> np.ndarray:
+    """``matcher``'s verdict on each of ``values`` (read-only: shared by every caller). The same few opcodes and
+    categories are matched by several stages and sections of one analysis, and again on every host of a pod."""
+    hit = np.asarray(matcher(pd.Series(pd.Index(values, dtype=object).astype(str))), dtype=bool)
+    hit.flags.writeable = False
+    return hit
 
 
 @dataclass(frozen=True)
