@@ -458,3 +458,15 @@ def test_member_mask_equals_isin(monkeypatch, chunk, wanted):
     for k in (key, key.astype(np.int32), np.sort(key)):
         v = values.astype(k.dtype)
         assert np.array_equal(C.member_mask(k, v), np.isin(k, v))
+
+
+@pytest.mark.parametrize("n", [0, 1, 500])
+def test_per_value_and_per_pair_equal_the_row_by_row_result(n):
+    """grouping.per_value / per_pair give what the function gives row by row, also for None and repeated values."""
+    rng = np.random.default_rng(n)
+    words = np.array(["all-reduce-start", "all-reduce-done.1", "fusion", "", None, "copy-done"], object)
+    a, b = words[rng.integers(0, len(words), n)], words[rng.integers(0, 3, n)]
+    flag = G.per_value(lambda v: isinstance(v, str) and v.endswith("done.1"), a, bool)
+    assert flag.dtype == bool and flag.tolist() == [isinstance(v, str) and v.endswith("done.1") for v in a]
+    pair = G.per_pair(lambda x, y: f"{x}/{y}", a, b)
+    assert pair.dtype == object and pair.tolist() == [f"{x}/{y}" for x, y in zip(a, b)]

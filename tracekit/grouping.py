@@ -2,7 +2,7 @@
 (:func:`codes_of`), group keys and inverse indexes (:func:`group_index`, :func:`unique_rows`, :func:`distinct_rows`),
 the rows of each group (:func:`runs`, :func:`row_parts`, :func:`rows_by_text`), sorted distinct values
 (:func:`unique`, :func:`distinct_values`), exact integer sums per group (:func:`int_sums`) and values computed per
-distinct value spread to the rows (:func:`cat_from`, :func:`cat_apply`)."""
+distinct value spread to the rows (:func:`cat_from`, :func:`cat_apply`; of plain arrays, :func:`per_value`, :func:`per_pair`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -250,3 +250,31 @@ def cat_apply(s: pd.Series, fn) -> np.ndarray:
     if vals.dtype == bool:
         return spread_mask(vals[:-1], codes, bool(vals[-1]))
     return vals[codes]  # code -1 picks the last entry
+
+
+def per_value(fn, values: np.ndarray, dtype) -> np.ndarray:
+    """``fn`` of each value of ``values``, worked out once per distinct value (a graph's rows repeat a few names)."""
+    codes, firsts = _distinct(values)
+    return np.array([fn(values[i]) for i in firsts.tolist()], dtype)[codes] if len(values) else np.zeros(0, dtype)
+
+
+def per_pair(fn, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``fn(a[i], b[i])`` of each row (objects), worked out once per distinct pair."""
+    if not len(a):
+        return np.zeros(0, object)
+    ac, _ = _distinct(a)
+    bc, _ = _distinct(b)
+    codes, firsts = _distinct(ac * (int(bc.max()) + 1) + bc)
+    out = np.empty(len(firsts), object)
+    out[:] = [fn(a[i], b[i]) for i in firsts.tolist()]
+    return out[codes]
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 code of each value, the first row of each code): the values themselves are read back from those
+    rows (factorize's own distinct values turn None into NaN)."""
+    codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    codes = codes.astype(np.int64)
+    firsts = np.full(len(uniq), len(values), np.int64)
+    np.minimum.at(firsts, codes, np.arange(len(values)))
+    return codes, firsts

@@ -22,6 +22,7 @@ Savings, and how overlapping claims are handled
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -107,13 +108,19 @@ _IDENT = re.compile(r"[A-Za-z_]\w*")
 _AGG_PREFIX = re.compile(r"^(?:t_)?(?:top_|(?:sum|mean|min|max|median)_)?")
 
 
+@functools.lru_cache(maxsize=1024)
+def _names_in(texts: tuple) -> frozenset:
+    """The column names the expressions and templates ``texts`` can read (an aggregate's prefix taken off)."""
+    return frozenset(_AGG_PREFIX.sub("", w) for t in texts for w in _IDENT.findall(t))
+
+
 def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
     """Only the columns the rule can touch (where, savings, derive, report_if, templates, evidence, time): on a
     large frame the evidence rows then copy a few columns instead of all of them. Python checks see everything."""
     if rule.check or len(df.columns) <= 12:
         return df
-    texts = [rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values()]
-    names = {_AGG_PREFIX.sub("", w) for t in texts if t for w in _IDENT.findall(str(t))}
+    texts = (rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values())
+    names = set(_names_in(tuple(str(t) for t in texts if t)))
     names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
     names |= {rule.rank} if rule.rank else set()
     names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit

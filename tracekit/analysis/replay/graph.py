@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit.grouping import codes_of, row_parts
+from tracekit.grouping import codes_of, per_pair, per_value, row_parts
 
 OP, WIN, DONE = 0, 1, 2
 END, START = 0, 1  #: a predecessor edge waits for the source's end, or (a window's -start) its start
@@ -280,14 +280,9 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     e_kind.append(np.full(len(first), START))
     # data edges: each operand's producer, the latest of that name on the device ended before the start
     if prod:
-        dq, dname = [], []
-        for i in sync.tolist():
-            for x in prod.get((int(pid[i]), opname[i]), ()):
-                dq.append(i)
-                dname.append(x)
-        if dq:
-            dq = np.asarray(dq, np.int64)
-            names_c, uniq = pd.factorize(np.concatenate([np.asarray(dname, object), opname[sync]]))
+        dq, dname = _operand_rows(prod, sync, pid, opname)
+        if len(dq):
+            names_c, uniq = pd.factorize(np.concatenate([dname, opname[sync]]))
             qk = nslot[dq] * (len(uniq) + 1) + names_c[:len(dq)]
             ck = nslot[sync] * (len(uniq) + 1) + names_c[len(dq):]
             f = latest_before(qk, start[dq], seq[dq], ck, end[sync], seq[sync])
@@ -336,7 +331,7 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     work = np.where(kind == WIN, own, work)
     group = _groups(opname, opcode, module, pid, is_async, nslot, s_step, seq,
                     [devices[d] for d in sdev_codes[nslot]] if n else [], member_of)
-    label = np.array([f"{m}/{o}" for m, o in zip(module, opname)], object)
+    label = per_pair(lambda m, o: f"{m}/{o}", module, opname)
     # the step's tail: from the last end of its nodes to the next run's start
     last_end = np.full(len(st), np.iinfo(np.int64).min)
     if n:
@@ -347,13 +342,35 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
                      s_step, s_start, s_next, steps_tail, estimated=estimated)
 
 
+def _operand_rows(prod: dict, rows: np.ndarray, pid: np.ndarray, opname: np.ndarray) -> tuple:
+    """(row, operand name) of each of ``rows``' operands (:func:`producers` of its program and op), in row order
+    and each row's operands in their order; looked up once per distinct (program, op)."""
+    if not len(rows):
+        return np.zeros(0, np.int64), np.zeros(0, object)
+    pc, pu = pd.factorize(pid[rows], use_na_sentinel=False)
+    oc, ou = pd.factorize(opname[rows], use_na_sentinel=False)
+    kc, ku = pd.factorize(pc.astype(np.int64) * len(ou) + oc)
+    lists = [tuple(prod.get((int(pu[k // len(ou)]), ou[k % len(ou)]), ())) for k in ku.tolist()]
+    count = np.array([len(x) for x in lists], np.int64)
+    flat = np.empty(int(count.sum()), object)
+    flat[:] = [x for xs in lists for x in xs]
+    per_row = count[kc]
+    total = int(per_row.sum())
+    if not total:
+        return np.zeros(0, np.int64), np.zeros(0, object)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])[kc]  # each row's operands' place in ``flat``
+    row_start = np.cumsum(per_row) - per_row  # each row's place in the result
+    at = np.repeat(first - row_start, per_row) + np.arange(total)
+    return np.repeat(rows.astype(np.int64), per_row), flat[at]
+
+
 def _groups(opname, opcode, module, pid, is_async, nslot, s_step, seq, dev_names, member_of) -> np.ndarray:
     """Collective instance keys: (module, program, op, async, step, k-th execution of the op in the step on its
     device, the devices of its replica group (None: unknown))."""
     n = len(opname)
     out = np.full(n, None, object)
-    base = np.array([_COLLECTIVE.match(o.lower()) is not None for o in opcode], bool) if n else np.zeros(0, bool)
-    idx = np.flatnonzero(base & ~np.array([bool(_DONE.search(o)) for o in opname], bool)) if n else base
+    base = per_value(lambda o: _COLLECTIVE.match(o.lower()) is not None, opcode, bool)
+    idx = np.flatnonzero(base & ~per_value(lambda o: bool(_DONE.search(o)), opname, bool)) if n else base
     if not len(idx):
         return out
     df = pd.DataFrame({"m": module[idx], "o": opname[idx], "a": is_async[idx], "s": nslot[idx], "q": seq[idx]})
