@@ -198,19 +198,24 @@ def test_constant_columns_read_the_same_values(monkeypatch):
     n = C.CONSTANT_MIN_ROWS
     df = pd.DataFrame({"varies": np.arange(n), "nan": np.full(n, np.nan), "minus_one": np.full(n, -1),
                        "flag": np.zeros(n, bool), "late": np.r_[np.zeros(n - 1), 1.0],
-                       "text": pd.Categorical(["a"] * n)})
+                       "text": pd.Categorical(["a"] * n),
+                       "second": pd.Categorical.from_codes(np.ones(n, np.int8), ["a", "b"]),
+                       "words": pd.Categorical.from_codes(np.arange(n) % 2, ["a", "b"])})
 
     def stored_once(frame):
         return {c for c in frame.columns
-                if isinstance(frame[c].dtype, np.dtype) and frame[c].to_numpy().strides == (0,)}
+                if (frame[c].array.codes if isinstance(frame[c].dtype, pd.CategoricalDtype)
+                    else frame[c].to_numpy()).strides == (0,)}
     assert C.constant_columns(df) is df  # a library caller's frames: as they are, writable
     monkeypatch.setattr(threads, "_one_shot", True)  # a tracekit process
     out = C.constant_columns(df)
     if not C._COPY_ON_WRITE:
         assert out is df
         return
-    assert stored_once(out) == {"nan", "minus_one", "flag"}  # "late" differs only in its last row
+    # "late" differs only in its last row; a categorical with one code on every row keeps its categories
+    assert stored_once(out) == {"nan", "minus_one", "flag", "text", "second"}
     pd.testing.assert_frame_equal(out, df)
+    assert list(out["second"].cat.categories) == ["a", "b"] and out["second"].iloc[-1] == "b"
     assert stored_once(C.constant_columns(df.head(n - 1))) == set()  # short frames are left as they are
 
 

@@ -237,7 +237,8 @@ _I32 = np.iinfo(np.int32)
 
 def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every long numeric column whose rows all hold one value stored once: a read-only view of that
-    value with stride 0 (8 bytes instead of 8 per row; every reader sees the same values). Traces leave many
+    value with stride 0 (8 bytes instead of 8 per row; every reader sees the same values); a categorical column
+    with one code on every row keeps its categories and holds that code once. Traces leave many
     columns constant: no trace-reported cost on GPU and CPU traces, no collective model or
     matmul shape on most ops. ``df`` as it is unless :func:`stores_constants_once`."""
     if not stores_constants_once() or len(df) < CONSTANT_MIN_ROWS:
@@ -245,6 +246,13 @@ def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
     new = {}
     for c in df.columns:
         s = df[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):  # one code on every row (one host, one line, one dtype)
+            codes = s.array.codes
+            v = one_value(codes) if codes.ndim == 1 and codes.strides[0] != 0 else None
+            if v is not None:
+                new[c] = pd.Categorical.from_codes(np.broadcast_to(np.array([v], codes.dtype), codes.shape),
+                                                   dtype=s.dtype)
+            continue
         if not isinstance(s.dtype, np.dtype) or s.dtype.kind not in "biuf":
             continue
         a = s.to_numpy()
