@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import CPU_CASES, FIXTURES, cpu_fixture, shared_trace
@@ -228,3 +230,17 @@ def test_allocator_events_over_time():
 
 
 assert set(CPU_CASES) <= set(CASES)
+
+
+def test_buffer_tables_of_a_module_with_a_negative_program_id():
+    """A damaged module's program id (HloModuleProto.id is an int64) wraps to its unsigned form in the buffer
+    tables, as pandas' cast gives it, instead of stopping the analysis."""
+    import dataclasses
+    from tracekit.ingest import buffers
+    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
+    mod = max((m for m in tr.hlo_modules if m.buffers is not None), key=lambda m: len(buffers.tables([m]).heap))
+    good = buffers.tables([mod])
+    bad = buffers.tables([dataclasses.replace(mod, program_id=-1, buffer_rows=None)])
+    for a, b in zip((good.allocations, good.buffers, good.heap), (bad.allocations, bad.buffers, bad.heap)):
+        assert len(a) and b["program_id"].dtype == np.uint64 and set(b["program_id"]) == {2**64 - 1}
+        pd.testing.assert_frame_equal(a.drop(columns="program_id"), b.drop(columns="program_id"))
