@@ -118,3 +118,19 @@ def test_tracekit_no_c_runs_the_python_loops_with_the_same_whatif():
         got[flag] = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["0"][0] is True and got["1"][0] is False
     assert got["0"][1:] == got["1"][1:]
+
+
+@pytest.mark.parametrize("n", [0, 1, 300])
+def test_operand_lookup_equals_the_row_by_row_loop(n):
+    """The replay graph's data edges look each (program, op) up once: the (row, operand) pairs equal the loop over
+    every row, in the same order."""
+    from tracekit.analysis.replay import graph
+    rng = np.random.default_rng(n)
+    names = np.array(["fusion", "dot.1", "all-reduce-start", "copy"], object)
+    pid = rng.integers(1, 3, n).astype(np.uint64)
+    opname = names[rng.integers(0, len(names), n)]
+    prod = {(1, "fusion"): ("dot.1", "copy"), (2, "dot.1"): ("fusion",), (2, "copy"): ()}
+    rows = np.sort(rng.choice(n, size=n // 2, replace=False)) if n else np.zeros(0, np.int64)
+    want = [(int(i), x) for i in rows.tolist() for x in prod.get((int(pid[i]), opname[i]), ())]
+    dq, dname = graph._operand_rows(prod, rows, pid, opname)
+    assert list(zip(dq.tolist(), dname.tolist())) == want and dname.dtype == object
