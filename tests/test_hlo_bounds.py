@@ -350,3 +350,19 @@ def test_element_counts_saturate():
     assert hloshape.elements(shape("f32", [2] * 10**6 + [0])) == 0
     assert hloshape.elements(shape("f32", [3, 5])) == 15
     assert time.monotonic() - t0 < TIME_BOUND_S
+
+
+def test_array_dims_leave_out_shapes_no_array_has():
+    """hloshape.array_dims: a real array's dimensions as they are; a negative dimension, or more elements than an
+    int64 counts, gives none (the analyses that multiply dimensions then skip the shape)."""
+    from tracekit.ingest import hloshape
+    from tracekit.proto import hlo_pb2
+    F32 = hlo_pb2.PrimitiveType.F32
+
+    def shape(*dims):
+        return hlo_pb2.ShapeProto(element_type=F32, dimensions=list(dims))
+    assert hloshape.array_dims(shape(8, 1024, 0)) == (8, 1024, 0)
+    assert hloshape.array_dims(shape(2**31, 2**31)) == (2**31, 2**31)  # 2^62 elements: possible
+    assert hloshape.array_dims(shape(2**32, 2**32)) == ()  # 2^64 elements: no array has them
+    assert hloshape.array_dims(shape(4, -1)) == ()
+    assert hloshape.array_dims(shape(*([2**40] * 40))) == ()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracekit.analysis.hlo_flow import Index, dot_numbers, feeds, is_dot, origin
-from tracekit.ingest.hloshape import FLOAT_DTYPES, dtype_name, elements, leaves, nbytes
+from tracekit.ingest.hloshape import FLOAT_DTYPES, array_dims, dtype_name, elements, leaves, nbytes
 from tracekit.model import collective_hlo
 from tracekit.proto import hlo_pb2
 
@@ -112,7 +112,7 @@ class ProgramFacts:
 
 
 def _dims(shape) -> tuple:
-    return tuple(int(d) for d in shape.dimensions)
+    return array_dims(shape)
 
 
 def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFacts:
@@ -129,7 +129,8 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
     dots_raw = []
     for c in module.computations:
         for i in c.instructions:
-            if is_dot(i) and len(i.operand_ids) >= 2 and dot_numbers(i) is not None:
+            if is_dot(i) and len(i.operand_ids) >= 2 and dot_numbers(i) is not None \
+                    and ix.op(i, 0) is not None and ix.op(i, 1) is not None:  # (a damaged module names others)
                 dots_raw.append((i, origin(ix, ix.op(i, 0)), origin(ix, ix.op(i, 1))))
     read_by_dot = {o[1] for _, a, b in dots_raw for o in (a, b) if o[0] == "param"}
     params = []

@@ -134,7 +134,7 @@ class _Module:
 
 
 def _dims(shape) -> list:
-    return [int(d) for d in shape.dimensions]
+    return list(hloshape.array_dims(shape))
 
 
 def _tokens_of_write(cache_dims: list, upd_dims: list) -> tuple[int, int]:
@@ -156,9 +156,9 @@ def _tokens_of_write(cache_dims: list, upd_dims: list) -> tuple[int, int]:
 
 def _free(shape, contracting, batch) -> int:
     n = 1
-    for k, d in enumerate(shape.dimensions):
+    for k, d in enumerate(_dims(shape)):  # (a damaged shape has none: its products stay physical)
         if k not in contracting and k not in batch:
-            n *= int(d)
+            n *= d
     return n
 
 

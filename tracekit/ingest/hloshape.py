@@ -73,6 +73,19 @@ def _count(dims) -> int:
     return min(n, COUNT_CAP)
 
 
+#: XLA counts an array's elements in an int64: a shape with more cannot be a real array's
+MAX_ARRAY_ELEMENTS = (1 << 63) - 1
+
+
+def array_dims(shape: hlo_pb2.ShapeProto) -> tuple[int, ...]:
+    """The dimensions of a shape as ints; () when they cannot be a real array's (a negative dimension, or more
+    elements than :data:`MAX_ARRAY_ELEMENTS`: a damaged module), so that products of them stay physical."""
+    dims = tuple(int(d) for d in shape.dimensions)
+    if any(d < 0 for d in dims) or _count(dims) > MAX_ARRAY_ELEMENTS:
+        return ()
+    return dims
+
+
 def elements(shape: hlo_pb2.ShapeProto) -> int:
     """Number of elements of an array shape (0 for tuples, tokens)."""
     if shape.element_type in _NOT_ARRAY:

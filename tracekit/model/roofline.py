@@ -351,10 +351,12 @@ _STORED = {"compute": np.float32, "memory": np.float32, "network": np.float32, "
 
 
 def _as_stored(p: dict) -> dict:
-    """:func:`_predict`'s result with the :data:`_STORED` arrays cast (in place; a constant held once stays so)."""
-    for k, t in _STORED.items():
-        v = p[k]
-        p[k] = np.broadcast_to(v[:1].astype(t), v.shape) if _held_once(v) else v.astype(t, copy=False)
+    """:func:`_predict`'s result with the :data:`_STORED` arrays cast (in place; a constant held once stays so). A
+    time or ratio past float32's range (only a damaged module's shapes give one) becomes infinite, silently."""
+    with np.errstate(over="ignore"):
+        for k, t in _STORED.items():
+            v = p[k]
+            p[k] = np.broadcast_to(v[:1].astype(t), v.shape) if _held_once(v) else v.astype(t, copy=False)
     return p
 
 
