@@ -274,10 +274,17 @@ def decoded_size(data: bytes) -> int:
         return len(data)
     import zlib
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        return len(d.decompress(data, 1 << 31))
+    total, rest = 0, data
+    try:  # counted 1 MiB at a time: the decoded file is never held (up to 2 GiB would stay in this parent's heap)
+        while total < 1 << 31:
+            out = d.decompress(rest, 1 << 20)
+            total += len(out)
+            if d.eof or (not out and d.unconsumed_tail == rest):  # the end, or no progress (damaged or cut short)
+                break
+            rest = d.unconsumed_tail
     except zlib.error:
         return len(data)
+    return total
 
 
 # ---- the manual run: the command line, one forked child a file ------------------------------------------------
@@ -324,6 +331,16 @@ def run_one(path: Path, out: Path, timeout: float, mem_cap: int) -> tuple[int | 
     return code, time.monotonic() - t0, usage.ru_maxrss * 1024, err.read_text(errors="replace")
 
 
+def _trim() -> None:
+    """Hand this process's free heap back to the system (glibc's ``malloc_trim``; the warm-up's command tuned the
+    allocator to keep it): a forked child's peak RSS counts every page it starts with."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def warm_up() -> None:
     """Run the children's command once in this process, on :func:`device_seed` (a valid trace; the report goes to
     a file, this process's stdout is the JSON-lines channel), so that what the analysis imports or builds lazily
@@ -365,6 +382,7 @@ def manual_run(count: int, seed: int, timeout: float, keep: Path | None, verbose
         dec = decoded_size(data)
         decoded_total += dec
         bound = 4 * dec + (200 << 20)
+        _trim()  # the next child starts with this process's pages: free memory of earlier files is handed back
         code, secs, rss, err = run_one(path, folder / f"{k}.out", timeout, base_vm + 4 * dec + (2 << 30))
         codes[code] = codes.get(code, 0) + 1
         lines = [x for x in err.splitlines() if x.strip()]
