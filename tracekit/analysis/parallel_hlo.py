@@ -129,8 +129,7 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
     dots_raw = []
     for c in module.computations:
         for i in c.instructions:
-            if is_dot(i) and len(i.operand_ids) >= 2 and dot_numbers(i) is not None \
-                    and ix.op(i, 0) is not None and ix.op(i, 1) is not None:  # (a damaged module names others)
+            if is_dot(i) and len(i.operand_ids) >= 2 and dot_numbers(i) is not None and _numbers_fit(ix, i):
                 dots_raw.append((i, origin(ix, ix.op(i, 0)), origin(ix, ix.op(i, 1))))
     read_by_dot = {o[1] for _, a, b in dots_raw for o in (a, b) if o[0] == "param"}
     params = []
@@ -167,6 +166,17 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
                  for p in params if p.kind == DATA)
     return ProgramFacts(module.name, int(program_id), tuple(params), tuple(dots), tuple(colls),
                         tuple(d for d in data if d is not None))
+
+
+def _numbers_fit(ix: Index, inst) -> bool:
+    """Both operands are in the module and every contracting and batch dimension the dot names is one of theirs (a
+    damaged module names others, or negative ones)."""
+    lhs, rhs = ix.op(inst, 0), ix.op(inst, 1)
+    if lhs is None or rhs is None:
+        return False
+    lc, rc, lb, rb = dot_numbers(inst)
+    nl, nr = len(_dims(lhs.shape)), len(_dims(rhs.shape))
+    return all(0 <= int(i) < nl for i in (*lc, *lb)) and all(0 <= int(i) < nr for i in (*rc, *rb))
 
 
 def _shape_keys(table: dict, dims: tuple, number: int) -> None:
