@@ -255,26 +255,21 @@ def cat_apply(s: pd.Series, fn) -> np.ndarray:
 def per_value(fn, values: np.ndarray, dtype) -> np.ndarray:
     """``fn`` of each value of ``values``, worked out once per distinct value (a graph's rows repeat a few names)."""
     codes, firsts = _distinct(values)
-    return np.array([fn(values[i]) for i in firsts.tolist()], dtype)[codes] if len(values) else np.zeros(0, dtype)
+    return np.fromiter((fn(values[i]) for i in firsts.tolist()), dtype, len(firsts))[codes]
 
 
 def per_pair(fn, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``fn(a[i], b[i])`` of each row (objects), worked out once per distinct pair."""
-    if not len(a):
-        return np.zeros(0, object)
+    """``fn(a[i], b[i])`` of each row (objects, a tuple as one value), worked out once per distinct pair."""
     ac, _ = _distinct(a)
     bc, _ = _distinct(b)
-    codes, firsts = _distinct(ac * (int(bc.max()) + 1) + bc)
-    out = np.empty(len(firsts), object)
-    out[:] = [fn(a[i], b[i]) for i in firsts.tolist()]
-    return out[codes]
+    space = int(bc.max(initial=0)) + 1
+    codes, firsts = _factorize(ac * space + bc, (int(ac.max(initial=0)) + 1) * space)
+    return np.fromiter((fn(a[i], b[i]) for i in firsts.tolist()), object, len(firsts))[codes]
 
 
 def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 code of each value, the first row of each code): the values themselves are read back from those
-    rows (factorize's own distinct values turn None into NaN)."""
+    """(int64 code of each value, first-seen order; the first row of each code): the values are read back from
+    those rows (factorize's own distinct values turn None into NaN)."""
     codes, uniq = pd.factorize(values, use_na_sentinel=False)
     codes = codes.astype(np.int64)
-    firsts = np.full(len(uniq), len(values), np.int64)
-    np.minimum.at(firsts, codes, np.arange(len(values)))
-    return codes, firsts
+    return codes, _first_rows(codes, len(uniq))

@@ -345,23 +345,10 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
 def _operand_rows(prod: dict, rows: np.ndarray, pid: np.ndarray, opname: np.ndarray) -> tuple:
     """(row, operand name) of each of ``rows``' operands (:func:`producers` of its program and op), in row order
     and each row's operands in their order; looked up once per distinct (program, op)."""
-    if not len(rows):
-        return np.zeros(0, np.int64), np.zeros(0, object)
-    pc, pu = pd.factorize(pid[rows], use_na_sentinel=False)
-    oc, ou = pd.factorize(opname[rows], use_na_sentinel=False)
-    kc, ku = pd.factorize(pc.astype(np.int64) * len(ou) + oc)
-    lists = [tuple(prod.get((int(pu[k // len(ou)]), ou[k % len(ou)]), ())) for k in ku.tolist()]
-    count = np.array([len(x) for x in lists], np.int64)
-    flat = np.empty(int(count.sum()), object)
-    flat[:] = [x for xs in lists for x in xs]
-    per_row = count[kc]
-    total = int(per_row.sum())
-    if not total:
-        return np.zeros(0, np.int64), np.zeros(0, object)
-    first = np.concatenate([[0], np.cumsum(count)[:-1]])[kc]  # each row's operands' place in ``flat``
-    row_start = np.cumsum(per_row) - per_row  # each row's place in the result
-    at = np.repeat(first - row_start, per_row) + np.arange(total)
-    return np.repeat(rows.astype(np.int64), per_row), flat[at]
+    looked = per_pair(lambda p, o: prod.get((int(p), o), ()), pid[rows], opname[rows])
+    count = np.fromiter(map(len, looked), np.int64, len(looked))
+    names = np.fromiter((x for xs in looked for x in xs), object, int(count.sum()))
+    return np.repeat(rows.astype(np.int64), count), names
 
 
 def _groups(opname, opcode, module, pid, is_async, nslot, s_step, seq, dev_names, member_of) -> np.ndarray:
