@@ -249,3 +249,24 @@ def test_rule_file_roundtrip_in_yaml(tmp_path):
     rules = [r for r in load_rules(extra_dirs=[tmp_path]) if r.id == "XX001"]
     (f,) = run_rules({"ops": OPS_ROWS}, rules)
     assert f.message == "1 op, top a 100 ps"
+
+
+@pytest.mark.parametrize("case", ["allreduce_exposed", "sharded8", "train_step"])
+def test_step_collective_level_is_the_largest_exposed_level(case):
+    """The steps frame's ``collective_level`` (a categorical: one code per step) names, row by row, the level of
+    the largest ``collective_exposed_<level>_ps`` column, 'none' where no collective time is exposed."""
+    from conftest import cpu_fixture
+    from tracekit import pipeline
+    from tracekit.ingest.trace import load
+    tr = load(cpu_fixture(case))
+    frames = frames_for_rules(pipeline.with_roofline(tr), tr.steps, tr.host_events, modules=tr.modules)
+    st = frames["steps"]
+    assert isinstance(st["collective_level"].dtype, pd.CategoricalDtype)
+    cols = [c for c in st.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
+    for _, row in st.iterrows():
+        vals = {c[len("collective_exposed_"):-len("_ps")]: int(row[c]) for c in cols}
+        best = max(vals, key=lambda k: vals[k]) if vals else None
+        want = best if best is not None and vals[best] > 0 else "none"
+        assert row["collective_level"] == want, (row.to_dict(), want)
+    if case == "allreduce_exposed":
+        assert (st["collective_level"] != "none").any()

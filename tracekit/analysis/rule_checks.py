@@ -183,19 +183,22 @@ def level_of(net_level: pd.Series) -> pd.Categorical:
     return pd.Categorical.from_codes(codes[c.array.codes], categories=cats)
 
 
-def _step_levels(steps: pd.DataFrame) -> np.ndarray:
+def _step_levels(steps: pd.DataFrame) -> pd.Categorical:
     """Per step row: the level with the most exposed collective time (step_breakdown's
-    ``collective_exposed_<level>_ps``), 'none' when the step has no exposed collective time."""
+    ``collective_exposed_<level>_ps``), 'none' when the step has no exposed collective time; a categorical (one
+    code per step rather than a string object each)."""
     cols = [c for c in steps.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
-    out = np.full(len(steps), "none", dtype=object)
-    if not cols or not len(steps):
-        return out
-    vals = steps[cols].to_numpy(np.int64)
-    names = np.array([c[len("collective_exposed_"):-3] for c in cols], dtype=object)
-    best = vals.argmax(axis=1)
-    has = vals.max(axis=1) > 0
-    out[has] = names[best[has]]
-    return out
+    names = [c[len("collective_exposed_"):-3] for c in cols]
+    cats = names + ([] if "none" in names else ["none"])
+    codes = np.full(len(steps), cats.index("none"), np.int32)
+    if cols and len(steps):
+        vals = steps[cols].to_numpy(np.int64)
+        best = vals.argmax(axis=1)
+        has = vals.max(axis=1) > 0
+        codes[has] = best[has]
+    return pd.Categorical.from_codes(codes, categories=cats)
+
+
 def is_host_offload(ops: pd.DataFrame) -> np.ndarray:
     """Copies between device and host memory that XLA scheduled itself (host offload: memory space S(5)), which
     the roofline marks ``is_host_transfer``: deliberate, and not an input pipeline."""
