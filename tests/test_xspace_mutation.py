@@ -47,8 +47,9 @@ MUTATED = sorted((ROOT / "tests" / "data" / "mutated").glob("*.xplane.pb"))
 def test_damaged_hlo_found_by_the_long_run(path, tmp_path):
     """Files of the 2,000-file run (seed 7) that stopped the command with an internal error (exit 3): a dot whose
     operand is not in its module, shapes whose element counts no array has (a parameter count past float's range,
-    a token count of thousands of digits). They are analyzed now, the damaged shapes left out, with nothing on
-    stderr."""
+    a token count of thousands of digits); and one of the long property run of tests/test_fuzz.py
+    (test_bit_flips, big_matmul with bit 0 of byte 445 flipped): two buffer allocations of one module with the
+    same index. They are analyzed now, the damaged parts left out, with nothing on stderr."""
     out = tmp_path / "report.json"
     p = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(path), "--format", "json", "-o",
                         str(out)], capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -141,7 +141,11 @@ def _module_rows(mod) -> tuple[dict, dict, dict]:
         for ins in comp.instructions:
             instr[ins.id] = (ins, comp.name)
     by_name = {ins.name: i for i, (ins, _) in instr.items()}
+    seen = set()  # an allocation index names one allocation of the module: a damaged proto's repeat is left out
     for a in ba.buffer_allocations:
+        if a.index in seen:
+            continue
+        seen.add(a.index)
         al["module"].append(mod.name)
         al["program_id"].append(mod.program_id)
         al["allocation"].append(a.index)
@@ -152,7 +156,7 @@ def _module_rows(mod) -> tuple[dict, dict, dict]:
         al["parameter_number"].append(int(a.parameter_number) if a.is_entry_computation_parameter else -1)
         al["is_tuple"].append(bool(a.is_tuple))
     where = {}  # logical buffer id -> (allocation index, offset)
-    for a in ba.buffer_allocations:
+    for a in ba.buffer_allocations:  # (a repeated index's buffers stay with the first allocation of that index)
         for s in a.assigned:
             where.setdefault(s.logical_buffer_id, (a.index, s.offset))
     for lb in ba.logical_buffers:
