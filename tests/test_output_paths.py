@@ -476,3 +476,29 @@ def test_the_hook_report_path_is_the_same_writer(tmp_path, kind):
     else:
         assert report.is_dir() and list(report.iterdir()) == []
     assert temporaries(run_dir) == []
+
+
+def test_an_interrupted_commands_teardown_adds_nothing_to_its_one_line(tmp_path):
+    """Ctrl-C while ``analyze --jobs`` maps hosts kills the pool's workers; the pool's wake-up pipe was then closed
+    under the exit callbacks threading runs as the interpreter ends, and Python printed "Exception ignored in:
+    <module 'threading'>" and an OSError traceback after the one line (the process-group case of the test above,
+    seen under load). Here the interrupt comes from inside the command and an exit callback fails the same way:
+    still only the one line, and 130."""
+    src = cpu_fixture("train_step") / "plugins" / "profile" / "run1" / "cpu.xplane.pb"
+    script = textwrap.dedent(f"""
+        import signal, sys, threading
+        from tracekit.run import pod
+        def interrupted_map(*args, **kwargs):
+            def teardown():  # what the pool's closed wake-up pipe raised
+                raise OSError(9, "Bad file descriptor")
+            threading._register_atexit(teardown)
+            signal.raise_signal(signal.SIGINT)
+        pod.analyze = interrupted_map
+        sys.argv = ["tracekit", "analyze", {str(src)!r}, "-o", "r.json"]
+        from tracekit.cli.app import entry
+        entry()
+        """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 130, p.stderr
+    assert p.stderr.strip() == "tracekit: interrupted", p.stderr
+    assert os.listdir(tmp_path) == []

@@ -65,7 +65,17 @@ def _bounded_exit() -> None:
     short (a process pool's threads, joined at exit, once held a CI run for 120 s). Everything is written or
     removed by then. Only here, in the command's own process: never in a caller's (click's runner, a notebook)."""
     import os
+    import sys
     import threading
     t = threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_INTERRUPTED,))
     t.daemon = True
     t.start()
+    # the one line is written: what the interrupt left half done must not add a traceback as the interpreter
+    # ends (a process pool's wake-up pipe, closed when its workers died of the terminal's SIGINT, raised
+    # OSError in threading's exit callbacks, printed as "Exception ignored in: <module 'threading'>")
+    sys.unraisablehook = _silent
+    threading.excepthook = _silent
+
+
+def _silent(*_args) -> None:
+    """An exception hook that prints nothing (an interrupted command's teardown)."""
