@@ -29,6 +29,7 @@ SHARED_NAMES = sorted({"tpu/v6e-4_jax_inference.xplane.pb", "gpu/v100x8_tf_bert.
                          if p.parent.name != "bad")})
 TRACES = [f"cpu/{n}" for n in FIXTURE_DIRS] + [f"collectives/{n}" for n in COLL_DIRS] + \
     [f"shared/{n}" for n in SHARED_NAMES]
+pytestmark = pytest.mark.xdist_group("report_invariants")  # one worker: each trace analyzed once (_analyzed)
 CLASSES = {"exact", "measured", "modelled", "indicative"}
 #: violations another item of issue 31 fixes (the lead removes these once it is merged): (trace, check) -> reason
 OTHERS = {
