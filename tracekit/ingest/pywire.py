@@ -216,6 +216,8 @@ def _decode_line(buf, job: tuple, lim: _Limits, stats: bool = True) -> tuple:
     p, i = start, 0
     varint, tagf, length, skip = _varint, _tag, _length, _skip
     big = 1 << 63
+    ln = done = 0  # the line's stats, and those of them counted; C's first room: two per two events, plus two
+    cap = 2 * (n // 2 + 1) if n > 0 else 0
     while p < end:
         tp = p
         tag = buf[p]
@@ -299,11 +301,10 @@ def _decode_line(buf, job: tuple, lim: _Limits, stats: bool = True) -> tuple:
                         kind, iv, dv = tag >> 3, 0, _NAN
                     else:
                         r = skip(buf, tr, r, se, tag, KNOWN_STAT)
-                lim.stats += 1
-                if 0 <= lim.stat_room < lim.stats:
-                    if 0 <= lim.max_stats < lim.stats:
-                        lim.fail("stats", lim.stats, lim.max_stats)
-                    lim.fail("work", lim.work + lim.stats * lim.w_stat, lim.budget)
+                if ln == cap:  # where the C decoder adds the line's stats to the count: its columns growing
+                    _commit_stats(lim, ln - done)
+                    done, cap = ln, cap * 2 if cap else 1024
+                ln += 1
                 if kind == 5 or kind == 6:
                     iv = len(s_str)
                     s_str.append(str(buf[sp[0]:sp[1]], "utf-8") if kind == 5 else bytes(buf[sp[0]:sp[1]]))
@@ -321,7 +322,19 @@ def _decode_line(buf, job: tuple, lim: _Limits, stats: bool = True) -> tuple:
         offs[i] = off - (1 << 64) if off >= big else off
         durs[i] = du - (1 << 64) if du >= big else du
         i += 1
+    # the line's end: the rest of its stats counted (a line that fails first leaves them out, as C does, so the
+    # two decoders decide from the same counts whether a corrupt input is over a limit too)
+    _commit_stats(lim, ln - done)
     return (lid, name, dname, ts, dur, did, mids, offs, durs, s_ev, s_id, s_kind, s_int, s_dbl, s_str)
+
+
+def _commit_stats(lim: _Limits, k: int) -> None:
+    """Add ``k`` stats of a line to the count (LimitError once it passes what max_stats and the budget leave)."""
+    lim.stats += k
+    if k and 0 <= lim.stat_room < lim.stats:
+        if 0 <= lim.max_stats < lim.stats:
+            lim.fail("stats", lim.stats, lim.max_stats)
+        lim.fail("work", lim.work + lim.stats * lim.w_stat, lim.budget)
 
 
 def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, weights=(0, 0, 0, 0, 0),
@@ -350,6 +363,15 @@ def read_space(data, threads: int = 1, max_events: int = -1, budget: int = -1, w
     if lim.max_stats >= 0 and (lim.stat_room < 0 or lim.max_stats < lim.stat_room):
         lim.stat_room = lim.max_stats
     out = []  # phase 2, in file order: the first error is the one earliest in the input, as in C
+    corrupt = None  # as in C, every line is decoded: a limit one passes outranks an earlier line's corruption
     for pid, name, head, jobs in planes:
-        out.append((pid, name, head, [_decode_line(buf, j, lim, stats) for j in jobs]))
+        lines = []
+        for j in jobs:
+            try:
+                lines.append(_decode_line(buf, j, lim, stats))
+            except ValueError as e:
+                corrupt = corrupt or e
+        out.append((pid, name, head, lines))
+    if corrupt is not None:
+        raise corrupt
     return out, hostnames
