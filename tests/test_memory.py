@@ -245,15 +245,3 @@ def test_buffer_tables_of_a_module_with_a_negative_program_id():
         assert len(a) and b["program_id"].dtype == np.uint64 and set(b["program_id"]) == {2**64 - 1}
         pd.testing.assert_frame_equal(a.drop(columns="program_id"), b.drop(columns="program_id"))
 
-
-def test_a_module_held_twice_gives_its_largest_buffers_once():
-    """Two copies of one module (name and program id; a damaged trace can hold them) put every allocation in the
-    tables twice: the largest buffers are the single module's, not a failure looking up a size that is two."""
-    from tracekit.ingest import buffers
-    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
-    mod = max((m for m in tr.hlo_modules if m.buffers is not None), key=lambda m: len(buffers.tables([m]).buffers))
-    once = memory.largest_buffers(buffers.tables([mod]))
-    twice = buffers.tables([mod, mod])
-    assert len(twice.allocations) == 2 * len(buffers.tables([mod]).allocations)
-    got = memory.largest_buffers(twice)
-    assert len(once) and set(map(tuple, once.astype(str).to_numpy())) == set(map(tuple, got.astype(str).to_numpy()))

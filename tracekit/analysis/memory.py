@@ -157,7 +157,6 @@ def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
     Columns: module, program_id, memory_space, kind, size_bytes, instruction, opcode, shape, source_file,
     source_line, parameter_number, allocation, from_host."""
     al, bu = tables.allocations, tables.buffers
-    al = al.drop_duplicates(["module", "program_id", "allocation"])  # (one row each but in a damaged trace's)
     cols = ["module", "program_id", "memory_space", "kind", "size_bytes", "instruction", "opcode", "shape",
             "source_file", "source_line", "parameter_number", "allocation", "from_host"]
     if not len(al):

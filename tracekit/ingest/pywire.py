@@ -216,7 +216,7 @@ def _decode_line(buf, job: tuple, lim: _Limits, stats: bool = True) -> tuple:
     p, i = start, 0
     varint, tagf, length, skip = _varint, _tag, _length, _skip
     big = 1 << 63
-    ln = done = 0  # the line's stats, and those of them counted; C's first room: two per two events, plus two
+    ln = done = 0  # the line's stats, and those of them counted; cap: where C's stat columns first grow
     cap = 2 * (n // 2 + 1) if n > 0 else 0
     while p < end:
         tp = p
