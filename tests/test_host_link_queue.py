@@ -80,3 +80,28 @@ def test_overview_host_link_work_is_the_busier_direction(v6e):
     only_in = overview.device_parts(one_way, frames.steps, dchips)
     for parts in (both, only_in):
         assert parts["host_link_per_step_ps"].to_numpy(float) == pytest.approx(3 * t, rel=1e-5)
+
+
+def _pairs(d, w) -> set:
+    assert len(d) == len(w)
+    return set(zip(np.asarray(d).tolist(), np.asarray(w).tolist()))
+
+
+def test_pairing_device_by_device_pairs_as_the_whole_frame(v6e, monkeypatch):
+    """A long frame pairs its -done rows one device's rows at a time (smaller temporaries): the same pairs as the
+    whole frame at once, on the v6e trace's four devices (every host-offload copy pairs with its window); a frame
+    whose devices are not contiguous is paired whole."""
+    tr, ops = v6e
+    from tracekit.ingest import hlo
+    d2s = hlo.done_to_start(tr.hlo)
+    done = ~ops["is_async"].to_numpy(bool) & ops["opcode"].astype(str).str.endswith("-done").to_numpy()
+    monkeypatch.setattr(execution, "_PER_DEVICE_ROWS", 10 ** 12)
+    whole = _pairs(*execution.pair_done_windows(ops, done, d2s))
+    monkeypatch.setattr(execution, "_PER_DEVICE_ROWS", 0)
+    split = _pairs(*execution.pair_done_windows(ops, done, d2s))
+    assert len(whole) == int(done.sum()) > 1000 and ops["device"].nunique() == 4
+    assert split == whole
+    shuffled = np.random.default_rng(0).permutation(len(ops))
+    mixed = ops.take(shuffled).reset_index(drop=True)
+    got = _pairs(*execution.pair_done_windows(mixed, done[shuffled], d2s))
+    assert {(int(shuffled[a]), int(shuffled[b])) for a, b in got} == whole

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import gather
-from tracekit.grouping import codes_of, group_index, unique_rows
+from tracekit.grouping import codes_of, group_index, row_parts, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -164,7 +164,23 @@ def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tu
     """(done rows, their window rows): each sync ``-done`` row (``done`` mask) paired with the async window of
     its ``-start`` (``start_of``: (program_id, done op) -> start op) on the same host and device: the latest one
     that starts at or before it (a trace's own async event may end before the -done starts) and that no earlier
-    -done took: a -done whose -start is missing from the trace stays unpaired."""
+    -done took: a -done whose -start is missing from the trace stays unpaired. Pairs never cross devices, so a
+    frame sorted by device is paired one device's rows at a time (a view each): the temporaries are one device's."""
+    parts = row_parts(ops, ["host", "device"]) if len(ops) > _PER_DEVICE_ROWS else {}
+    spans = sorted((p.start, p.stop) for p in parts.values() if isinstance(p, slice))
+    if len(spans) > 1 and len(spans) == len(parts) and sum(b - a for a, b in spans) == len(ops):
+        got = [_pair_done_windows(ops.iloc[a:b], done[a:b], start_of) for a, b in spans]
+        return (np.concatenate([d + a for (d, _), (a, _) in zip(got, spans)]),
+                np.concatenate([w + a for (_, w), (a, _) in zip(got, spans)]))
+    return _pair_done_windows(ops, done, start_of)
+
+
+#: frames longer than this are paired device by device (:func:`pair_done_windows`)
+_PER_DEVICE_ROWS = 100_000
+
+
+def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pair_done_windows` of the rows of ``ops`` at once."""
     d_idx = np.nonzero(done)[0]
     w_idx = np.nonzero(ops["is_async"].to_numpy(bool))[0]
     if not len(d_idx) or not len(w_idx):

@@ -159,24 +159,37 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         del at_first
     rows = np.flatnonzero(own)
     del own
+    # what reads the trace's own cost stats besides the prediction reads them now, so that the stats can leave
+    # before the predictions are spread to the rows (two row-sized columns fewer through the rest of the join)
+    disagreements = stated.disagreements(ops, inv, tf, u)
+    copy_rows = runtime_copies.rows_of(ops)
+    copy_size = tb[copy_rows]  # (memcpy/memset rows: their size)
+
     if len(rows) * 4 > n:  # mostly per row: predict every row
         p = _as_stored(_predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u))
+        del tf, tb, share
+        if release_trace_costs:
+            ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
     else:  # predict once per identity, spread each column with one gather, then predict the few own rows
+        share = None if share is None else share[rows]  # (only the own rows read it: not row-sized while spread)
+        tf_rows, tb_rows = tf[rows], tb[rows]
         p = _predict(lambda k: u[k].copy(), tf[first], tb[first], None, len(first), u)  # (small: copies are free)
+        del tf, tb
+        if release_trace_costs:
+            ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
         p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in _as_stored(p).items()}
         if len(rows):
             at = gather(inv, rows)
-            sub = _as_stored(_predict(lambda k: gather(u[k], at), tf[rows], tb[rows],
-                                      None if share is None else share[rows], len(rows), u))
+            sub = _as_stored(_predict(lambda k: gather(u[k], at), tf_rows, tb_rows, share, len(rows), u))
+            del at, tf_rows, tb_rows, share
             for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
                 if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
-    disagreements = stated.disagreements(ops, inv, tf, u)
-    to_host_copies = runtime_copies.price(ops, p, u, dchips, tb, len(EXTRA_REASONS))  # memcpy/memset: size, path
-    del tf, tb, share, rows
-    if release_trace_costs:
-        ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
+            del sub
+    # memcpy/memset: size, path
+    to_host_copies = runtime_copies.price(ops, p, u, dchips, copy_rows, copy_size, len(EXTRA_REASONS))
+    del rows, copy_rows, copy_size
     _queue_host_windows(ops, p, u, inv)
     _judge_done_over_windows(ops, p, u, inv)
     sharing.host_terms(ops, p, dchips)

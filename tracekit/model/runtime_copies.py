@@ -54,12 +54,12 @@ def rows_of(ops: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(m)
 
 
-def price(ops: pd.DataFrame, p: dict, u: dict, dchips: dict, size: np.ndarray, n_extra: int) -> np.ndarray:
-    """Price the runtime copies of ``ops`` in the roofline's prediction ``p`` (in place; ``u``: the identity dict,
-    whose ``models``/``late_reasons`` lists gain this model and its reasons, which come after its ``reasons`` and
-    the roofline's ``n_extra`` own; ``size``: the rows' ``trace_bytes``). Returns the rows that copy to the host
-    (for ``to_host``)."""
-    rows = rows_of(ops)
+def price(ops: pd.DataFrame, p: dict, u: dict, dchips: dict, rows: np.ndarray, size: np.ndarray,
+          n_extra: int) -> np.ndarray:
+    """Price the runtime copies of ``ops`` (``rows``: :func:`rows_of`, ``size``: their ``trace_bytes``) in the
+    roofline's prediction ``p`` (in place; ``u``: the identity dict, whose ``models``/``late_reasons`` lists gain
+    this model and its reasons, which come after its ``reasons`` and the roofline's ``n_extra`` own). Returns the
+    rows that copy to the host (for ``to_host``)."""
     if not len(rows):
         return rows
     for k in _WRITTEN:  # (writable arrays of their own: a constant column may be held once, read-only)
@@ -79,7 +79,7 @@ def price(ops: pd.DataFrame, p: dict, u: dict, dchips: dict, size: np.ndarray, n
     cat = ops["category"].to_numpy()[rows].astype(str) if not isinstance(ops["category"].dtype, pd.CategoricalDtype) \
         else np.asarray(ops["category"].cat.categories.astype(str))[ops["category"].array.codes[rows]]
     hosts, devs = ops["host"].to_numpy()[rows].astype(str), ops["device"].to_numpy()[rows].astype(str)
-    n = np.asarray(size, float)[rows]
+    n = np.asarray(size, float)
     bw, hostw, egress = (np.array([getattr(dchips.get((h, d)), a, None) or np.nan for h, d in zip(hosts, devs)],
                                   float) for a in ("hbm_bw_bytes_per_s", "host_link_bw_bytes_per_s",
                                                    "egress_bw_bytes_per_s"))
