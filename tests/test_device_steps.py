@@ -256,3 +256,37 @@ def test_closed_steps_drop_each_devices_open_end_as_the_text_grouping_does(case)
     got = closed_steps(both)
     pd.testing.assert_frame_equal(got, _closed_by_text(both))
     assert ("CPU:7" in set(got["device"])) and (got["device"] == "CPU:8").sum() == 1
+
+
+def _main_program_written_out(mx: pd.DataFrame):
+    """The step program as a pandas groupby on text: the most device time among the programs run at least twice
+    on some device (all programs when none is), the first in (module name, program id) order on a tie."""
+    import numpy as np
+    key = pd.DataFrame({"module": mx["module"].astype(str), "pid": mx["program_id"].to_numpy(np.uint64),
+                        "device": mx["device"].astype(str), "dur": mx["duration_ps"].to_numpy(np.int64)})
+    per = key.groupby(["module", "pid"], sort=True)["dur"].sum().to_frame("time")
+    per["runs"] = key.groupby(["module", "pid", "device"]).size().groupby(level=[0, 1]).max()
+    pool = per[per["runs"] >= 2] if (per["runs"] >= 2).any() else per
+    name, pid = pool["time"].idxmax()
+    return str(name), int(pid)
+
+
+def test_step_program_is_the_busiest_program_run_twice():
+    import numpy as np
+    from tracekit.ingest.steps import main_program
+    seen = 0
+    for case in CASES:
+        mx = tracekit.load(str(FIXTURES / "cpu" / case)).modules
+        for frame in (mx, mx.sample(frac=1, random_state=3).reset_index(drop=True)):
+            assert main_program(frame) == _main_program_written_out(frame)
+            seen += 1
+    mk = lambda mods, pids, devs, durs: pd.DataFrame({  # noqa: E731
+        "module": pd.Categorical(mods), "program_id": np.array(pids, np.uint64), "device": pd.Categorical(devs),
+        "duration_ps": np.array(durs, np.int64)})
+    tie = mk(["b", "a", "b", "a", "c"], [2, 1, 2, 1, 3], ["d0", "d0", "d0", "d0", "d0"], [5, 5, 5, 5, 100])
+    assert main_program(tie) == _main_program_written_out(tie) == ("a", 1)  # c runs once; a and b tie: a
+    once = mk(["x", "y"], [7, 8], ["d0", "d1"], [1, 9])
+    assert main_program(once) == _main_program_written_out(once) == ("y", 8)  # none runs twice: the busiest
+    big = mk(["m"] * 3, [2 ** 63 + 5] * 3, ["d0"] * 3, [2 ** 61] * 3)  # sums past 2**53 stay exact
+    assert main_program(big) == ("m", 2 ** 63 + 5)
+    assert seen == 2 * len(CASES)

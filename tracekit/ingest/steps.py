@@ -57,15 +57,24 @@ def main_program(mx: pd.DataFrame) -> tuple[str, int] | None:
     without program runs."""
     if not len(mx):
         return None
-    key = pd.DataFrame({"module": mx["module"].astype(str).to_numpy(), "pid": mx["program_id"].to_numpy(np.uint64),
-                        "device": mx["device"].astype(str).to_numpy(), "dur": mx["duration_ps"].to_numpy(np.int64)})
-    per = key.groupby(["module", "pid"], sort=True).agg(time=("dur", "sum"))
-    runs = key.groupby(["module", "pid", "device"], sort=True).size().groupby(level=[0, 1]).max()
-    per["runs"] = runs.reindex(per.index).to_numpy()
-    pool = per[per["runs"] >= 2] if (per["runs"] >= 2).any() else per
-    best = pool["time"].to_numpy()
-    name, pid = pool.index[int(np.argmax(best))]  # first of the largest (name order)
-    return str(name), int(pid)
+    from tracekit.grouping import distinct_rows, int_sums
+    # (the groups of the program and of the program on each device by codes, not by a string per run: the groups
+    # are few, the runs many)
+    prog, _, progs = distinct_rows(mx, ["module", "program_id"])
+    on_dev, first, _ = distinct_rows(mx, ["module", "program_id", "device"])
+    time = int_sums(prog, mx["duration_ps"].to_numpy(np.int64), len(progs))
+    runs = np.zeros(len(progs), np.int64)
+    np.maximum.at(runs, prog[first], np.bincount(on_dev, minlength=len(first)))
+    pool = np.flatnonzero(runs >= 2) if (runs >= 2).any() else np.arange(len(progs))
+    # the first of the largest in (module name, program id) order
+    keys = [(_text(progs[i][0]), int(progs[i][1]), i) for i in pool if time[i] == time[pool].max()]
+    name, pid, _ = min(keys)
+    return name, pid
+
+
+def _text(v) -> str:
+    """A module name as text, a missing one as pandas writes it (``astype(str)``: 'nan')."""
+    return "nan" if v is None else str(v)
 
 
 def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
