@@ -205,3 +205,19 @@ def test_virtual_cpu_devices_count_their_host_once():
     (tpu,) = v6e["chips"]
     assert v6e["overview"]["flops"]["peak_flops_per_s"] == pytest.approx(
         len(tpu["devices"]) * tpu["peak_flops_per_s"][v6e["overview"]["flops"]["dtype"]], rel=1e-5)
+
+
+def test_model_flops_leave_the_host_frames_once_read(v6e):
+    """The engine's own trace (release_trace_costs) lets the trace's model FLOPs stat go once the overview's
+    device parts have read it; the parts are those of a library caller's trace, which keeps the column."""
+    import numpy as np
+    from tracekit.analysis import hostview
+    from tracekit.ingest.trace import load
+    from tracekit.options import Options
+    kept = hostview.build(load(str(v6e)), Options())
+    gone = hostview.build(load(str(v6e)), Options(), release_trace_costs=True)
+    assert "trace_model_flops" in kept.ops.columns and kept.ops["trace_model_flops"].notna().any()
+    for frame in (gone.ops, gone.frames.ops, gone.trace.ops):
+        assert "trace_model_flops" not in frame.columns
+    assert np.nansum(gone.overview_parts["tot_model"]) > 0
+    assert gone.overview_parts.equals(kept.overview_parts)

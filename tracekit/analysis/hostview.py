@@ -13,7 +13,11 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from tracekit.columns import without_columns
 from tracekit.options import Options
+
+#: the trace's own model FLOPs per op (:data:`tracekit.schema.OPS`): only the overview's device parts read it
+MODEL_FLOPS = "trace_model_flops"
 
 
 @dataclass
@@ -56,7 +60,8 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
           release_trace_costs: bool = False, progress=None) -> HostView:
     """The :class:`HostView` of a one-host trace ``tr``. ``hosts``: every host of the run in order (GPU device ids
     count the hosts before this one); ``ops``: the caller's own roofline-joined ops (else joined here);
-    ``release_trace_costs``: the trace's own cost stats leave ``tr.ops`` once they have served."""
+    ``release_trace_costs``: the trace's own cost stats (and its model FLOPs) leave ``tr.ops`` once they have
+    served."""
     from tracekit.analysis import inference, inference_report, memory, opstats, overview, rule_checks, stepstats
     from tracekit.ingest import steps as steps_mod
     from tracekit.model import collective_model, identity, roofline
@@ -85,8 +90,14 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     fr = rule_checks.frames_for_rules(j.ops, tr.steps, tr.host_events, modules=tr.modules,
                                       kernel_profile=tr.kernel_profile, sums=sums, **options.timeline())
     step_source = tuple(sorted({str(x) for x in tr.steps["step_source"].unique()})) if len(tr.steps) else ()
-    mem = memory.build(tr, j.chips)
     parts = overview.device_parts(j.ops, fr.steps, j.chips)
+    if release_trace_costs and MODEL_FLOPS in j.ops.columns:
+        # the trace's model FLOPs stat has served its one reader (the device parts): it leaves every frame of the
+        # host before the memory view and the sections (a row-sized float64 column fewer through them)
+        tr.ops = without_columns(tr.ops, [MODEL_FLOPS])
+        j = replace(j, ops=without_columns(j.ops, [MODEL_FLOPS]))
+        fr = replace(fr, ops=without_columns(fr.ops, [MODEL_FLOPS]))
+    mem = memory.build(tr, j.chips)
     ss = stepstats.summary(fr.steps)
     ov = overview.finish(ss, parts, step_source=", ".join(step_source),
                          model_flops_per_step=options.model_flops_per_step)
