@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.grouping import distinct_rows, int_sums
 
 #: the share of the step program's device time the annotation windows must hold to go without a warning
 ANNOTATED_SHARE = 0.8
@@ -57,7 +58,6 @@ def main_program(mx: pd.DataFrame) -> tuple[str, int] | None:
     without program runs."""
     if not len(mx):
         return None
-    from tracekit.grouping import distinct_rows, int_sums
     # (the groups of the program and of the program on each device by codes, not by a string per run: the groups
     # are few, the runs many)
     prog, _, progs = distinct_rows(mx, ["module", "program_id"])
@@ -66,8 +66,9 @@ def main_program(mx: pd.DataFrame) -> tuple[str, int] | None:
     runs = np.zeros(len(progs), np.int64)
     np.maximum.at(runs, prog[first], np.bincount(on_dev, minlength=len(first)))
     pool = np.flatnonzero(runs >= 2) if (runs >= 2).any() else np.arange(len(progs))
+    most = time[pool].max()
     # the first of the largest in (module name, program id) order
-    keys = [(_text(progs[i][0]), int(progs[i][1]), i) for i in pool if time[i] == time[pool].max()]
+    keys = [(_text(progs[i][0]), int(progs[i][1]), i) for i in pool if time[i] == most]
     name, pid, _ = min(keys)
     return name, pid
 
