@@ -339,6 +339,26 @@ def test_gpu_gemm_custom_calls_are_dots():
     assert sizes["global_batch_tokens"]["value"] == 32 * 8
 
 
+def test_a_collective_operand_the_module_does_not_hold_is_left_out():
+    """A damaged module (found by the long property fuzz: an instruction turned into a ragged-all-to-all whose
+    operand ids name no instruction) gives the collective the operands it does hold, instead of failing the
+    parallelism section (which took the whole analysis with it)."""
+    from tracekit.analysis import parallel_hlo
+    from tracekit.ingest.synth import instr, module, shape
+    from tracekit.proto import hlo_pb2
+    groups = [hlo_pb2.ReplicaGroup(replica_ids=list(range(4)))]
+    ins = [instr("x", "parameter", shape("bf16", [64, 128]), parameter_number=0, id=1),
+           instr("y", "parameter", shape("bf16", [64, 128]), parameter_number=1, id=2),
+           instr("ar", "all-reduce", shape("bf16", [64, 128]), [1, 4611686018427387904, 2], replica_groups=groups,
+                 channel_id=1, use_global_device_ids=True, id=3),
+           instr("out", "tuple", hlo_pb2.ShapeProto(element_type=hlo_pb2.PrimitiveType.TUPLE,
+                                                    tuple_shapes=[shape("bf16", [64, 128])]), [3], id=4)]
+    facts = parallel_hlo.module_facts(7, module("jit_step", 7, ins))
+    (coll,) = facts.collectives
+    assert [o.index for o in coll.operands] == [0, 2]
+    assert all(o.dims == (64, 128) for o in coll.operands)
+
+
 def test_the_pod_path_reduces_the_hosts_summaries_to_the_same_section(tmp_path):
     """Two hosts (the same capture twice): the map per host and the reduce on the driver (--jobs) give the
     parallelism section and MFU/HFU the single process gives."""

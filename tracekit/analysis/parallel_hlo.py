@@ -159,9 +159,10 @@ def module_facts(program_id: int, module: hlo_pb2.HloModuleProto) -> ProgramFact
         inst = ix.by_name.get(name)
         if inst is None:
             continue
+        # (an operand id the module does not hold — a damaged module — gives no operand: the others stand)
         colls.append(Collective(name, op.kind, op.groups, op.pairs, op.global_bytes,
                                 tuple(_operand(ix, inst, k, by_name, weights, wshapes)
-                                      for k in range(len(inst.operand_ids)))))
+                                      for k in range(len(inst.operand_ids)) if ix.op(inst, k) is not None)))
     data = tuple(_data_input(ix, ix.inst[next(i.id for i in plist if i.parameter_number == p.number)], p, by_name)
                  for p in params if p.kind == DATA)
     return ProgramFacts(module.name, int(program_id), tuple(params), tuple(dots), tuple(colls),
