@@ -244,4 +244,3 @@ def test_buffer_tables_of_a_module_with_a_negative_program_id():
     for a, b in zip((good.allocations, good.buffers, good.heap), (bad.allocations, bad.buffers, bad.heap)):
         assert len(a) and b["program_id"].dtype == np.uint64 and set(b["program_id"]) == {2**64 - 1}
         pd.testing.assert_frame_equal(a.drop(columns="program_id"), b.drop(columns="program_id"))
-
