@@ -101,13 +101,24 @@ def test_codes_of_run_length_path_matches_factorize():
     assert (codes == ref).all() and uniq == list(ref_u)
 
 
-def test_with_columns_shares_arrays_and_leaves_the_input_alone():
-    df = pd.DataFrame({"a": np.arange(5), "b": np.ones(5)})
-    new = np.arange(5) * 2.0
-    out = C.with_columns(df, {"b": new, "c": np.zeros(5)})
-    assert list(out.columns) == ["a", "b", "c"] and list(df.columns) == ["a", "b"]
-    assert np.shares_memory(out["b"].to_numpy(), new)
-    assert df["b"].tolist() == [1.0] * 5
+@pytest.mark.parametrize("n", [5, C.SMALL_ROWS + 1])
+def test_with_columns_shares_arrays_and_leaves_the_input_alone(n, monkeypatch):
+    """Above SMALL_ROWS the new frame shares the new arrays; at or below it, pandas' assign copies them and gives
+    the same frame (columns, order, dtypes, values, index) as the sharing path; the input is left alone."""
+    df = pd.DataFrame({"a": np.arange(n), "b": np.ones(n), "k": pd.Categorical(["x"] * n)}, index=np.arange(n) + 3)
+    new = np.arange(n) * 2.0
+    add = {"b": new, "c": np.zeros(n), "s": "text", "i": 7, "k2": pd.Series(pd.Categorical(["y"] * n), index=df.index)}
+    out = C.with_columns(df, add)
+    assert list(out.columns) == ["a", "b", "k", "c", "s", "i", "k2"] and list(df.columns) == ["a", "b", "k"]
+    assert np.shares_memory(out["b"].to_numpy(), new) == (n > C.SMALL_ROWS)
+    assert df["b"].tolist() == [1.0] * n
+    monkeypatch.setattr(C, "SMALL_ROWS", -1)
+    shared = C.with_columns(df, add)
+    pd.testing.assert_frame_equal(out, shared, check_exact=True)
+    assert list(out.dtypes) == list(shared.dtypes)
+    dropped = C.without_columns(out, ["b", "zz", "s"])
+    assert list(dropped.columns) == ["a", "k", "c", "i", "k2"] and "b" in out.columns
+    assert np.shares_memory(dropped["c"].to_numpy(), out["c"].to_numpy())
 
 
 def test_allocator_tuning_is_opt_out_and_changes_no_result(tmp_path):

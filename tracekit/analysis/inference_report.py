@@ -3,6 +3,7 @@ the report's ``inference``; docs/report-format.md). The view of a loaded trace, 
 :func:`tracekit.report.engine.inference.build`."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -41,11 +42,9 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
     (:data:`PROGRAM_COLUMNS`) and that device's own: its steps, their total time (``step_total_ps``), the runs'
     time (``run_total_ps``), the decode bound over its steps (``bound_total_ps``), the host gaps between its
     decode steps and the prefills interrupting them; ``span_ps``: first run start to last run end."""
-    from tracekit.analysis import rule_schema
-    kinds = {c: k for c, (k, _) in rule_schema.RULE_FRAMES["serving"].items() if k != "text"}
     r, p = view.runs, view.programs
     if not len(r) or not len(p):
-        return pd.DataFrame(columns=RULE_COLUMNS).astype(kinds)
+        return _no_rows().copy(deep=False)  # (copy-on-write: the cached frame stays as built)
     inter = inference.interruptions(r)
     out = []
     for (h, d, m, pid), g in r.groupby(["host", "device", "module", "program_id"], sort=True):
@@ -72,7 +71,18 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
                     "interruptions": int(it["interruptions"].sum()) if len(it) else 0,
                     "interrupted_ps": int(it["interrupted_ps"].sum()) if len(it) else 0,
                     "slow_ops": x["slow_ops"] or "", "chip": x["chip"]})
-    return pd.DataFrame(out, columns=RULE_COLUMNS).astype(kinds)
+    return pd.DataFrame(out, columns=RULE_COLUMNS).astype(_kinds())
+
+
+def _kinds() -> dict:
+    from tracekit.analysis import rule_schema
+    return {c: k for c, (k, _) in rule_schema.RULE_FRAMES["serving"].items() if k != "text"}
+
+
+@functools.lru_cache(maxsize=1)
+def _no_rows() -> pd.DataFrame:
+    """The ``serving`` frame of a trace that serves nothing (built once, only ever copied: a pod asks per host)."""
+    return pd.DataFrame(columns=RULE_COLUMNS).astype(_kinds())
 
 
 def _clean(v):

@@ -55,18 +55,30 @@ def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
 
 def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """:func:`evaluate` before the sort: the evidence rows in frame order."""
-    df = for_workload(rule, frames, _narrow(rule, frames[rule.frame]))
+    df = frames[rule.frame]
+    keep = _narrow(rule, df)
+    ours = workload_rows(rule, frames, df)
+    if keep is None and ours is not None:  # (a narrowed frame's rows are selected below, with its columns)
+        df, ours = df[ours], None
     for name in rule.derive:
         df = df.assign(**{name: rule.exprs[f"derive.{name}"].evaluate(df, params)})
     if rule.check:
         ev = CHECKS[rule.check]({**frames, rule.frame: df}, params)
     else:
-        ev = df.loc[_mask(rule.exprs["where"].evaluate(df, params), df)]
+        # ``where`` reads its columns by name (element-wise): the rows are selected first, then only the columns
+        # kept are taken
+        hit = np.asarray(_mask(rule.exprs["where"].evaluate(df, params), df), bool)
+        rows = np.flatnonzero(hit if ours is None else hit & ours)
+        if keep is None:
+            ev = df.iloc[rows]
+        else:
+            keep = keep + [n for n in rule.derive if n not in keep]  # (derived columns after, as they were added)
+            ev = df.iloc[rows, df.columns.get_indexer(keep)] if df.columns.is_unique else df.loc[df.index[rows], keep]
     if rule.rank and len(ev) > 1:  # rows of equal savings: the largest ``rank`` first (stable: frame order after)
         ev = ev.sort_values(rule.rank, ascending=False, kind="stable")
     ev = ev.reset_index(drop=True)
     if ev.empty:
-        return ev.assign(savings_ps=pd.Series(dtype="float64"))
+        return ev.assign(savings_ps=np.empty(0, "float64"))
     sav = rule.exprs["savings"].evaluate(ev, params)
     sav = np.broadcast_to(np.asarray(sav, dtype="float64"), (len(ev),))
     cap = ev[rule.time or TIME_COLUMN[rule.frame]].to_numpy("float64")
@@ -78,11 +90,17 @@ def for_workload(rule: Rule, frames: dict, df: pd.DataFrame) -> pd.DataFrame:
     """``df`` without the rows a ``workload: training`` rule must not read: those of the programs the ``serving``
     frame holds (by module and program id, or module), or every row of a frame without a program column when any
     program serves (its steps and devices are the serving programs')."""
+    ours = workload_rows(rule, frames, df)
+    return df if ours is None else df[ours]
+
+
+def workload_rows(rule: Rule, frames: dict, df: pd.DataFrame) -> np.ndarray | None:
+    """The rows of ``df`` :func:`for_workload` keeps, as a boolean per row; None: every row."""
     sv = frames.get("serving")
     if rule.workload != "training" or sv is None or not len(sv) or not len(df):
-        return df
+        return None
     if "module" not in df.columns:
-        return df.iloc[:0]
+        return np.zeros(len(df), bool)
     mods = df["module"].astype(str).to_numpy()
     if "program_id" in df.columns:
         keys = set(zip(sv["module"].astype(str), sv["program_id"].to_numpy().astype(np.uint64).tolist()))
@@ -90,7 +108,7 @@ def for_workload(rule: Rule, frames: dict, df: pd.DataFrame) -> pd.DataFrame:
         serving = np.fromiter(((m, int(p)) in keys for m, p in zip(mods, pids)), bool, len(df))
     else:
         serving = np.isin(mods, sv["module"].astype(str).unique())
-    return df[~serving]
+    return ~serving
 
 
 def _mask(value, df: pd.DataFrame):
@@ -114,18 +132,19 @@ def _names_in(texts: tuple) -> frozenset:
     return frozenset(_AGG_PREFIX.sub("", w) for t in texts for w in _IDENT.findall(t))
 
 
-def _narrow(rule: Rule, df: pd.DataFrame) -> pd.DataFrame:
-    """Only the columns the rule can touch (where, savings, derive, report_if, templates, evidence, time): on a
-    large frame the evidence rows then copy a few columns instead of all of them. Python checks see everything."""
+def _narrow(rule: Rule, df: pd.DataFrame) -> list | None:
+    """The columns of ``df`` the rule can touch (where, savings, derive, report_if, templates, evidence, time), in
+    frame order, or None for all of them: on a large frame the evidence rows then copy a few columns instead of
+    all of them. Python checks see everything."""
     if rule.check or len(df.columns) <= 12:
-        return df
+        return None
     texts = (rule.where, rule.savings, rule.report_if, rule.message, rule.fix, *rule.derive.values())
     names = set(_names_in(tuple(str(t) for t in texts if t)))
     names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
     names |= {rule.rank} if rule.rank else set()
     names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit
     cols = [c for c in df.columns if c in names]
-    return df[cols] if len(cols) < len(df.columns) else df
+    return cols if len(cols) < len(df.columns) else None
 
 
 def run_rules(frames: dict, rules: list, params_override: dict | None = None, *,

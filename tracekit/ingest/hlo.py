@@ -2,6 +2,7 @@
 (one row per instruction; schema :data:`tracekit.schema.HLO`)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -225,6 +226,8 @@ def done_to_start(h: pd.DataFrame) -> dict:
 
 
 def hlo_frame(modules: list[Module]) -> pd.DataFrame:
+    if not modules:  # (a trace without HLO: every host of a pod of them asks for the same empty frame)
+        return _no_hlo().copy(deep=False)  # (copy-on-write: the cached frame stays as built)
     cols: dict[str, list] = {c: [] for c in schema.HLO}
     for mod in modules:
         m = mod.proto
@@ -267,3 +270,9 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
                 cols["dot_n"].append(_i64(dn))
                 cols["dot_k"].append(_i64(dk))
     return schema.conform(pd.DataFrame(cols), schema.HLO)
+
+
+@functools.lru_cache(maxsize=1)
+def _no_hlo() -> pd.DataFrame:
+    """The HLO frame of no module (built once, only ever copied)."""
+    return schema.conform(pd.DataFrame({c: [] for c in schema.HLO}), schema.HLO)
