@@ -1,3 +1,4 @@
+import functools
 import os
 from pathlib import Path
 
@@ -35,6 +36,19 @@ def cpu_fixture(case: str) -> Path:
     if not p.exists():
         pytest.skip(f"fixture {case} not captured")
     return p
+
+
+#: the xdist group of the modules that read the default report of many traces through :func:`default_report`: one
+#: worker runs them all, so each trace is analyzed once per session
+REPORTS_GROUP = "default_reports"
+
+
+@functools.lru_cache(maxsize=None)
+def default_report(path: str):
+    """``tracekit.pipeline.analyze(path)`` with the default options, once per process: the Report is shared by
+    every test that reads it (none changes it), in the modules of :data:`REPORTS_GROUP`."""
+    from tracekit import pipeline
+    return pipeline.analyze(path)
 
 
 def pytest_sessionstart(session):

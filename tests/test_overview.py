@@ -10,17 +10,21 @@ import sys
 
 import pytest
 
-from conftest import CPU_CASES, FIXTURES, cpu_fixture, shared_trace
+from conftest import CPU_CASES, FIXTURES, REPORTS_GROUP, cpu_fixture, default_report, shared_trace
 
 from tracekit import pipeline
 from tracekit.analysis import timeline as tl
 from tracekit.model import chips
 from tracekit.report import render
 
+pytestmark = pytest.mark.xdist_group(REPORTS_GROUP)  # one worker: each trace analyzed once (default_report)
+
+
 @functools.lru_cache(maxsize=None)
 def _analyze(path: str, chip: str | None = None):
-    """One analysis per trace for the whole module (the reports are read, never changed)."""
-    return pipeline.analyze(path, chip=chip)
+    """One analysis per trace (the reports are read, never changed); the default one shared with the other modules
+    of the group."""
+    return default_report(path) if chip is None else pipeline.analyze(path, chip=chip)
 
 
 CASES = json.loads((FIXTURES / "cpu" / "cases.json").read_text())["cases"]

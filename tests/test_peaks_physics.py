@@ -7,9 +7,12 @@ The ceilings here are the oracle written out in the test from the machine record
 tracekit.model.cpu_limits."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +21,8 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES, cpu_fixture
 from tracekit.cli.app import main
+
+pytestmark = pytest.mark.xdist_group("peaks_physics")  # one worker: each fixture analyzed once (_fixture_reports)
 
 
 def _cases() -> list:
@@ -55,10 +60,15 @@ def _report(path, *extra) -> dict:
     return json.loads(out.output)
 
 
-def _text(path) -> str:
-    out = CliRunner().invoke(main, ["analyze", str(path), "--color", "never"], catch_exceptions=False)
-    assert out.exit_code in (0, 1), out.output
-    return out.output
+@functools.lru_cache(maxsize=None)
+def _fixture_reports(case: str) -> tuple[dict, str]:
+    """The JSON report and the text report of a CPU fixture, from one run of the command writing both (``-o
+    FILE.json -o -``), once per module."""
+    with tempfile.TemporaryDirectory() as d:
+        out = CliRunner().invoke(main, ["analyze", str(cpu_fixture(case)), "-o", f"{d}/report.json", "-o", "-",
+                                        "--format", "text", "--color", "never"], catch_exceptions=False)
+        assert out.exit_code in (0, 1), out.output
+        return json.loads(Path(d, "report.json").read_text()), out.output
 
 
 def _record(case: str) -> dict:
@@ -73,7 +83,7 @@ def test_every_cpu_fixture_peak_is_under_its_recording_machines_ceiling(case):
     per = _per_cycle(set(rec["cpu_flags"]), rec.get("processor", ""), (rec.get("cpu_identity") or {}).get("family"))
     hz = _clock(rec["clock"])
     cores = rec["cpu_count"]
-    rep = _report(cpu_fixture(case))
+    rep = _fixture_reports(case)[0]
     assert rep["chips"]
     for chip in rep["chips"]:
         for dtype, v in chip["peak_flops_per_s"].items():
@@ -94,14 +104,13 @@ def test_every_cpu_fixture_peak_is_under_its_recording_machines_ceiling(case):
 
 @pytest.mark.parametrize("case", _cases())
 def test_cpu_fixture_roofline_findings_are_indicative_info_below_every_warning(case):
-    rep = _report(cpu_fixture(case))
+    rep, text = _fixture_reports(case)
     sev = [f["severity"] for f in rep["findings"]]
     tk004 = [i for i, f in enumerate(rep["findings"]) if f["rule_id"] == "TK004"]
     for i in tk004:
         assert rep["findings"][i]["severity"] == "info"
         assert "warning" not in sev[i:] and "error" not in sev[i:], (case, sev)
         assert "indicative" in rep["findings"][i]["message"]
-    text = _text(cpu_fixture(case))
     for word in ("Pallas", "Triton", "CUDA"):
         assert word not in text, (case, word)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SHARED, shared_trace
+from conftest import FIXTURES, REPORTS_GROUP, SHARED, default_report, shared_trace
 
 FIXTURE_DIRS = sorted(p.parent.parent.parent.parent.name for p in FIXTURES.glob("cpu/*/plugins/profile/run1/*.xplane.pb"))
 COLL_DIRS = sorted(p.parent.parent.parent.parent.name
@@ -29,7 +29,7 @@ SHARED_NAMES = sorted({"tpu/v6e-4_jax_inference.xplane.pb", "gpu/v100x8_tf_bert.
                          if p.parent.name != "bad")})
 TRACES = [f"cpu/{n}" for n in FIXTURE_DIRS] + [f"collectives/{n}" for n in COLL_DIRS] + \
     [f"shared/{n}" for n in SHARED_NAMES]
-pytestmark = pytest.mark.xdist_group("report_invariants")  # one worker: each trace analyzed once (_analyzed)
+pytestmark = pytest.mark.xdist_group(REPORTS_GROUP)  # one worker: each trace analyzed once (default_report)
 CLASSES = {"exact", "measured", "modelled", "indicative"}
 #: violations another item of issue 31 fixes (the lead removes these once it is merged): (trace, check) -> reason
 OTHERS = {
@@ -45,9 +45,8 @@ def _path(name: str) -> Path:
 @functools.lru_cache(maxsize=None)
 def _analyzed(name: str) -> tuple[dict, dict]:
     """(the JSON report read back, its text/markdown/html renderings) of one trace, once per session."""
-    from tracekit import pipeline
     from tracekit.report.render import render
-    rep = pipeline.analyze(str(_path(name)))
+    rep = default_report(str(_path(name)))
     d = json.loads(rep.to_json())
     return d, {fmt: render(rep, fmt) for fmt in ("text", "markdown", "html")}
 

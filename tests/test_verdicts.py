@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import tracekit
-from conftest import FIXTURES, SHARED, cpu_fixture, shared_trace
+from conftest import FIXTURES, REPORTS_GROUP, SHARED, cpu_fixture, default_report, shared_trace
 from tracekit.model import peaks, roofline
+
+pytestmark = pytest.mark.xdist_group(REPORTS_GROUP)  # one worker: each trace analyzed once (default_report)
 
 CASES = json.loads((FIXTURES / "cpu" / "cases.json").read_text())["cases"]
 PROGRAMS = ["scan_loop", "fori_loop", "while_dynamic", "cond_branch", "fft", "gather_scatter", "sort_topk",
@@ -128,7 +130,6 @@ def test_ops_above_their_roofline_are_rare_and_named(kind, name):
     """On every trace: executions measured more than 5 % faster than their roofline hold under 1 % of op time,
     every one of them (sync ops and async windows) is named by a model warning of the report itself, and every
     efficiency the terminal report shows is at most 100 % or carries its mark (the legend says which)."""
-    from tracekit import pipeline
     from tracekit.report import render
     tr, o = _loaded(str(FIXTURES / name if kind == "fixture" else shared_trace(name)))
     over, share = _over(o)
@@ -141,7 +142,7 @@ def test_ops_above_their_roofline_are_rare_and_named(kind, name):
         assert share < 0.01, share
     if name.startswith("tpu/v6e"):  # on the device clock not one op or async window is above it
         assert not over.any(), o.loc[over, ["op", "efficiency"]].head()
-    rep = pipeline.analyze(tr, ops=o)
+    rep = default_report(str(FIXTURES / name if kind == "fixture" else shared_trace(name)))
     named = {(w["module"], w["op"]) for w in rep.data["model_warnings"] if "op" in w}
     assert {(str(m), str(p)) for m, p in zip(o["module"][over], o["op"][over])} <= named
     text = render.render(rep, "text", width=400)
@@ -209,9 +210,8 @@ def test_efficiency_within_tolerance_is_marked_in_every_format(tmp_path):
 def test_mi300x_datasheet_bandwidth_wins_and_reports_what_the_trace_said():
     """MI300X plane stats report memory_bandwidth 2.6624e12 B/s, about half the 5.3e12 datasheet (DOMAIN.md): the
     exact part's datasheet number is used, and the report says what the trace said."""
-    from tracekit import pipeline
     path = shared_trace("gpu/mi300x_jax_gemm.xplane.pb")
-    rep = pipeline.analyze(str(path))
+    rep = default_report(str(path))
     (c,) = rep.data["chips"]
     assert c["name"] == "MI300X" and c["exact"] and c["hbm_bw_bytes_per_s"] == 5.3e12
     assert c["trace_reported"]["hbm_bw_bytes_per_s"] == {"stat": "memory_bandwidth", "value": 2.6624e12, "used": False}
@@ -273,7 +273,7 @@ def test_cpu_fixture_uses_its_recording_machine(tmp_path):
     same trace without its record is analyzed with this machine's numbers and a warning says so."""
     from tracekit import pipeline
     rec = json.loads((cpu_fixture("big_matmul") / "plugins/profile/run1/cpu.machine.json").read_text())
-    rep = pipeline.analyze(str(cpu_fixture("big_matmul")))
+    rep = default_report(str(cpu_fixture("big_matmul")))
     (c,) = rep.data["chips"]
     assert c["name"] == f"cpu ({rec['processor']}, {rec['cpu_count']} cores, recording machine)"
     assert c["sources"]["hbm_bw_bytes_per_s"].startswith(("calibration (recording machine)", "raised"))
@@ -299,8 +299,7 @@ def test_headline_states_the_union_and_the_floor():
     """allreduce_exposed: the exposed psum is claimed by unoverlapped-collective, collective-bound-step and
     low-roofline-efficiency alike; the headline claims their union (at most the profiled time, less than their
     sum) beside the time above the roofline floor (span minus every op at its roofline, per device)."""
-    from tracekit import pipeline
-    rep = pipeline.analyze(str(cpu_fixture("allreduce_exposed")))
+    rep = default_report(str(cpu_fixture("allreduce_exposed")))
     s = rep.data["summary"]
     total = sum(f["savings_ps"] for f in rep.findings)
     assert len(rep.findings) >= 2 and s["claimed_savings_ps"] < total and s["claimed_savings_ps"] <= s["profiled_ps"]
@@ -317,8 +316,7 @@ def test_headline_states_the_union_and_the_floor():
 def test_data_shuffle_counts_transpose_fusions():
     """MI300X conv3d: input_transpose_fusion (only transposes inside) is data formatting, and data-shuffle-heavy
     fires on the ~half of op time they take."""
-    from tracekit import pipeline
-    rep = pipeline.analyze(str(shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")))
+    rep = default_report(str(shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")))
     (f,) = [f for f in rep.findings if f["name"] == "data-shuffle-heavy"]
     assert any(e["op"] == "input_transpose_fusion" for e in f["evidence"])
 
