@@ -240,6 +240,8 @@ def _straggler(frames: dict, p: dict) -> pd.DataFrame:
     least ``min_devices`` of them) and exceeds their median by at least ``min_excess`` of it; adds busy_ps_z and
     busy_ps_median."""
     dev = frames["devices"].copy()
+    if len(dev) < p["min_devices"]:  # (no kind has that many devices: a one-device host, every host of a pod)
+        return dev.iloc[:0].assign(busy_ps_z=np.empty(0), busy_ps_median=np.empty(0))
     kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
     g = dev.groupby(kind)["busy_ps"]
     dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
@@ -268,11 +270,11 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     gpu = cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
         np.zeros(len(ops), bool)
     gpu = gpu | cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
-    k = ops[gpu & ~ops["is_async"].to_numpy(bool)]
-    kx = DeviceIndex(k)
-    st, en = k["start_ps"].to_numpy(np.int64), kx.ends()
+    k = ops[gpu & ~ops["is_async"].to_numpy(bool)] if gpu.any() else None  # (no GPU kernel: no device below)
+    kx = DeviceIndex(k) if k is not None else None
+    st, en = (k["start_ps"].to_numpy(np.int64), kx.ends()) if k is not None else (None, None)
     rows = []
-    for (h, d), idx in kx.groups().items():
+    for (h, d), idx in (kx.groups().items() if kx is not None else ()):
         o = idx[np.argsort(st[idx], kind="stable")]
         s, e = st[o], en[o]
         gap = np.r_[0, np.maximum(s[1:] - np.maximum.accumulate(e)[:-1], 0)]

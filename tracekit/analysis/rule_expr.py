@@ -53,6 +53,7 @@ import pandas as pd
 
 from tracekit.analysis.rule_functions import FUNCTIONS, METHODS, STR_METHODS
 from tracekit.analysis.rule_safety import RegexError, compile_regex
+from tracekit.analysis.rule_values import PLAIN, Columns, comparison, is_bools, logical, negate
 
 MAX_LENGTH = 4000
 MAX_DEPTH = 60
@@ -96,9 +97,11 @@ class Expr:
     fn: Callable = field(repr=False, compare=False)
 
     def evaluate(self, values: Any, params: Mapping) -> Any:
-        """The value over ``values`` (a DataFrame, or a mapping name -> scalar for ``report_if``)."""
+        """The value over ``values`` (a DataFrame, or a mapping name -> scalar for ``report_if``): a Series on the
+        frame's index where it varies by row, else a single value."""
         try:
-            return self.fn(_Columns(values), params)
+            cols = Columns(values)
+            return cols.series(self.fn(cols, params))
         except ExprError:
             raise
         except (TypeError, ValueError, ArithmeticError, KeyError) as e:
@@ -218,6 +221,8 @@ class _Compiler:
         a, b = self.expr(node.left), self.expr(node.right)
         pow_ = op is operator.pow
 
+        plain = op in PLAIN
+
         def binop(values, params):
             x, y = a(values, params), b(values, params)
             _numeric(x, node)
@@ -227,16 +232,19 @@ class _Compiler:
                     return float(x) ** float(y)  # no unbounded Python integer powers
                 except OverflowError:
                     return math.inf
-            return op(x, y)
+            if plain and not (is_bools(x) or is_bools(y)):
+                with np.errstate(all="ignore"):  # (pandas' own arithmetic on the same arrays, without its wrappers)
+                    return op(x, y)
+            return op(values.series(x), values.series(y))
         return binop
 
     def on_UnaryOp(self, node: ast.UnaryOp):
         a = self.expr(node.operand)
         if isinstance(node.op, (ast.Not, ast.Invert)):
-            return lambda values, params: _invert(a(values, params))
+            return lambda values, params: negate(values, a(values, params))
         if isinstance(node.op, ast.USub):
-            return lambda values, params: -_numeric(a(values, params), node)
-        return lambda values, params: +_numeric(a(values, params), node)
+            return lambda values, params: -_numeric(values.series(a(values, params)), node)
+        return lambda values, params: +_numeric(values.series(a(values, params)), node)
 
     def on_BoolOp(self, node: ast.BoolOp):
         parts = [self.expr(v) for v in node.values]
@@ -245,7 +253,7 @@ class _Compiler:
         def boolop(values, params):
             out = parts[0](values, params)
             for p in parts[1:]:
-                out = op(out, p(values, params))
+                out = logical(op, values, out, p(values, params))
             return out
         return boolop
 
@@ -260,17 +268,18 @@ class _Compiler:
                     self.refuse(node, "`in` needs a list of constants on its right, e.g. opcode in ['dot', 'fusion']")
                 lf, items = self.expr(left), self.constants(right)
                 neg = isinstance(cop, (ast.NotIn, ast.NotEq))
-                steps.append(lambda v, p, lf=lf, items=items, neg=neg: _isin(lf(v, p), items(v, p), neg, node))
+                steps.append(lambda v, p, lf=lf, items=items, neg=neg:
+                             _isin(v.series(lf(v, p)), items(v, p), neg, node))
             elif type(cop) in _CMP:
-                steps.append(lambda v, p, f=_CMP[type(cop)], lf=self.expr(left), rf=self.expr(right): f(lf(v, p),
-                                                                                                       rf(v, p)))
+                steps.append(lambda v, p, f=_CMP[type(cop)], lf=self.expr(left), rf=self.expr(right):
+                             comparison(f, v, lf(v, p), rf(v, p)))
             else:
                 self.refuse(node, "`is` is not allowed: use == or !=")
 
         def compare(values, params):
             out = steps[0](values, params)
             for s in steps[1:]:
-                out = out & s(values, params)
+                out = logical(operator.and_, values, out, s(values, params))
             return out
         return compare
 
@@ -337,7 +346,7 @@ class _Compiler:
                     raise ExprError(str(e)) from e  # the cause tells the loader it is the pattern, not the grammar
 
             def call(values, params):
-                s = on(values, params)
+                s = values.series(on(values, params))
                 if not isinstance(s, pd.Series):
                     raise ExprError(f"`{_show(node)}`: {label}() needs a column, got a single value")
                 return impl(s, *[a(values, params) for a in args], **kws)
@@ -354,32 +363,10 @@ class _Compiler:
 
 
 # ------------------------------------------------------------------------------------------------ run-time ops
-class _Columns:
-    """The values an evaluation reads, each fetched once; integer columns narrower than 64 bits are widened
-    (products of dims must not wrap around)."""
-
-    def __init__(self, values):
-        self.values, self.seen = values, {}
-
-    def __getitem__(self, name):
-        if name not in self.seen:
-            s = self.values[name]
-            if isinstance(s, pd.Series) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
-                s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
-            self.seen[name] = s
-        return self.seen[name]
-
-
 def _numeric(x, node):
     if isinstance(x, str) or (isinstance(x, pd.Series) and x.dtype.kind not in "biufc"):
         raise ExprError(f"`{_show(node)}`: arithmetic needs numbers, got text")
     return x
-
-
-def _invert(x):
-    if isinstance(x, (bool, np.bool_)):
-        return not x
-    return ~x
 
 
 def _isin(s, items, neg, node):

@@ -58,22 +58,32 @@ def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     df = frames[rule.frame]
     keep = _narrow(rule, df)
     ours = workload_rows(rule, frames, df)
-    if keep is None and ours is not None:  # (a narrowed frame's rows are selected below, with its columns)
+    # a narrowed frame (``keep``) is never copied whole: ``where`` and ``derive`` read their columns by name
+    # (element-wise), the derived columns beside the frame; the rows are selected first, then the kept columns
+    aside = keep is not None and df.columns.is_unique and not any(n in df.columns for n in rule.derive)
+    if not aside and ours is not None:
         df, ours = df[ours], None
+    derived: dict = {}
     for name in rule.derive:
-        df = df.assign(**{name: rule.exprs[f"derive.{name}"].evaluate(df, params)})
+        v = rule.exprs[f"derive.{name}"].evaluate(_Beside(df, derived) if aside else df, params)
+        if aside:
+            derived[name] = (v if v.index is df.index else v.reindex(df.index)) if isinstance(v, pd.Series) else \
+                pd.Series(v, index=df.index)
+        else:
+            df = df.assign(**{name: v})
     if rule.check:
         ev = CHECKS[rule.check]({**frames, rule.frame: df}, params)
     else:
-        # ``where`` reads its columns by name (element-wise): the rows are selected first, then only the columns
-        # kept are taken
-        hit = np.asarray(_mask(rule.exprs["where"].evaluate(df, params), df), bool)
+        hit = np.asarray(_mask(rule.exprs["where"].evaluate(_Beside(df, derived) if aside else df, params), df), bool)
         rows = np.flatnonzero(hit if ours is None else hit & ours)
         if keep is None:
             ev = df.iloc[rows]
+        elif aside:  # (derived columns after the kept ones, in their order, as they were added)
+            ev = df.take(df.columns.get_indexer(keep), axis=1).take(rows)  # (the fastest of pandas' ways)
+            if derived:
+                ev = ev.assign(**{n: d.iloc[rows] for n, d in derived.items()})
         else:
-            keep = keep + [n for n in rule.derive if n not in keep]  # (derived columns after, as they were added)
-            ev = df.iloc[rows, df.columns.get_indexer(keep)] if df.columns.is_unique else df.loc[df.index[rows], keep]
+            ev = df.loc[df.index[rows], keep + [n for n in rule.derive if n not in keep]]
     if rule.rank and len(ev) > 1:  # rows of equal savings: the largest ``rank`` first (stable: frame order after)
         ev = ev.sort_values(rule.rank, ascending=False, kind="stable")
     ev = ev.reset_index(drop=True)
@@ -109,6 +119,16 @@ def workload_rows(rule: Rule, frames: dict, df: pd.DataFrame) -> np.ndarray | No
     else:
         serving = np.isin(mods, sv["module"].astype(str).unique())
     return ~serving
+
+
+class _Beside:
+    """A frame's columns and the derived columns beside it, by name (what an expression reads)."""
+
+    def __init__(self, df: pd.DataFrame, derived: dict):
+        self.df, self.derived, self.index = df, derived, df.index
+
+    def __getitem__(self, name):
+        return self.derived[name] if name in self.derived else self.df[name]
 
 
 def _mask(value, df: pd.DataFrame):
