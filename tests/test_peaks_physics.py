@@ -7,22 +7,19 @@ The ceilings here are the oracle written out in the test from the machine record
 tracekit.model.cpu_limits."""
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, cpu_fixture
+from conftest import FIXTURES, REPORTS_GROUP, cpu_fixture, default_report
 from tracekit.cli.app import main
 
-pytestmark = pytest.mark.xdist_group("peaks_physics")  # one worker: each fixture analyzed once (_fixture_reports)
+pytestmark = pytest.mark.xdist_group(REPORTS_GROUP)  # one worker: each trace analyzed once (default_report)
 
 
 def _cases() -> list:
@@ -60,15 +57,12 @@ def _report(path, *extra) -> dict:
     return json.loads(out.output)
 
 
-@functools.lru_cache(maxsize=None)
 def _fixture_reports(case: str) -> tuple[dict, str]:
-    """The JSON report and the text report of a CPU fixture, from one run of the command writing both (``-o
-    FILE.json -o -``), once per module."""
-    with tempfile.TemporaryDirectory() as d:
-        out = CliRunner().invoke(main, ["analyze", str(cpu_fixture(case)), "-o", f"{d}/report.json", "-o", "-",
-                                        "--format", "text", "--color", "never"], catch_exceptions=False)
-        assert out.exit_code in (0, 1), out.output
-        return json.loads(Path(d, "report.json").read_text()), out.output
+    """The JSON report and the text report of a CPU fixture: the session's one analysis of it
+    (conftest.default_report, shared with the other modules of the group)."""
+    from tracekit.report.render import render
+    rep = default_report(str(cpu_fixture(case)))
+    return json.loads(rep.to_json()), render(rep, "text")
 
 
 def _record(case: str) -> dict:
