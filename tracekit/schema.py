@@ -248,10 +248,11 @@ def _dtype_ok(name: str, dtype, d: str) -> bool:
 
 
 def empty(schema: dict) -> pd.DataFrame:
-    """An empty frame with the schema's columns and dtypes: a shallow copy of one built once per schema (building
-    one costs ~1.5 ms, a deep copy ~0.2, a shallow one ~0.06; a small trace's analysis asks for dozens, a pod's
-    hundreds per host). Copy-on-write keeps the one built unchanged whatever the caller does with its copy."""
-    return _empty_of(tuple((c, d) for c, (d, _) in schema.items())).copy(deep=False)
+    """An empty frame with the schema's columns and dtypes: a copy of one built once per schema (building one
+    costs ~1.5 ms, a copy ~0.2; a small trace's analysis asks for dozens, a pod's hundreds per host). A deep
+    copy: a shallow one would leave a copy-on-write reference on the cached frame's blocks per copy, which pandas
+    prunes only now and then (memory held across analyses, tests/test_memory_growth.py)."""
+    return _empty_of(tuple((c, d) for c, (d, _) in schema.items())).copy()
 
 
 @functools.lru_cache(maxsize=256)

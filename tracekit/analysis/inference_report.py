@@ -44,7 +44,7 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
     decode steps and the prefills interrupting them; ``span_ps``: first run start to last run end."""
     r, p = view.runs, view.programs
     if not len(r) or not len(p):
-        return _no_rows().copy(deep=False)  # (copy-on-write: the cached frame stays as built)
+        return _no_rows().copy()  # (a deep copy: see tracekit.schema.empty)
     inter = inference.interruptions(r)
     out = []
     for (h, d, m, pid), g in r.groupby(["host", "device", "module", "program_id"], sort=True):

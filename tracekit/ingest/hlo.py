@@ -227,7 +227,7 @@ def done_to_start(h: pd.DataFrame) -> dict:
 
 def hlo_frame(modules: list[Module]) -> pd.DataFrame:
     if not modules:  # (a trace without HLO: every host of a pod of them asks for the same empty frame)
-        return _no_hlo().copy(deep=False)  # (copy-on-write: the cached frame stays as built)
+        return _no_hlo().copy()  # (a deep copy: see schema.empty)
     cols: dict[str, list] = {c: [] for c in schema.HLO}
     for mod in modules:
         m = mod.proto
