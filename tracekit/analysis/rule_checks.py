@@ -156,8 +156,12 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
              "is_data_shuffle": tl.is_data_shuffle(ops), "is_host_transfer": tl.is_host_transfer(ops),
              "is_host_offload": is_host_offload(ops)}
     devices = done["devices"]
-    devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
-        lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
+    if len(devices) and devices["device_kind"].notna().all() and devices["device_kind"].nunique() == 1:
+        # (one kind: one group, in frame order)
+        devices["busy_ps_z"] = tl.modified_z(devices["busy_ps"]).to_numpy()
+    else:
+        devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
+            lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
     stats = kernelprof.annotate(done["op_stats"], kernel_profile)  # MXU counters, Mosaic stages
     stats["share"] = stats["total_ps"] / profiled

@@ -106,7 +106,9 @@ def compute_mask(ops: pd.DataFrame) -> np.ndarray:
 
 def _frame(rows: list, cols: dict) -> pd.DataFrame:
     if rows:
-        return pd.concat(rows, ignore_index=True).astype({c: t for c, t in cols.items() if t != object})
+        df = pd.concat(rows, ignore_index=True) if len(rows) > 1 else rows[0].reset_index(drop=True)
+        cast = {c: t for c, t in cols.items() if t != object and df[c].dtype != t}  # (only what differs)
+        return df.astype(cast) if cast else df
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
 
 
@@ -258,9 +260,13 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         # per-level columns: a device without a level's collectives lacks its column (NaN after the concat): typed after
         cols.update({c: object for p in parts for c in p.columns if c.startswith("collective_exposed_")
                      and c != "collective_exposed_ps"})
-    return _frame(parts, cols).fillna({c: 0 for c in cols if c.startswith("collective_exposed_")}).astype(
-        {c: "int64" for c in cols if c.startswith("collective_exposed_")}).sort_values(
-        ["host", "device", "start_ps"], ignore_index=True)
+    out = _frame(parts, cols)
+    levels_cols = [c for c in cols if c.startswith("collective_exposed_")]
+    if levels_cols:
+        out = out.fillna({c: 0 for c in levels_cols}).astype({c: "int64" for c in levels_cols})
+    if len(parts) == 1 and len(out) and (out["start_ps"].to_numpy()[1:] >= out["start_ps"].to_numpy()[:-1]).all():
+        return out  # (one device, its steps in order: the sort below would change nothing)
+    return out.sort_values(["host", "device", "start_ps"], ignore_index=True)
 
 
 #: the row classes of :func:`step_breakdown` (disjoint): compute ops by bound, -start/-done waits and async
