@@ -308,6 +308,7 @@ def _outcome(e, values):
     return ("value", type(x).__name__, repr(x))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (sqrt/log of negatives and zeros, on both paths)
 def test_numpy_columns_give_what_pandas_series_give():
     """Numeric and boolean columns are read as NumPy arrays (fast on small frames); every operator, comparison,
     logical operator, function and method then gives exactly what pandas gives on the same columns as Series (a
