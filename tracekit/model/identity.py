@@ -52,8 +52,10 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
     done = np.array([o.endswith("-done") for o in opc], bool) & ~is_async
     start_marker = np.array([o.endswith("-start") for o in opc], bool) & ~is_async
     key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(), "op": opname.astype(str)})
-    j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else \
-        key.reindex(columns=list(key) + COST_COLUMNS).astype({k: object for k in COST_COLUMNS})  # fillna-able
+    # no cost table: every cost column missing, as objects (fillna-able), the key's columns as they are
+    j = key.merge(c, on=["program_id", "op"], how="left") if len(c) else pd.DataFrame(
+        {**{k: key[k] for k in key.columns}, **{k: np.full(n, np.nan, dtype=object) for k in COST_COLUMNS}},
+        index=key.index, copy=False)
     hx = _hlo_extras(tr, key)
     known = j["cost_known"].fillna(False).astype(bool).to_numpy()
     flops = np.where(known, pd.to_numeric(j["flops"], errors="coerce").to_numpy(float), np.nan)
