@@ -274,11 +274,19 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     gpu = cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
         np.zeros(len(ops), bool)
     gpu = gpu | cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
-    k = ops[gpu & ~ops["is_async"].to_numpy(bool)] if gpu.any() else None  # (no GPU kernel: no device below)
-    kx = DeviceIndex(k) if k is not None else None
-    st, en = (k["start_ps"].to_numpy(np.int64), kx.ends()) if k is not None else (None, None)
+    rows = _kernel_rows(ops[gpu & ~ops["is_async"].to_numpy(bool)], p) if gpu.any() else []  # (else no GPU)
+    out = pd.DataFrame(rows, columns=["host", "device", "kernels", "tiny_kernels", "tiny_fraction", "mean_kernel_ps",
+                                      "launch_gap_ps", "span_ps"])
+    return out[(out["tiny_kernels"] >= p["min_kernels"]) & (out["tiny_fraction"] >= p["min_tiny_fraction"])
+               & (out["launch_gap_ps"] >= p["min_gap_share"] * out["span_ps"])]
+
+
+def _kernel_rows(k: pd.DataFrame, p: dict) -> list:
+    """:func:`_launch_bound`'s figures of each device of the GPU kernel rows ``k``."""
+    kx = DeviceIndex(k)
+    st, en = k["start_ps"].to_numpy(np.int64), kx.ends()
     rows = []
-    for (h, d), idx in (kx.groups().items() if kx is not None else ()):
+    for (h, d), idx in kx.groups().items():
         o = idx[np.argsort(st[idx], kind="stable")]
         s, e = st[o], en[o]
         gap = np.r_[0, np.maximum(s[1:] - np.maximum.accumulate(e)[:-1], 0)]
@@ -287,10 +295,7 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
         rows.append({"host": h, "device": d, "kernels": o.size, "tiny_kernels": int(tiny.sum()),
                      "tiny_fraction": tiny.mean(), "mean_kernel_ps": float((e - s).mean()), "launch_gap_ps": launch,
                      "span_ps": int(e.max() - s.min())})
-    out = pd.DataFrame(rows, columns=["host", "device", "kernels", "tiny_kernels", "tiny_fraction", "mean_kernel_ps",
-                                      "launch_gap_ps", "span_ps"])
-    return out[(out["tiny_kernels"] >= p["min_kernels"]) & (out["tiny_fraction"] >= p["min_tiny_fraction"])
-               & (out["launch_gap_ps"] >= p["min_gap_share"] * out["span_ps"])]
+    return rows
 
 
 @check("compile-in-steps", {

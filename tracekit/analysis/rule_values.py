@@ -29,13 +29,11 @@ class Columns:
     def __getitem__(self, name):
         if name not in self.seen:
             s = self.values[name]
-            if isinstance(s, pd.Series) and isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf" \
-                    and self.index is not None:  # (a column of the frame: on its index)
-                s = s.to_numpy()
+            if isinstance(s, pd.Series):
+                if self.index is not None and isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf":
+                    s = s.to_numpy()  # (a column of the frame: on its index)
                 if s.dtype.kind in "iu" and s.dtype.itemsize < 8:
                     s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
-            elif isinstance(s, pd.Series) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
-                s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
             self.seen[name] = s
         return self.seen[name]
 
@@ -50,7 +48,15 @@ def is_bools(x) -> bool:
     return isinstance(x, (bool, np.bool_)) or (isinstance(x, np.ndarray) and x.dtype == bool)
 
 
+def invert(x):
+    """``not`` / ``~``."""
+    if isinstance(x, (bool, np.bool_)):
+        return not x
+    return ~x
+
+
 def negate(values: Columns, x):
+    """``not`` / ``~`` of an expression's value: booleans as they are, anything else through Series."""
     return invert(x if is_bools(x) else values.series(x))
 
 
@@ -66,12 +72,3 @@ def comparison(f, values: Columns, x, y):
     if isinstance(x, str) or isinstance(y, str):
         return f(values.series(x), values.series(y))
     return f(x, y)
-
-
-
-
-def invert(x):
-    """``not`` / ``~``."""
-    if isinstance(x, (bool, np.bool_)):
-        return not x
-    return ~x

@@ -59,8 +59,9 @@ def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     keep = _narrow(rule, df)
     ours = workload_rows(rule, frames, df)
     # a narrowed frame (``keep``) is never copied whole: ``where`` and ``derive`` read their columns by name
-    # (element-wise), the derived columns beside the frame; the rows are selected first, then the kept columns
-    aside = keep is not None and df.columns.is_unique and not any(n in df.columns for n in rule.derive)
+    # (element-wise), the derived columns beside the frame (a derived column named as one of the frame's takes its
+    # place, as assign would); the rows are selected first, then the kept columns
+    aside = keep is not None and df.columns.is_unique
     if not aside and ours is not None:
         df, ours = df[ours], None
     derived: dict = {}
