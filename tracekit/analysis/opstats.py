@@ -4,11 +4,13 @@ HLO name (non-XLA kernels, runtime copies) are grouped by kernel name. The CLI's
 ``op_stats`` frame are both this."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import self_time, stack
+from tracekit.columns import self_time, stack, with_columns
 from tracekit.grouping import cat_from, group_index, row_parts, unique, unique_rows
 from tracekit.schema import Bound, labels
 
@@ -22,9 +24,12 @@ _SORT_COL = {"total": "total_ps", "mean": "mean_ps", "count": "occurrences", "sh
 def chip_f32_slower(device_kind: pd.Series) -> np.ndarray:
     """True where the chip runs bf16 matmuls faster than f32 (TPUs, GPUs with tensor/matrix cores); False for
     CPUs and unknown chips."""
-    s = device_kind.astype(str).str.lower()
-    return (s.str.contains(r"tpu|nvidia|tesla|[abhvl]\d{2,3}\b|gfx9|mi\d{3}|radeon|instinct|amd", regex=True)
-            & ~s.str.contains("cpu", regex=False)).to_numpy(bool)
+    kinds, inv = np.unique(device_kind.astype(str).to_numpy(), return_inverse=True)  # (a few chips: each once)
+    fast = [bool(_F32_SLOWER.search(k.lower())) and "cpu" not in k.lower() for k in kinds.tolist()]
+    return np.array(fast, bool)[inv.reshape(-1)]
+
+
+_F32_SLOWER = re.compile(r"tpu|nvidia|tesla|[abhvl]\d{2,3}\b|gfx9|mi\d{3}|radeon|instinct|amd")
 
 
 def op_stats(ops: pd.DataFrame, profiled_ps: float = np.nan) -> pd.DataFrame:
@@ -186,23 +191,27 @@ def merge_sums(parts: list) -> pd.DataFrame:
 
 def finish(out: pd.DataFrame, busy_ps: int, profiled_ps: float = np.nan) -> pd.DataFrame:
     """:func:`op_stats` from :func:`op_sums` (``busy_ps``: the total sync self time of every op, ``profiled_ps``:
-    the sum of the device spans): means, shares, efficiency, intensity, bound_by, sorted by total time."""
-    out = out.copy()
-    out["mean_ps"] = out["total_ps"] / out["occurrences"]
-    out["share"] = out["total_ps"] / profiled_ps
-    out["busy_share"] = out["total_ps"] / max(int(busy_ps), 1)
-    out["efficiency"] = out["roofline_ps"] / out["total_ps"].where(out["total_ps"] > 0)
-    out["intensity_flops_per_byte"] = out["flops"] / out["bytes_accessed"].where(out["bytes_accessed"] > 0)
-    parts = out[["compute_ps", "memory_ps", "network_ps"]].fillna(-1).to_numpy()
+    the sum of the device spans): means, shares, efficiency, intensity, bound_by, sorted by total time. (The
+    columns are worked out on arrays and added at once: the table is small, and each pandas column operation
+    costs more than its arithmetic.)"""
+    tot, occ = out["total_ps"].to_numpy(), out["occurrences"].to_numpy()
+    roof, nbytes = out["roofline_ps"].to_numpy(), out["bytes_accessed"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = {"mean_ps": tot / occ, "share": tot / profiled_ps, "busy_share": tot / max(int(busy_ps), 1),
+               "efficiency": roof / np.where(tot > 0, tot, np.nan),
+               "intensity_flops_per_byte": out["flops"].to_numpy() / np.where(nbytes > 0, nbytes, np.nan)}
+    parts = np.column_stack([np.where(np.isnan(v), -1, v) for v in
+                             (out[c].to_numpy() for c in ("compute_ps", "memory_ps", "network_ps"))])
     names = np.array(labels(Bound), dtype=object)
     bound = names[parts.argmax(axis=1)] if len(out) else np.array([], dtype=object)  # compute, memory, network
     bound[out["is_host_transfer"].to_numpy(bool)] = names[Bound.HOST_LINK]
-    bound[out["roofline_ps"].isna().to_numpy()] = names[Bound.UNKNOWN]  # 0: known, and nothing a perfect op would take
-    out["bound_by"] = bound
-    out["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
-    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "bound_by", "cost_source",
+    bound[np.isnan(roof)] = names[Bound.UNKNOWN]  # 0: known, and nothing a perfect op would take
+    new["bound_by"] = bound
+    new["chip_f32_slower"] = chip_f32_slower(out["device_kind"])
+    for c in ("opcode", "category", "kernel", "device_kind", "dtype", "compute_dtype", "cost_source",
               "unknown_reason"):
-        out[c] = out[c].astype(str)
+        new[c] = out[c].astype(str)
+    out = with_columns(out, new)
     return out.sort_values(["total_ps", "op"], ascending=[False, True], kind="stable", ignore_index=True)
 
 

@@ -363,22 +363,16 @@ def load_rules(extra_dirs=(), select=None, ignore=None) -> list[Rule]:
     not run here (see :mod:`tracekit.analysis.rule_cases`)."""
     rules, seen, folders = [], {}, set()
     select, ignore = select or (), ignore or ()
-    for d in (builtin_rules_dir(), *map(Path, extra_dirs or ())):
+    builtin_dir = builtin_rules_dir()
+    for d in (builtin_dir, *map(Path, extra_dirs or ())):
         if not d.is_dir():
             raise TraceError("rules directory not found", str(d))
         if d.resolve() in folders:  # the built-in folder named again (`rules test rules`), or a folder twice
             continue
         folders.add(d.resolve())
+        builtin = d == builtin_dir
         files = sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
-        try:  # the built-in files through tracekit's cached artefact; a user's parsed as they are
-            docs = artefacts.yaml_docs(files, "rules") if d == builtin_rules_dir() else \
-                [artefacts.parse_yaml(p, p.read_text()) for p in files]
-        except artefacts.YamlError as e:
-            raise TraceError(f"not valid YAML ({e.message})", str(e.path)) from None
-        for p, doc in zip(files, docs):
-            r = parse_rule(doc, str(p))
-            if d == builtin_rules_dir():
-                r = dataclasses.replace(r, builtin=True)
+        for p, r in zip(files, _parsed(files, builtin)):
             for key in (r.id.casefold(), r.name):
                 if key in seen:
                     raise TraceError(f"duplicate rule {key!r} (also in {seen[key]})", str(p))
@@ -389,6 +383,42 @@ def load_rules(extra_dirs=(), select=None, ignore=None) -> list[Rule]:
     if select:
         rules = [r for r in rules if any(matches(r, s) for s in select)]
     return sorted([r for r in rules if not any(matches(r, s) for s in ignore)], key=lambda r: r.id)
+
+
+#: rule file (path, modification time, size, built-in) -> its parsed Rule: a process that analyzes many traces
+#: (a notebook, a pool or Dask worker, the test suite) reads and compiles each rule once, not once per trace
+_PARSED: dict = {}
+
+
+def _parsed(files: list, builtin: bool):
+    """The :class:`Rule` of each file of ``files`` (one folder's), in order, parsed once per version of the file
+    (a Rule is immutable; a file edited since is read again): the built-in files through tracekit's cached
+    artefact, a user's parsed as they are. Every file's YAML is read before the first rule is parsed (an
+    invalid file refuses the folder), each rule as it is taken (a rule's own error follows the earlier files')."""
+    keys = []
+    for p in files:
+        try:
+            st = p.stat()
+            keys.append((str(p), st.st_mtime_ns, st.st_size, builtin))
+        except OSError:
+            keys.append(None)
+    if all(k in _PARSED for k in keys):
+        yield from (_PARSED[k] for k in keys)
+        return
+    try:
+        docs = artefacts.yaml_docs(files, "rules") if builtin else \
+            [artefacts.parse_yaml(p, p.read_text()) for p in files]
+    except artefacts.YamlError as e:
+        raise TraceError(f"not valid YAML ({e.message})", str(e.path)) from None
+    for p, doc, key in zip(files, docs, keys):
+        r = _PARSED.get(key)
+        if r is None:
+            r = parse_rule(doc, str(p))
+            if builtin:
+                r = dataclasses.replace(r, builtin=True)
+            if key is not None:
+                _PARSED[key] = r
+        yield r
 
 
 def _check_selection(rules: list[Rule], option: str, entries) -> None:

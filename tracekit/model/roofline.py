@@ -60,14 +60,14 @@ def base_chips(tr: Trace, chip: str | None = None) -> dict:
     return out
 
 
-def device_chips(tr: Trace, chip: str | None = None) -> dict:
+def device_chips(tr: Trace, chip: str | None = None, cost_table: pd.DataFrame | None = None) -> dict:
     """(host, device) -> the Chip the roofline uses: :func:`base_chips`, with the peaks of chips that are not an
     exact table part (CPUs, unknown chips) raised to the best rate the trace demonstrates (see
-    :mod:`tracekit.model.peaks`; a roofline join of its own). :func:`joined` returns them with its ops: ask it, not
-    this, when both are wanted."""
+    :mod:`tracekit.model.peaks`; a roofline join of its own, on ``cost_table`` when the caller has it). :func:`joined`
+    returns them with its ops: ask it, not this, when both are wanted."""
     base = base_chips(tr, chip)
     if any(not c.exact for c in base.values()) and len(tr.ops):
-        return peaks.raise_estimates(base, _join(tr, base)[0])
+        return peaks.raise_estimates(base, _join(tr, base, cost_table=cost_table)[0])
     return base
 
 
@@ -114,7 +114,7 @@ def joined(tr: Trace, chip: str | None = None, topology: str | None = None,
     and the cost disagreements it found. ``dchips``: (host, device) -> Chip to price on as given (``tracekit
     whatif --chip`` a machine record), instead of :func:`device_chips` of ``chip``."""
     from tracekit.model import collective_model
-    dchips = device_chips(tr, chip) if dchips is None else dchips
+    dchips = device_chips(tr, chip, cost_table) if dchips is None else dchips
     ops, model, dis = _join(tr, dchips, topology, cost_table, release_trace_costs)
     if model is None:  # (no op, or no HLO: the topology still stands)
         model = collective_model.build(tr, dchips, topology)
