@@ -169,12 +169,15 @@ def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
     other = other.sort_values(["module", "program_id", "allocation", "_p", "size_bytes"],
                               ascending=[True, True, True, True, False]).drop_duplicates(
         ["module", "program_id", "allocation"])
-    sizes = al.set_index(["module", "program_id", "allocation"])["size_bytes"]
+    # (dicts: a MultiIndex lookup per row costs ~30 µs, and a program has hundreds of allocations)
+    sizes = dict(zip(zip(al["module"], al["program_id"], al["allocation"]), al["size_bytes"]))
+    if len(sizes) < len(al):  # (an allocation listed twice: looked up as before, by its index)
+        sizes = al.set_index(["module", "program_id", "allocation"])["size_bytes"]
     other["size_bytes"] = [int(sizes[k]) for k in zip(other["module"], other["program_id"], other["allocation"])]
     out = pd.concat([temp, other.drop(columns="_p")], ignore_index=True)[cols]
     out = out[out["size_bytes"] > 0]
     # equal sizes: buffers of the program with the largest footprint first (the step, not a helper program)
-    foot = al.groupby(["module", "program_id"], observed=True)["size_bytes"].sum()
+    foot = dict(al.groupby(["module", "program_id"], observed=True)["size_bytes"].sum().items())
     out = out.assign(_f=[foot.get((m, p), 0) for m, p in zip(out["module"], out["program_id"])])
     return out.sort_values(["size_bytes", "_f", "module", "instruction"], ascending=[False, False, True, True],
                            kind="stable", ignore_index=True).drop(columns="_f")
