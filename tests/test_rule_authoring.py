@@ -312,3 +312,20 @@ def test_docs_rule_example(tmp_path):
                                   "my001.min_share=5%", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["params"]["rules"]["MY001"] == {"min_share": 0.05}
+
+
+def test_rules_parsed_once_per_process_and_again_when_edited(tmp_path, monkeypatch):
+    """A process that analyzes many traces parses each rule file once; a file edited since is parsed again."""
+    from tracekit.analysis import rule_model
+    d = _write(tmp_path / "rules", _rule(fix="first fix"))
+    (mine,) = [r for r in load_rules(extra_dirs=[d]) if r.id == "XX001"]
+    assert mine.fix == "first fix"
+    parse = rule_model.parse_rule
+    calls = []
+    monkeypatch.setattr(rule_model, "parse_rule", lambda doc, path: calls.append(path) or parse(doc, path))
+    again = load_rules(extra_dirs=[d])
+    assert calls == []  # nothing parsed again: built-in and user rules alike
+    assert sorted(r.id for r in again) == sorted([r.id for r in RULES] + ["XX001"])
+    _write(d, _rule(fix="the edited, longer fix"))
+    (edited,) = [r for r in load_rules(extra_dirs=[d]) if r.id == "XX001"]
+    assert edited.fix == "the edited, longer fix" and calls == [str(d / "XX001-slow-op.yaml")]

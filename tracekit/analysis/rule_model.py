@@ -390,6 +390,12 @@ def load_rules(extra_dirs=(), select=None, ignore=None) -> list[Rule]:
 _PARSED: dict = {}
 
 
+def forget_parsed() -> None:
+    """Forget the rules this process has parsed: the next :func:`load_rules` reads their files again (through
+    tracekit's cached artefact for the built-in ones)."""
+    _PARSED.clear()
+
+
 def _parsed(files: list, builtin: bool):
     """The :class:`Rule` of each file of ``files`` (one folder's), in order, parsed once per version of the file
     (a Rule is immutable; a file edited since is read again): the built-in files through tracekit's cached
