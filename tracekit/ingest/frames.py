@@ -154,6 +154,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
     the decoded columns and the frames made of them are not all alive at once; the planes' heads stay."""
     acc = {k: Acc() for k in ("ops", "async", "modules", "steps", "host_steps", "host_events", "lines",
                                "memory_events")}
+    lines: list = []  # (plane, line, events, first start, last end) per line: one chunk at the end, not one per line
     devices = []
     issues: dict = {}  # counts of oddities, turned into warnings at the end
     odd: dict = {}  # stat name -> values stored with an unexpected type
@@ -211,14 +212,19 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
             t0 = line.timestamp_ns * 1000
             first = int(line.offset_ps.min()) + t0 if n else 0
             last = int((line.offset_ps + line.event_duration_ps).max()) + t0 if n else 0
-            acc["lines"].add(host=host, plane=plane.name, line=line.name or line.display_name,
-                             events=np.array([n]), start_ps=np.array([first]), end_ps=np.array([last]))
+            lines.append((plane.name, line.name or line.display_name, n, first, last))
         if tpu:  # op starts from the device clock where the ops carry it; then the staged rows join the rest
             profiles.append(prof.frame(stage["ops"].chunks, host, f"{dev[0]}:{dev[1]}"))  # (host-clock starts)
             devclock.settle(stage, clock)
             for k, a in stage.items():
                 acc[k].chunks.extend(a.chunks)
         plane.lines = []
+    if lines:
+        planes, names, counts, firsts, lasts = zip(*lines)
+        every = np.arange(len(lines))
+        acc["lines"].add(host=host, plane=intern(list(planes), every), line=intern(list(names), every),
+                         events=np.array(counts, np.int64), start_ps=np.array(firsts, np.int64),
+                         end_ps=np.array(lasts, np.int64))
     out = {"ops": acc["ops"].frame(schema.OPS), "async": acc["async"].frame(schema.OPS),
            "modules": acc["modules"].frame(schema.MODULES), "steps": acc["steps"].frame(schema.STEPS),
            "host_steps": acc["host_steps"].frame(schema.STEPS), "lines": acc["lines"].frame(schema.LINES),
