@@ -200,15 +200,16 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
                     compile_ids = np.array([k for k, md in head.event_metadata.items() if COMPILE_RE.search(md.name)],
                                            dtype=np.int64)
                 if len(compile_ids):
-                    m = np.isin(line.metadata_id, compile_ids)
+                    m = _any_of(line.metadata_id, compile_ids)
                     if m.any():
                         vals, inv = _md_values(head, line.metadata_id[m], lambda md: md.name if md else "")
                         acc["host_events"].add(host=host, line=line.name, name=np.array(vals, dtype=object)[inv],
                                                start_ps=_start(line)[m], duration_ps=line.event_duration_ps[m])
                 if mem_ids is None:
                     mem_ids = {k: md.name for k, md in head.event_metadata.items() if md.name in MEMORY_EVENTS}
+                    mem_keys = np.fromiter(mem_ids, np.int64, len(mem_ids))
                 if mem_ids:
-                    _memory_line(line, names, host, mem_ids, acc, odd)
+                    _memory_line(line, names, host, mem_ids, mem_keys, acc, odd)
             t0 = line.timestamp_ns * 1000
             first = int(line.offset_ps.min()) + t0 if n else 0
             last = int((line.offset_ps + line.event_duration_ps).max()) + t0 if n else 0
@@ -350,10 +351,21 @@ def _gpu_line(head, line, names, host, device, acc, issues=None, odd=None):
 MEMORY_EVENTS = {"MemoryAllocation": "alloc", "MemoryDeallocation": "free"}
 
 
-def _memory_line(line, names, host, mem_ids: dict, acc, odd=None):
+def _any_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``np.isin(ids, wanted)`` for the few metadata ids a plane gives one kind of event: a few equality tests
+    (isin sorts both arrays: most of a short line's cost, and a host plane has a line per thread)."""
+    if len(wanted) > 8:
+        return np.isin(ids, wanted)
+    out = np.zeros(len(ids), bool)
+    for w in wanted.tolist():
+        out |= ids == w
+    return out
+
+
+def _memory_line(line, names, host, mem_ids: dict, mem_keys: np.ndarray, acc, odd=None):
     """The allocator's MemoryAllocation/MemoryDeallocation events of a host line: bytes in use after each, the
     allocator (``allocator_name``, else the device index ``index_on_host``), peak and available bytes."""
-    m = np.isin(line.metadata_id, np.fromiter(mem_ids, np.int64, len(mem_ids)))
+    m = _any_of(line.metadata_id, mem_keys)
     if not m.any():
         return
     ids = _ids(names, "allocator_name", "index_on_host", "bytes_allocated", "peak_bytes_in_use", "bytes_available",
