@@ -247,13 +247,20 @@ def _straggler(frames: dict, p: dict) -> pd.DataFrame:
     if len(dev) < p["min_devices"]:  # (no kind has that many devices: a one-device host, every host of a pod)
         return dev.iloc[:0].assign(busy_ps_z=np.empty(0), busy_ps_median=np.empty(0))
     kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
-    g = dev.groupby(kind)["busy_ps"]
-    dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
-    dev["busy_ps_median"] = g.transform("median")
+    kinds = kind.to_numpy()
+    if (kinds == kinds[0]).all():  # one kind of device (the common case): the one group, without a groupby
+        dev["busy_ps_z"] = tl.modified_z(dev["busy_ps"]).to_numpy()
+        dev["busy_ps_median"] = np.full(len(dev), dev["busy_ps"].astype("float64").median())
+        size = len(dev)
+    else:
+        g = dev.groupby(kind)["busy_ps"]
+        dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
+        dev["busy_ps_median"] = g.transform("median")
+        size = g.transform("size")
     # a robust z-score alone flags tiny spreads when the other devices agree to the microsecond: the straggler
     # must also be busy at least ``min_excess`` (a fraction) longer than the median
     excess = dev["busy_ps"] - dev["busy_ps_median"]
-    return dev[(dev["busy_ps_z"] > p["threshold"]) & (g.transform("size") >= p["min_devices"])
+    return dev[(dev["busy_ps_z"] > p["threshold"]) & (size >= p["min_devices"])
                & (excess >= p.get("min_excess", 0.0) * dev["busy_ps_median"])]
 
 
