@@ -89,18 +89,44 @@ def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
     if bool((key[1:] >= key[:-1]).all()):
         return None
     n0 = len(frames[0])
-    a, b = key[:n0], key[n0:]
-    if not len(b) or not bool((a[1:] >= a[:-1]).all()):
+    # each frame sorted on its own (the op rows nearly are: a TPU's device clock reorders a few), then the rest (the
+    # async windows) merged in after equal keys of the first: what a stable sort of the concatenation gives
+    oa, ob = stable_order(key[:n0]), stable_order(key[n0:])
+    a = key[:n0] if oa is None else key[:n0][oa]
+    oa = np.arange(n0) if oa is None else oa
+    if n0 == len(key):
+        return oa
+    ob = np.arange(len(key) - n0) if ob is None else ob
+    return _merged(a, key[n0:][ob], oa, n0 + ob)
+
+
+def stable_order(key: np.ndarray) -> np.ndarray | None:
+    """``np.argsort(key, kind="stable")``, or None when ``key`` is in order already. A key out of order in a few
+    places (at most an eighth of it) sorts only the elements that some earlier element exceeds and merges them into
+    the others, which are in order: a few passes over the key instead of a sort of all of it."""
+    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
+        return None
+    bad = np.zeros(len(key), bool)
+    bad[1:] = key[1:] < np.maximum.accumulate(key)[:-1]
+    if int(np.count_nonzero(bad)) * 8 > len(key):
         return np.argsort(key, kind="stable")
-    # the first frame (the op rows) is in order already: sort the rest (the async windows), merge them in after
-    # equal keys of the first (what a stable sort of the concatenation gives)
-    ob = np.argsort(b, kind="stable")
-    dest = np.searchsorted(a, b[ob], side="right") + np.arange(len(b))
-    out = np.empty(len(key), np.int64)
-    rest = np.ones(len(key), bool)
+    # every other element is at least each one before it: in order, and ahead of any out-of-order element with its
+    # key (that one comes later in the key: an element before it is larger); so each out-of-order element goes
+    # after the in-order elements of its key, the out-of-order ones of one key in their order
+    good, late = np.flatnonzero(~bad), np.flatnonzero(bad)
+    late = late[np.argsort(key[late], kind="stable")]
+    return _merged(key[good], key[late], good, late)
+
+
+def _merged(a: np.ndarray, b: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+    """Positions ``ia`` and ``ib`` of the sorted keys ``a`` and ``b`` interleaved in key order, ``a``'s first among
+    equal keys."""
+    dest = np.searchsorted(a, b, side="right") + np.arange(len(b))
+    out = np.empty(len(a) + len(b), np.int64)
+    rest = np.ones(len(out), bool)
     rest[dest] = False
-    out[dest] = n0 + ob
-    out[rest] = np.arange(n0)
+    out[dest] = ib
+    out[rest] = ia
     return out
 
 
