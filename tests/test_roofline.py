@@ -262,3 +262,24 @@ def test_gemm_benchmark_trace_prices_every_run_of_its_matmul():
     assert (big["flops"] == 2 * 8192 * 8192 * 4096).all()
     eff = ops["efficiency"].to_numpy(float)
     assert np.nanmax(eff) <= 1.0
+
+
+def test_module_costs_worked_out_once_per_module_and_device_count(monkeypatch):
+    """The hosts of one program hold the same HLO module: a process prices it once (per device count), and what it
+    keeps is what the cost model gives the module afresh."""
+    from tracekit.model import cost
+    tr = tracekit.load(cpu_fixture("train_step"))
+    ndev = max(1, len(tr.devices[["host", "device"]].drop_duplicates()))
+    fresh = [cost.instruction_costs(m.proto, num_devices=ndev) for m in tr.hlo_modules]
+    assert tr.hlo_modules and all(m.digest for m in tr.hlo_modules)
+    identity.costs(tr)  # (priced, or already kept from an earlier test in this process)
+    calls = []
+    real = cost.instruction_costs
+    monkeypatch.setattr(cost, "instruction_costs", lambda proto, **kw: calls.append(kw) or real(proto, **kw))
+    again = tracekit.load(cpu_fixture("train_step"))  # (another load: new Module objects, the same bytes)
+    kept = [identity.module_costs(m, ndev) for m in again.hlo_modules]
+    assert calls == []
+    for a, b in zip(kept, fresh):
+        pd.testing.assert_frame_equal(a, b)
+    identity.module_costs(again.hlo_modules[0], ndev + 1)  # another device count: priced again
+    assert calls == [{"num_devices": ndev + 1}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -24,6 +25,9 @@ class Module:
     buffers: hlo_pb2.BufferAssignmentProto | None = None
     #: :func:`tracekit.ingest.buffers.tables`' rows of this module, worked out on first use
     buffer_rows: tuple | None = field(default=None, repr=False, compare=False)
+    #: a digest of the module's serialized ``HloProto`` as the trace holds it (b"": none): the hosts of one
+    #: program hold the same module, and what is worked out from it alone is worked out once per process
+    digest: bytes = field(default=b"", repr=False, compare=False)
 
 
 def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Module]:
@@ -48,7 +52,8 @@ def modules_from_plane(plane: xplane_pb2.XPlane, warnings: list[str]) -> list[Mo
             if not pid and proto.id:
                 pid = proto.id & 0xFFFFFFFFFFFFFFFF
             out.append(Module(proto.name or label_name, pid, proto,
-                              whole.buffer_assignment if whole.HasField("buffer_assignment") else None))
+                              whole.buffer_assignment if whole.HasField("buffer_assignment") else None,
+                              digest=hashlib.blake2b(st.bytes_value, digest_size=16).digest()))
     out.sort(key=lambda m: (m.name, m.program_id))
     return out
 

@@ -23,11 +23,10 @@ COST_COLUMNS = ["flops", "bytes_accessed", "net_bytes", "group_size", "dtype", "
 
 def costs(tr: Trace) -> pd.DataFrame:
     """Per-instruction costs of every module in the trace, keyed by (program_id, op) (worked out once per join)."""
-    from tracekit.model import cost
     ndev = max(1, len(tr.devices[["host", "device"]].drop_duplicates())) if len(tr.devices) else None
     parts = []
     for m in tr.hlo_modules:
-        c = cost.instruction_costs(m.proto, num_devices=ndev)
+        c = module_costs(m, ndev)
         if len(c):
             c = c.assign(program_id=np.uint64(m.program_id))
             parts.append(c)
@@ -36,6 +35,28 @@ def costs(tr: Trace) -> pd.DataFrame:
     out = out.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
     out["op"] = out["op"].astype(str)
     return out
+
+
+#: (module digest, devices) -> its instruction costs, for the last :data:`MODULES_KEPT` modules: a process that
+#: analyzes many hosts of one program (a pool or Dask worker, a notebook) prices each module once
+_MODULE_COSTS: dict = {}
+MODULES_KEPT = 32
+
+
+def module_costs(m, ndev: int | None) -> pd.DataFrame:
+    """:func:`tracekit.model.cost.instruction_costs` of the module ``m`` (:class:`tracekit.ingest.hlo.Module`) for
+    ``ndev`` devices, worked out once per process for a module with a digest. The frame is shared: never modified
+    (callers derive new frames from it)."""
+    from tracekit.model import cost
+    key = (m.digest, ndev) if getattr(m, "digest", b"") else None
+    c = _MODULE_COSTS.pop(key, None) if key is not None else None
+    if c is None:
+        c = cost.instruction_costs(m.proto, num_devices=ndev)
+    if key is not None:
+        _MODULE_COSTS[key] = c  # (last used last: the first key is the least recently used)
+        while len(_MODULE_COSTS) > MODULES_KEPT:
+            del _MODULE_COSTS[next(iter(_MODULE_COSTS))]
+    return c
 
 
 def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None = None,
