@@ -59,7 +59,7 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
     from tracekit.report.engine import host, reduce
     progress = progress or NULL
     # rules first: a refused rule file or a failing case of a user rule stops before the trace is read
-    items = hostrules.rule_items(options, fresh=True)
+    items = hostrules.rule_items(options)
     rule_cases.check_user_rules([r for r, _ in items])
     rules.check_params([r for r, _ in items], options.params_dict)
     failures = list(left_out)

@@ -53,17 +53,11 @@ def evaluate(frames, rule_items: list, max_evidence: int, keep=None, kept: dict 
     return HostRules(tuple(out), nonempty, claims_mod.atoms(laid), claims_mod.floor_per_device(frames["ops"]))
 
 
-_LOADED: dict = {}
-
-
-def rule_items(options, *, fresh: bool = False) -> list:
-    """[(rule, resolved params)] of every rule ``options`` select, loaded once per process (``fresh``: loaded
-    again, as the driver does at the start of each analysis): rule objects hold compiled expressions, which do not
-    travel between processes; their files do."""
-    key = (options.rules_dirs, options.select, options.ignore, options.params)
-    if fresh or key not in _LOADED:
-        from tracekit.analysis import rule_model
-        params = options.params_dict
-        loaded = rule_model.load_rules(extra_dirs=options.rules_dirs, select=options.select, ignore=options.ignore)
-        _LOADED[key] = [(r, r.resolve(rule_model.params_for(r, params))) for r in loaded]
-    return _LOADED[key]
+def rule_items(options) -> list:
+    """[(rule, resolved params)] of every rule ``options`` select. Rule objects hold compiled expressions, which do
+    not travel between processes: each process loads the files (each parsed once per version of the file,
+    :func:`tracekit.analysis.rule_model.load_rules`)."""
+    from tracekit.analysis import rule_model
+    params = options.params_dict
+    loaded = rule_model.load_rules(extra_dirs=options.rules_dirs, select=options.select, ignore=options.ignore)
+    return [(r, r.resolve(rule_model.params_for(r, params))) for r in loaded]

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.columns import member_mask
 from tracekit.ingest import copies, devclock, kernelprof
 from tracekit.ingest.events import Acc, Cat, intern, stat_floats, stat_ints, stat_strings
 from tracekit.ingest.wire import LineData, PlaneData
@@ -200,7 +201,7 @@ def extract(planes: list[PlaneData], host: str, warnings: list[str]) -> dict:
                     compile_ids = np.array([k for k, md in head.event_metadata.items() if COMPILE_RE.search(md.name)],
                                            dtype=np.int64)
                 if len(compile_ids):
-                    m = _any_of(line.metadata_id, compile_ids)
+                    m = member_mask(line.metadata_id, compile_ids)
                     if m.any():
                         vals, inv = _md_values(head, line.metadata_id[m], lambda md: md.name if md else "")
                         acc["host_events"].add(host=host, line=line.name, name=np.array(vals, dtype=object)[inv],
@@ -351,21 +352,10 @@ def _gpu_line(head, line, names, host, device, acc, issues=None, odd=None):
 MEMORY_EVENTS = {"MemoryAllocation": "alloc", "MemoryDeallocation": "free"}
 
 
-def _any_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """``np.isin(ids, wanted)`` for the few metadata ids a plane gives one kind of event: a few equality tests
-    (isin sorts both arrays: most of a short line's cost, and a host plane has a line per thread)."""
-    if len(wanted) > 8:
-        return np.isin(ids, wanted)
-    out = np.zeros(len(ids), bool)
-    for w in wanted.tolist():
-        out |= ids == w
-    return out
-
-
 def _memory_line(line, names, host, mem_ids: dict, mem_keys: np.ndarray, acc, odd=None):
     """The allocator's MemoryAllocation/MemoryDeallocation events of a host line: bytes in use after each, the
     allocator (``allocator_name``, else the device index ``index_on_host``), peak and available bytes."""
-    m = _any_of(line.metadata_id, mem_keys)
+    m = member_mask(line.metadata_id, mem_keys)
     if not m.any():
         return
     ids = _ids(names, "allocator_name", "index_on_host", "bytes_allocated", "peak_bytes_in_use", "bytes_available",

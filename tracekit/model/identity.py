@@ -48,7 +48,7 @@ def module_costs(m, ndev: int | None) -> pd.DataFrame:
     ``ndev`` devices, worked out once per process for a module with a digest. The frame is shared: never modified
     (callers derive new frames from it)."""
     from tracekit.model import cost
-    key = (m.digest, ndev) if getattr(m, "digest", b"") else None
+    key = (m.digest, ndev) if m.digest else None
     c = _MODULE_COSTS.pop(key, None) if key is not None else None
     if c is None:
         c = cost.instruction_costs(m.proto, num_devices=ndev)
