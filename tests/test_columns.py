@@ -43,19 +43,23 @@ def test_order_equals_a_stable_sort_of_the_concatenation(first_sorted):
         assert (o == want).all() if o is not None else (want == np.arange(300)).all()
 
 
-def test_stable_order_equals_numpys_stable_sort():
-    from tracekit.ingest.order import stable_order
-    rng = np.random.default_rng(11)
-    for n, moved in [(1000, 0), (1000, 1), (1000, 30), (1000, 125), (1000, 400), (50_000, 500), (3, 1), (2, 1)]:
-        for _ in range(5):
-            key = np.sort(rng.integers(0, n // 3 + 2, n))  # duplicates: stability matters
-            at = rng.integers(0, n, moved)
-            key[at] = rng.integers(0, n // 3 + 2, moved)
-            got, want = stable_order(key), np.argsort(key, kind="stable")
-            if got is None:
-                assert (want == np.arange(n)).all()
-            else:
-                assert (got == want).all(), (n, moved)
+def test_order_with_hosts_and_missing_devices_equals_a_stable_sort():
+    """Several hosts (ranked before devices, by name) and devices a row lacks (ranked with the first name)."""
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        frames = []
+        for n in (120, 40, 7):
+            f = _frame(rng, n, False)
+            hosts = np.array(["b", "a", "c10", "c9"])[rng.integers(0, 4, n)]
+            codes = f["device"].array.codes.copy()
+            codes[rng.random(n) < 0.1] = -1
+            frames.append(f.assign(host=pd.Categorical(hosts),
+                                   device=pd.Categorical.from_codes(codes, ["TPU:0", "TPU:1", "TPU:10"])))
+        got = _order(frames)
+        cat = pd.concat(frames, ignore_index=True)
+        dev = cat["device"].astype(str).where(cat["device"].notna(), "TPU:0").to_numpy().astype(str)
+        want = np.lexsort((cat["start_ps"].to_numpy(), dev, cat["host"].astype(str).to_numpy().astype(str)))
+        assert got is not None and (got == want).all()
 
 
 def test_order_none_when_sorted_and_concat_applies_it():

@@ -58,11 +58,13 @@ def last_at_or_before(ws: np.ndarray, tt: np.ndarray) -> np.ndarray:
 
 def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
     """Row positions that put the concatenation of ``frames`` in (host, device, start) order (names compared as
-    text, as sort_values would), or None when it is in that order already."""
+    text, as sort_values would), or None when it is in that order already: a stable sort of one int64 key (the rank
+    of host and device, then the start), worked out in place in one row-sized array (and the rank's)."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return None
-    t = np.concatenate([f["start_ps"].to_numpy(np.int64) for f in frames])
+    n = sum(len(f) for f in frames)
+    key = np.concatenate([f["start_ps"].to_numpy(np.int64) for f in frames])  # (a fresh array: changed in place)
     rank = None  # (None: every row ranks 0 so far)
     for col in ("host", "device"):
         values = sorted({str(v) for f in frames for v in (f[col].cat.categories if f[col].dtype == "category"
@@ -70,64 +72,35 @@ def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
         if len(values) == 1:
             continue  # one value (one host): it orders nothing (a missing value ranks with the first value)
         pos = {v: i for i, v in enumerate(values)}
-        parts = []
+        part, at = np.empty(n, np.int64), 0
         for f in frames:
             codes, uniq = codes_of(f[col])
-            parts.append(np.append(np.array([pos[str(u)] for u in uniq], np.int64), 0)[codes])
-        rank = np.concatenate(parts) if rank is None else rank * (len(values) + 1) + np.concatenate(parts)
-    if not len(t):
-        return None
-    t0, span = int(t.min()), int(t.max()) - int(t.min()) + 1
+            # each distinct value's rank; a missing value (code -1: the entry appended last) ranks 0
+            np.take(np.append(np.array([pos[str(u)] for u in uniq], np.int64), 0), codes, out=part[at:at + len(f)],
+                    mode="wrap")
+            at += len(f)
+        if rank is None:
+            rank = part
+        else:
+            rank *= len(values) + 1
+            rank += part
+        del part
+    t0, span = int(key.min()), int(key.max()) - int(key.min()) + 1
     if rank is not None and (int(rank.max()) + 1) * span >= 1 << 62:  # no room for one int64 key: sort on two
         same = rank[1:] == rank[:-1]
-        if bool(((rank[1:] > rank[:-1]) | (same & (t[1:] >= t[:-1]))).all()):
+        if bool(((rank[1:] > rank[:-1]) | (same & (key[1:] >= key[:-1]))).all()):
             return None
-        return np.lexsort((t, rank))
-    key = t - t0
+        return np.lexsort((key, rank))
+    key -= t0
     if rank is not None:
-        key += rank * span
+        rank *= span
+        key += rank
+        del rank
     if bool((key[1:] >= key[:-1]).all()):
         return None
-    n0 = len(frames[0])
-    # each frame sorted on its own (the op rows nearly are: a TPU's device clock reorders a few), then the rest (the
-    # async windows) merged in after equal keys of the first: what a stable sort of the concatenation gives
-    oa, ob = stable_order(key[:n0]), stable_order(key[n0:])
-    a = key[:n0] if oa is None else key[:n0][oa]
-    oa = np.arange(n0) if oa is None else oa
-    if n0 == len(key):
-        return oa
-    ob = np.arange(len(key) - n0) if ob is None else ob
-    return _merged(a, key[n0:][ob], oa, n0 + ob)
-
-
-def stable_order(key: np.ndarray) -> np.ndarray | None:
-    """``np.argsort(key, kind="stable")``, or None when ``key`` is in order already. A key out of order in a few
-    places (at most an eighth of it) sorts only the elements that some earlier element exceeds and merges them into
-    the others, which are in order: a few passes over the key instead of a sort of all of it."""
-    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
-        return None
-    bad = np.zeros(len(key), bool)
-    bad[1:] = key[1:] < np.maximum.accumulate(key)[:-1]
-    if int(np.count_nonzero(bad)) * 8 > len(key):
-        return np.argsort(key, kind="stable")
-    # every other element is at least each one before it: in order, and ahead of any out-of-order element with its
-    # key (that one comes later in the key: an element before it is larger); so each out-of-order element goes
-    # after the in-order elements of its key, the out-of-order ones of one key in their order
-    good, late = np.flatnonzero(~bad), np.flatnonzero(bad)
-    late = late[np.argsort(key[late], kind="stable")]
-    return _merged(key[good], key[late], good, late)
-
-
-def _merged(a: np.ndarray, b: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-    """Positions ``ia`` and ``ib`` of the sorted keys ``a`` and ``b`` interleaved in key order, ``a``'s first among
-    equal keys."""
-    dest = np.searchsorted(a, b, side="right") + np.arange(len(b))
-    out = np.empty(len(a) + len(b), np.int64)
-    rest = np.ones(len(out), bool)
-    rest[dest] = False
-    out[dest] = ib
-    out[rest] = ia
-    return out
+    # NumPy's stable sort of int64 is a timsort: the op rows (in order but for the few a TPU's device clock
+    # reorders) and the async windows after them are a few long runs, merged in a few passes
+    return np.argsort(key, kind="stable")
 
 
 def sorted_frame(ops: pd.DataFrame) -> pd.DataFrame:

@@ -328,13 +328,29 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
     device. A tie in time pairs the start with the done (a zero-length copy). Returns the frames of windows
     (the caller concatenates them with the ops once)."""
+    paired = _paired_starts(ops, asyncs, h)  # (its temporaries are freed before the windows' rows are gathered)
+    if paired is None:
+        return [asyncs]
+    rows, ends = paired
+    replaced = ("duration_ps", "is_async", "source", "line")  # (the window's own: not gathered from the -start rows)
+    win = ops[[c for c in ops.columns if c not in replaced]].iloc[rows]
+    win = with_columns(win.reset_index(drop=True), {
+        "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
+        "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
+        "line": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["XLA Ops"])})
+    return [asyncs, schema.conform(win, schema.OPS)]
+
+
+def _paired_starts(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> tuple | None:
+    """(rows of the ``*-start`` ops that a ``*-done`` completes, in row order; the end of each one's window) for
+    :func:`_async_windows`, or None when no start is paired."""
     have = {str(d) for d in asyncs["device"].unique()} if len(asyncs) else set()
     base = cat_apply(ops["source"], lambda v: v == "xla_ops").astype(bool) & \
         ~cat_apply(ops["device"], lambda v: v in have).astype(bool)
     s_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-start")).astype(bool))[0]
     d_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-done")).astype(bool))[0]
     if not len(s_idx) or not len(d_idx):
-        return [asyncs]
+        return None
     done_to_start = hlo.done_to_start(h) if len(h) else {}
     names: dict = {}
     key_cols = ops[["device", "program_id", "op"]]  # a narrow view: the row selections below copy three columns
@@ -360,17 +376,10 @@ def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
         keep_s.append(rows[ok])
         keep_end.append(de[grp[pos[ok]]])
     if not keep_s:
-        return [asyncs]
+        return None
     rows = np.concatenate(keep_s)
     order = np.argsort(rows, kind="stable")
-    rows, ends = rows[order], np.concatenate(keep_end)[order]
-    replaced = ("duration_ps", "is_async", "source", "line")  # (the window's own: not gathered from the -start rows)
-    win = ops[[c for c in ops.columns if c not in replaced]].iloc[s_idx[rows]]
-    win = with_columns(win.reset_index(drop=True), {
-        "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
-        "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
-        "line": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["XLA Ops"])})
-    return [asyncs, schema.conform(win, schema.OPS)]
+    return s_idx[rows[order]], np.concatenate(keep_end)[order]
 
 
 def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
