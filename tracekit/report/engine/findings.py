@@ -3,7 +3,9 @@ above the roofline floor).
 
 Rules on a frame with a row per event (:data:`tracekit.analysis.hostrules.HOST_FRAMES`) ran on each host's worker
 (:func:`tracekit.analysis.hostrules.evaluate`); their hosts' evidence summaries merge here. Rules on the pod-wide
-frames (op statistics, devices, memory, overview) run here on the merged frames. The claims of every rule with
+frames (op statistics, devices, memory, overview) run here on the merged frames (a one-host run's host evaluated
+them on the same rows already: its evidence rows are taken where the frames are equal,
+:func:`tracekit.analysis.hostrules.pod_rows`). The claims of every rule with
 evidence on a host came as :class:`tracekit.analysis.claims.Atoms`: the findings' union is taken over the rules
 that became findings — on one host exactly the union of their claims; on a pod, a rule on a pod-wide frame claims,
 on each host, what that host's own evidence for it laid there. A finding whose rule laid no claim on any host
@@ -26,16 +28,17 @@ def summarize(hv):
     from tracekit.analysis.replay import fixes
     kept = hv.shared.setdefault("evidence", {}) if hv.options.replay else None
     return hostrules.evaluate(hv.frames, hostrules.rule_items(hv.options), hv.options.max_evidence,
-                              keep=fixes.action, kept=kept)
+                              keep=fixes.action, kept=kept, one_host=len(hv.hosts) <= 1)
 
 
 def reduce(parts: list, ctx) -> dict:
     from tracekit.analysis import claims, evidence, rules
-    from tracekit.analysis.hostrules import HOST_FRAMES
+    from tracekit.analysis.hostrules import HOST_FRAMES, pod_rows
     from tracekit.report.envelope import clean
     k = ctx.options.max_evidence
     nonempty = set().union(*(p.nonempty for p in parts))
     frames = ctx.frames
+    pod, same = (parts[0].pod if len(parts) == 1 else None), {}  # (one host: its rows of the pod-wide rules)
     items = []
     for rule, params in ctx.rules:
         need = (rule.frame, *rule.needs)
@@ -45,8 +48,9 @@ def reduce(parts: list, ctx) -> dict:
         if rule.frame in HOST_FRAMES:
             ev = evidence.merge([dict(p.evidence).get(rule.id) for p in parts], k)
         else:
+            rows = pod_rows(pod, rule, frames, same)
             try:
-                rows = rules.evidence_rows(rule, frames, params)
+                rows = rules.evidence_rows(rule, frames, params) if rows is None else rows
             except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError) as e:
                 raise rules.failed(rule, e) from None
             ev = evidence.summarize(rule, rows, k) if len(rows) else None
