@@ -258,8 +258,8 @@ cf.ThreadPoolExecutor = Pool
 import atexit
 atexit.register(lambda: open(os.environ["THREAD_SPY_OUT"], "w").write(json.dumps(seen)))
 sys.argv = [sys.argv[0]] + sys.argv[1:]
-from tracekit.run.hook import _analysis_main
-_analysis_main()
+from tracekit.run.hookchild import main
+main()
 """
 
 

@@ -1,4 +1,4 @@
-"""The hook's analysis child (``python -m tracekit.run.hook RUN SPEC``, started by :mod:`tracekit.run.hook`):
+"""The hook's analysis child (``python -m tracekit.run.hookchild RUN SPEC``, started by :mod:`tracekit.run.hook`):
 analyzes the run folder, writes the reports there and prints one JSON line for the parent.
 
 It runs detached from the training job (its own session): the job may exit first, and the child still finishes
@@ -103,3 +103,7 @@ def main() -> None:
                       "findings": [{k: f.get(k) for k in ("rule_id", "name", "severity", "savings_ps", "share")}
                                    for f in rep.findings],
                       "summary_lines": summary_lines(rep, written)}), flush=True)
+
+
+if __name__ == "__main__":  # the analysis child (tracekit.run.hook.analysis_command)
+    main()
