@@ -373,3 +373,20 @@ def test_readme_worked_example_is_what_the_command_prints():
         assert line in flat and line in " ".join(readme.split())
     o = oracle("decode_mha")
     assert f"{o['param_bytes']:,}" in readme and f"{o['kv_cache_bytes']:,}" in readme
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_live_peaks_from_the_memory_view_equal_the_serving_modules_own(case):
+    """The serving part takes its programs' live peaks from the memory view's programs (all modules, buffer
+    assignments read once) instead of working them out again from the serving modules' tables: the same peaks."""
+    from tracekit.analysis import inference, memory
+    from tracekit.ingest.trace import load
+    from tracekit.model import roofline
+    tr = load(SERVING / case)
+    j = roofline.joined(tr)
+    mem = memory.build(tr, j.chips)
+    own = inference.host_summary(tr.hosts[0], tr.modules, tr.hlo_modules, j.ops, j.chips)
+    viewed = inference.host_summary(tr.hosts[0], tr.modules, tr.hlo_modules, j.ops, j.chips,
+                                    memory_programs=mem.programs)
+    assert own.live_peak, "no serving program with a buffer assignment: the test checks nothing"
+    assert list(viewed.live_peak.items()) == list(own.live_peak.items())

@@ -103,7 +103,8 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
                          model_flops_per_step=options.model_flops_per_step)
     fr = replace(fr, **memory.rule_frames(memory.with_offload_time(mem, ov.devices), ov.devices, fr.devices))
     serving = inference.host_summary(host, tr.modules, tr.hlo_modules, j.ops, j.chips, options.workload,
-                                     steps_mod.main_program(tr.modules) if len(tr.modules) else None)
+                                     steps_mod.main_program(tr.modules) if len(tr.modules) else None,
+                                     memory_programs=mem.programs)
     # the serving rules' frame of this host alone (where its rules lay their claims; training rules skip its
     # programs); the report's is the reduce's, over every host (tracekit.report.engine.inference)
     fr = replace(fr, serving=inference_report.rule_frame(inference.reduce([serving])))

@@ -59,15 +59,19 @@ class HostServing:
 
 
 def host_summary(host: str, modules: pd.DataFrame, hlo_modules: list, ops: pd.DataFrame, dchips: dict,
-                 workload: str | None = None, step_program: tuple | None = None) -> HostServing:
+                 workload: str | None = None, step_program: tuple | None = None,
+                 memory_programs: pd.DataFrame | None = None) -> HostServing:
     """The serving part of one host: ``modules`` (its program runs), ``hlo_modules`` (decoded HLO), ``ops`` (its ops
-    frame with the roofline columns), ``dchips`` ((host, device) -> Chip), ``workload`` (``--workload``)."""
+    frame with the roofline columns), ``dchips`` ((host, device) -> Chip), ``workload`` (``--workload``),
+    ``memory_programs``: the host's memory view's programs (:attr:`tracekit.analysis.memory.MemoryView.programs`,
+    whose live peaks the serving programs read), when the caller has them."""
     shapes = serving_hlo.program_shapes(hlo_modules)
     progs, wl, wsrc = serving_kind.classify(shapes, ops, modules, workload, step_program)
     runs = _runs(host, modules, progs)
     opsum = _op_sums(ops, progs)
     devs = _devices(host, dchips, runs)
-    return HostServing(host, wl, wsrc, tuple(progs.values()), runs, opsum, devs, _live_peaks(hlo_modules, progs))
+    return HostServing(host, wl, wsrc, tuple(progs.values()), runs, opsum, devs,
+                       _live_peaks(hlo_modules, progs, memory_programs))
 
 
 def _runs(host: str, modules: pd.DataFrame, progs: dict) -> pd.DataFrame:
@@ -159,15 +163,20 @@ def _devices(host: str, dchips: dict, runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DEVICE_COLUMNS + ["chip_obj"])
 
 
-def _live_peaks(hlo_modules: list, progs: dict) -> dict:
+def _live_peaks(hlo_modules: list, progs: dict, memory_programs: pd.DataFrame | None = None) -> dict:
+    """(module, program id) -> device live peak (bytes) of the serving programs ``progs`` whose HLO has buffer
+    assignments: a program's row of :func:`tracekit.analysis.memory.programs` depends on its own buffers only, so
+    the memory view's rows (``memory_programs``) are those of the serving modules' tables."""
     from tracekit.analysis import memory
     from tracekit.ingest import buffers as buf
     mods = [m for m in hlo_modules if (m.name, int(m.program_id)) in progs and m.buffers is not None]
     if not mods:
         return {}
-    p, _ = memory.programs(buf.tables(mods))
+    p = memory_programs if memory_programs is not None else memory.programs(buf.tables(mods))[0]
     p = p[p["memory_space"] == "device"]
-    return {(str(a), int(b)): int(c) for a, b, c in zip(p["module"], p["program_id"], p["live_peak_bytes"])}
+    keys = {(m.name, int(m.program_id)) for m in mods}
+    return {(str(a), int(b)): int(c) for a, b, c in zip(p["module"], p["program_id"], p["live_peak_bytes"])
+            if (str(a), int(b)) in keys}
 
 
 # ------------------------------------------------------------------------------------------------------- reduce
