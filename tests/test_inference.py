@@ -390,3 +390,20 @@ def test_live_peaks_from_the_memory_view_equal_the_serving_modules_own(case):
                                     memory_programs=mem.programs)
     assert own.live_peak, "no serving program with a buffer assignment: the test checks nothing"
     assert list(viewed.live_peak.items()) == list(own.live_peak.items())
+
+
+@pytest.mark.parametrize("case", [*CASES, "v6e"])
+def test_program_shapes_from_one_table_equal_each_modules_own(case):
+    """program_shapes builds one buffer table for every module; each module's shape equals the one made from a
+    table of that module alone (as before)."""
+    from conftest import shared_trace
+    from tracekit.analysis import serving_hlo
+    from tracekit.ingest import buffers as buf
+    from tracekit.ingest.trace import load
+    tr = load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb") if case == "v6e" else SERVING / case)
+    mods = tr.hlo_modules
+    assert sum(m.buffers is not None for m in mods) >= 2, "fewer than two buffer assignments: nothing checked"
+    own = {(m.name, int(m.program_id)): serving_hlo.program_shape(m.name, m.program_id, m.proto,
+                                                                  buf.tables([m]) if m.buffers is not None else None)
+           for m in mods}
+    assert repr(serving_hlo.program_shapes(mods)) == repr(own)  # (repr: NaN fields compare unequal as floats)

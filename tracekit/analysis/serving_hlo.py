@@ -163,14 +163,16 @@ def _free(shape, contracting, batch) -> int:
 
 
 def program_shape(name: str, program_id: int, proto, tables=None) -> ProgramShape:
-    """The :class:`ProgramShape` of one module proto; ``tables``: its buffer assignment
-    (:func:`tracekit.ingest.buffers.tables` of this module) for the argument sizes, when the trace has one."""
+    """The :class:`ProgramShape` of one module proto; ``tables``: the buffer assignments
+    (:func:`tracekit.ingest.buffers.tables` of this module, or of several: its rows are found by name and program
+    id) for the argument sizes, when the trace has them."""
     m = _Module(proto)
     aliased = {int(e.parameter_number) for e in proto.input_output_alias.entries}
     alloc = {}
     if tables is not None and len(tables.allocations):
         a = tables.allocations
-        a = a[(a["module"] == name) & (a["parameter_number"] >= 0) & (a["memory_space"] == "device")]
+        a = a[(a["module"] == name) & (a["program_id"] == int(program_id)) & (a["parameter_number"] >= 0)
+              & (a["memory_space"] == "device")]
         alloc = dict(zip(a["parameter_number"].astype(int), a["size_bytes"].astype(int)))
 
     def pbytes(p: int) -> int:
@@ -328,11 +330,12 @@ def _layers(cache_params: tuple) -> int:
 def program_shapes(modules: list) -> dict:
     """(module name, program id) -> :class:`ProgramShape` of every HLO module (:class:`tracekit.ingest.hlo.Module`)."""
     from tracekit.ingest import buffers as buf
-    out = {}
-    for mod in modules:
-        tables = buf.tables([mod]) if getattr(mod, "buffers", None) is not None else None
-        out[(mod.name, int(mod.program_id))] = program_shape(mod.name, mod.program_id, mod.proto, tables)
-    return out
+    with_buffers = [mod for mod in modules if getattr(mod, "buffers", None) is not None]
+    tables = buf.tables(with_buffers) if with_buffers else None  # (one table: each module finds its own rows)
+    return {(mod.name, int(mod.program_id)): program_shape(mod.name, mod.program_id, mod.proto,
+                                                           tables if getattr(mod, "buffers", None) is not None
+                                                           else None)
+            for mod in modules}
 
 
 __all__ = ["ProgramShape", "program_shape", "program_shapes", "ATTENTION_KERNELS"]
