@@ -42,6 +42,8 @@ CURVE_POINTS = 200
 
 @dataclass(frozen=True)
 class MemoryView:
+    """The memory view of a trace: programs, buffers, live-bytes curves, device peaks, offload, allocators."""
+
     programs: pd.DataFrame  #: one row per (program, memory space), :data:`PROGRAM_COLUMNS`
     buffers: pd.DataFrame  #: every buffer worth listing, largest first (see :func:`largest_buffers`)
     curves: dict = field(default_factory=dict)  #: (module, program_id) -> DataFrame seq, instruction, live_bytes

@@ -18,6 +18,8 @@ from tracekit.analysis.rules import run_rules
 
 @dataclass(frozen=True)
 class CaseResult:
+    """The outcome of one case of a rule file."""
+
     rule_id: str
     rule_name: str
     kind: str  #: "pass" or "fail"

@@ -97,6 +97,8 @@ def infer_kind(name: str, default: Any) -> str:
 
 @dataclass(frozen=True)
 class Param:
+    """A rule parameter: its default and the bounds a value must keep."""
+
     default: Any
     min: float | None = None
     max: float | None = None
@@ -143,6 +145,8 @@ class Param:
 
 @dataclass(frozen=True)
 class Rule:
+    """One rule file, parsed: what it reads, its check, why, the fix, its cases."""
+
     id: str
     name: str
     severity: str
@@ -191,6 +195,8 @@ class Rule:
 
 @dataclass
 class Finding:
+    """What one rule found: its evidence, the time it claims, its message."""
+
     rule_id: str
     name: str
     severity: str

@@ -18,6 +18,8 @@ from tracekit.ingest.xspace import parse_module_label, stat_names
 
 @dataclass
 class Module:
+    """One HLO module of the trace: its name, program id and decoded proto."""
+
     name: str
     program_id: int
     proto: hlo_pb2.HloModuleProto

@@ -30,6 +30,8 @@ _NO_TRACE = ("no *.xplane.pb or *.trace.json.gz trace found",
 
 @dataclass(frozen=True)
 class HostFile:
+    """One host's trace file of a run: the host's name and where its file is."""
+
     host: str
     path: Path
 

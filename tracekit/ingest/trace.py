@@ -30,6 +30,8 @@ ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "asy
 
 @dataclass
 class Trace:
+    """A loaded trace: its frames (ops, HLO, steps, modules, memory events, ...) and where they came from."""
+
     ops: pd.DataFrame
     hlo: pd.DataFrame
     modules: pd.DataFrame

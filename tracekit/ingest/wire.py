@@ -66,6 +66,8 @@ STATS_PER_EVENT = 64
 
 @dataclass(eq=False)
 class LineData:
+    """One decoded XLine: its identity and its events as columns."""
+
     id: int
     name: str
     display_name: str
@@ -89,6 +91,8 @@ class LineData:
 
 @dataclass(eq=False)
 class PlaneData:
+    """One decoded XPlane: its identity, its metadata head and its lines."""
+
     id: int
     name: str
     head: xplane_pb2.XPlane  # the plane without its lines (metadata maps, plane stats)

@@ -125,6 +125,8 @@ def _bw(x: float) -> str:
 
 @dataclass(frozen=True)
 class _Axis:
+    """One axis of a device mesh a collective group spans."""
+
     axis: int
     count: int
     wrap: bool

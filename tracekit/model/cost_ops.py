@@ -43,6 +43,8 @@ COLLECTIVE_OF = {"all-reduce": "all-reduce", "all-reduce-start": "all-reduce", "
 
 @dataclass
 class Cost:
+    """The cost of one HLO instruction."""
+
     flops: float = 0.0
     transcendentals: float = 0.0
     bytes_read: float = 0.0

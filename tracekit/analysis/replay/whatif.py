@@ -24,6 +24,8 @@ PATH_ROWS = 400
 
 @dataclass(frozen=True)
 class Request:
+    """What a what-if asks for: another chip or topology, another batch, fixes played, ops made faster."""
+
     chip: str | None = None  #: a chip name (``tracekit chips``) or a CPU machine record (``*.machine.json``)
     topology: str | None = None
     keep_efficiency: bool = False

@@ -12,6 +12,8 @@ TOP = 50  #: rows kept
 
 @dataclass(frozen=True)
 class Part:
+    """One host's part of the collectives section."""
+
     rows: object  #: the host's :data:`TOP` collective executions with the most exposed time (a frame)
     exposed: np.ndarray  #: their exposed time
 

@@ -10,6 +10,8 @@ LIMIT = 50  #: collective ops listed
 
 @dataclass(frozen=True)
 class Part:
+    """One host's part of the interconnect section."""
+
     collectives: object  #: :class:`tracekit.analysis.interconnect.HostPart`
     devices: tuple  #: (host, device) of the host's device planes, in order
     device_stats: dict  #: their plane stats (the topology reads core_details)

@@ -14,6 +14,8 @@ WRONG_CHIP_SHARE = 0.05
 
 @dataclass(frozen=True)
 class Part:
+    """One host's part of the model warnings section."""
+
     loader: tuple  #: the loader's warnings for this host
     groups: tuple  #: :func:`tracekit.model.peaks.warning_groups` of its ops
     disagreements: tuple  #: the roofline join's cost disagreements

@@ -61,6 +61,8 @@ def _add(parts: list) -> Totals:
 
 @dataclass(frozen=True)
 class Part:
+    """One host's part of the ops section."""
+
     totals: Totals
     sums: pd.DataFrame  #: :func:`tracekit.analysis.opstats.op_sums`
     busy_ps: int  #: the host's sync op self time

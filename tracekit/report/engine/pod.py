@@ -31,6 +31,8 @@ SPREAD_COLUMNS = ["steps", "step_ps_mean", "step_ps_p10", "step_ps_p50", "step_p
 
 @dataclass(frozen=True)
 class Part:
+    """One host's part of the pod section."""
+
     keys: tuple  #: the host's collective ops: (module, op named as its -start, async) per key index
     key: np.ndarray  #: per instance: its key index
     k: np.ndarray  #: per instance: which execution of the op (0, 1, ...)

@@ -15,6 +15,8 @@ STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggrega
 
 @dataclass(frozen=True)
 class Part:
+    """One host's part of the steps section."""
+
     first: pd.DataFrame  #: the first :data:`STEP_ROWS` rows in (step, host, device) order
     first_step: np.ndarray  #: their step numbers
     device_steps: list  #: :func:`device_steps` rows, as the report holds them
