@@ -38,6 +38,18 @@ def cpu_fixture(case: str) -> Path:
     return p
 
 
+def copied_hosts(tmp_path: Path, names, case: str = "allreduce_exposed") -> Path:
+    """A run folder under ``tmp_path`` holding the one host file of CPU fixture ``case`` once per name in
+    ``names`` (``<name>.xplane.pb``, in that order): a pod of identical hosts."""
+    import shutil
+    src = next((cpu_fixture(case) / "plugins" / "profile" / "run1").glob("*.xplane.pb"))
+    run = tmp_path / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for name in names:
+        shutil.copy(src, run / f"{name}.xplane.pb")
+    return run
+
+
 #: the xdist group of the modules that read the default report of many traces through :func:`default_report`: one
 #: worker runs them all, so each trace is analyzed once per session
 REPORTS_GROUP = "default_reports"

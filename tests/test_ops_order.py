@@ -3,12 +3,10 @@ device's rows as one slice, and ``combine`` relies on ``load_host`` having sorte
 pandas' own stable sort of the three keys, not tracekit's ordering code."""
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
-from conftest import cpu_fixture, shared_trace
+from conftest import copied_hosts, cpu_fixture, shared_trace
 from tracekit.ingest.trace import load
 
 
@@ -35,11 +33,6 @@ def test_one_host_third_party_trace_is_sorted(rel, has_async):
 
 def test_hosts_merged_in_host_order(tmp_path):
     """Two hosts whose file order is not their name order: the rows still come host by host, sorted."""
-    src = next((cpu_fixture("allreduce_exposed") / "plugins" / "profile" / "run1").glob("*.xplane.pb"))
-    run = tmp_path / "plugins" / "profile" / "run1"
-    run.mkdir(parents=True)
-    for name in ("zeta", "alpha"):
-        shutil.copy(src, run / f"{name}.xplane.pb")
-    tr = load(run)
+    tr = load(copied_hosts(tmp_path, ("zeta", "alpha")))
     assert set(tr.ops["host"].astype(str)) == {"zeta", "alpha"}
     _assert_sorted(tr.ops)

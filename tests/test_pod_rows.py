@@ -3,12 +3,11 @@ host: the reduce takes the host's evidence rows where its merged frame equals th
 (:func:`tracekit.analysis.hostrules.pod_rows`). The oracle is the reduce evaluating every such rule again on its own
 frames, as it did before: the reports must be byte-equal."""
 import collections
-import shutil
 
 import pandas as pd
 import pytest
 
-from conftest import cpu_fixture, shared_trace
+from conftest import copied_hosts, cpu_fixture, shared_trace
 from tracekit import pipeline
 from tracekit.analysis import hostrules, rules
 from tracekit.analysis.rule_model import load_rules
@@ -74,12 +73,7 @@ def test_pod_rows_only_where_every_frame_read_is_the_hosts():
 def test_hosts_of_a_pod_keep_no_pod_rows(tmp_path):
     from tracekit.ingest import paths
     from tracekit.options import make
-    src = next((cpu_fixture("allreduce_exposed") / "plugins" / "profile" / "run1").glob("*.xplane.pb"))
-    run = tmp_path / "plugins" / "profile" / "run1"
-    run.mkdir(parents=True)
-    for name in ("alpha", "beta"):
-        shutil.copy(src, run / f"{name}.xplane.pb")
-    files = paths.choose(run, None).files
+    files = paths.choose(copied_hosts(tmp_path, ("alpha", "beta")), None).files
     summaries, failures = pipeline.map_here(files, make(None), tuple(f.host for f in files))
     assert not failures and len(summaries) == 2
     assert all(s.parts["findings"].pod is None for s in summaries)
