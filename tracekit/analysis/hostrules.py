@@ -49,12 +49,21 @@ def pod_rows(pod, rule, frames, same: dict):
         return None
     for name in _reads(rule):
         if name not in same:
-            mine, theirs = pod.frames.get(name), frames.get(name)
-            same[name] = mine is not None and theirs is not None and mine.equals(theirs) and \
-                list(mine.columns) == list(theirs.columns)
+            same[name] = _equal(pod.frames.get(name), frames.get(name))
         if not same[name]:
             return None
     return pod.rows[rule.id]
+
+
+def _equal(mine, theirs) -> bool:
+    """Whether two frames hold the same columns, in order, and values (NaN equal to NaN); False when pandas cannot
+    tell (a column of arrays): the rule is then evaluated again."""
+    if mine is None or theirs is None or list(mine.columns) != list(theirs.columns):
+        return False
+    try:
+        return bool(mine.equals(theirs))
+    except (TypeError, ValueError):
+        return False
 
 
 def _reads(rule) -> tuple:
