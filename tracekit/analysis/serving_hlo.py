@@ -331,10 +331,9 @@ def program_shapes(modules: list) -> dict:
     """(module name, program id) -> :class:`ProgramShape` of every HLO module (:class:`tracekit.ingest.hlo.Module`)."""
     from tracekit.ingest import buffers as buf
     with_buffers = [mod for mod in modules if getattr(mod, "buffers", None) is not None]
-    tables = buf.tables(with_buffers) if with_buffers else None  # (one table: each module finds its own rows)
-    return {(mod.name, int(mod.program_id)): program_shape(mod.name, mod.program_id, mod.proto,
-                                                           tables if getattr(mod, "buffers", None) is not None
-                                                           else None)
+    # one table of every buffer assignment: each module finds its own rows (a module without one finds none)
+    tables = buf.tables(with_buffers) if with_buffers else None
+    return {(mod.name, int(mod.program_id)): program_shape(mod.name, mod.program_id, mod.proto, tables)
             for mod in modules}
 
 
