@@ -81,6 +81,21 @@ def test_gap_cut_at_step_boundaries():
         [10, 20, "inside_step", 1], [30, 30, "between_steps", -1], [60, 40, "inside_step", 2]]
 
 
+def test_gaps_label_every_device_of_a_host_with_hundreds():
+    """Host and device are held per device while the gaps are cut and spread to the rows at the end: with more
+    devices than an 8-bit code holds, every gap still names its own device (two ops per device, one gap between)."""
+    rows = []
+    for i in range(300):
+        rows += [{"device": f"CPU:{i}", "start_ps": 1000 * i, "duration_ps": 10},
+                 {"device": f"CPU:{i}", "start_ps": 1000 * i + 40, "duration_ps": 10}]
+    g = idle.gaps(ops_frame(rows))
+    between = g[g["kind"] == "between_ops"]
+    assert len(between) == 300
+    assert [str(d) for d in between["device"]] == sorted(f"CPU:{i}" for i in range(300))
+    assert between["start_ps"].tolist() == [int(d.split(":")[1]) * 1000 + 10 for d in between["device"].astype(str)]
+    assert set(between["duration_ps"]) == {30} and set(g["host"].astype(str)) == {"h"}
+
+
 def test_step_breakdown_hand_computed():
     b = tl.step_breakdown(OPS, STEPS).set_index("step")
     # step 1 [0,50): compute [10,40) = 30; collectives [35,50) = 15; union [10,50) = 40.

@@ -26,7 +26,8 @@ def covered(ops: pd.DataFrame) -> np.ndarray:
     """Per row: FLOPs and bytes known (not NaN; 0 is known) and a finite roofline time."""
     if not len(ops) or "roofline_ps" not in ops.columns:
         return np.zeros(len(ops), bool)
-    ok = np.isfinite(ops["roofline_ps"].to_numpy(np.float64))
+    r = ops["roofline_ps"].to_numpy()  # (the float32 predictions as they are: no float64 copy of the column)
+    ok = np.isfinite(r if r.dtype.kind == "f" else r.astype(np.float64))
     for col in ("flops", "bytes_accessed"):
         if col in ops.columns:
             ok &= ~np.isnan(ops[col].to_numpy(np.float64))

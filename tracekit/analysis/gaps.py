@@ -83,14 +83,15 @@ def _pieces(a: np.ndarray, b: np.ndarray, bnd: np.ndarray, s0: np.ndarray, s1: n
 
 class _Columns:
     """The gap columns, filled in place up to ``at``; categories in first-seen order over the chunks with gaps
-    (what concatenating per-device frames gave)."""
+    (what concatenating per-device frames gave). Host and device are one value per :meth:`add`: kept as runs and
+    spread to the rows once, as the categorical codes, when the frame is made."""
 
     def __init__(self, cap: int):
         self.cap, self.at = cap, 0
         self.cols = {"start_ps": np.empty(cap, np.int64), "duration_ps": np.empty(cap, np.int64),
-                     "step": np.empty(cap, np.int64), "host": np.empty(cap, np.int32),
-                     "device": np.empty(cap, np.int32), "kind": np.empty(cap, np.int8)}
+                     "step": np.empty(cap, np.int64), "kind": np.empty(cap, np.int8)}
         self.cats: dict = {"host": {}, "device": {}, "kind": {}}
+        self.runs: list = []  # (rows, host code, device code) per add
 
     def add(self, h: str, d: str, labels: tuple, ps, pe, kind_pos, step) -> None:
         m = ps.size
@@ -103,8 +104,8 @@ class _Columns:
         kinds = self.cats["kind"]
         codes = np.array([kinds.setdefault(v, len(kinds)) for v in labels], np.int8)
         c = self.cols
-        c["host"][at:at + m] = self.cats["host"].setdefault(h, len(self.cats["host"]))
-        c["device"][at:at + m] = self.cats["device"].setdefault(d, len(self.cats["device"]))
+        self.runs.append((m, self.cats["host"].setdefault(h, len(self.cats["host"])),
+                          self.cats["device"].setdefault(d, len(self.cats["device"]))))
         c["start_ps"][at:at + m] = ps
         np.subtract(pe, ps, out=c["duration_ps"][at:at + m])
         c["kind"][at:at + m] = codes[kind_pos]
@@ -117,5 +118,10 @@ class _Columns:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
         for v in self.cols.values():  # the unused room goes back to the allocator (shrunk in place: no copy)
             v.resize(at, refcheck=False)  # (safe: no view of these arrays is alive)
+        rows = np.array([r[0] for r in self.runs], np.int64)
+        for i, c in ((1, "host"), (2, "device")):
+            n = len(self.cats[c])
+            code = np.int8 if n < 127 else np.int16 if n < 32767 else np.int32
+            self.cols[c] = np.repeat(np.array([r[i] for r in self.runs], code), rows)
         return pd.DataFrame({c: (pd.Categorical.from_codes(self.cols[c], list(self.cats[c])) if c in self.cats
                                  else self.cols[c]) for c in COLUMNS}, copy=False)

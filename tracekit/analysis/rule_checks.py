@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import gaps as idle, timeline as tl
-from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge
+from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge, rows_view
 from tracekit.analysis import kernelprof
 from tracekit.analysis.opstats import finish, op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
@@ -74,8 +74,10 @@ def in_steps(ops, steps) -> np.ndarray:
         if si is None:
             continue
         ms, me = merge(steps["start_ps"].to_numpy(np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
-        k = np.searchsorted(ms, st[oi], "right") - 1
-        out[oi] = (k >= 0) & (st[oi] < me[np.maximum(k, 0)])
+        s = rows_view(st, oi)  # (a device's rows of the sorted ops frame: a view, not a copy)
+        k = np.searchsorted(ms, s, "right")
+        k -= 1
+        out[oi] = (k >= 0) & (s < me[np.maximum(k, 0)])
     return out
 
 

@@ -223,21 +223,18 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     parts = []
     for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
-        m = _class_unions(rows_view(cls, oi), rows_view(st, oi), ix.ends_at(oi))
         a = sst[si]
         b = a + sdur[si]
-        c, k = covered(*m["c"], a, b), covered(*m["k"], a, b)
-        u, w = covered(*m["u"], a, b), covered(*m["w"], a, b)
-        cb, cbm = covered(*m["cb"], a, b), covered(*m["cbm"], a, b)
-        off, act = covered(*m["off"], a, b), covered(*m["act"], a, b)
+        programs = None  # this device's program runs, merged, when known
         if (mi := mg.get((h, d))) is not None:
             mst = modules["start_ps"].to_numpy(np.int64)[mi]
-            am = union(m["act"], merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi]))
-            outside = (b - a) - covered(*am, a, b)
-        else:
-            outside = np.zeros(len(a), np.int64)
+            programs = merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi])
+        m = _class_covered(rows_view(cls, oi), rows_view(st, oi), ix.ends_at(oi), a, b, programs,
+                           len(levels) if levels is not None else 0)
+        c, k, u, w, cb, cbm, off, act = (m[x] for x in ("c", "k", "u", "w", "cb", "cbm", "off", "act"))
+        outside = m["outside"] if programs is not None else np.zeros(len(a), np.int64)
         inside = (b - a) - act - outside
-        host_launched = bool(rows_view(launched, oi).any()) and mi is not None
+        host_launched = bool(rows_view(launched, oi).any()) and programs is not None
         zero = np.zeros_like(inside)
         row = {"host": h, "device": d, "step": sno[si], "start_ps": a, "step_ps": b - a,
                "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
@@ -245,15 +242,9 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
                "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
                "host_idle_ps": outside, "launch_idle_ps": inside if host_launched else zero,
                "other_idle_ps": zero if host_launched else inside, "open_end": sopen[si]}
-        if levels is not None:
-            done, now = c, m["c"]
-            for r, lv in enumerate(levels):  # the levels of this device's collectives, in text order
-                if (lm := m["levels"].get(r)) is None:
-                    continue
-                now = union(now, lm)
-                cur = covered(*now, a, b)
-                row[f"collective_exposed_{lv}_ps"] = cur - done
-                done = cur
+        for r, lv in enumerate(levels or ()):  # the levels of this device's collectives, in text order
+            if (x := m["levels"].get(r)) is not None:
+                row[f"collective_exposed_{lv}_ps"] = x
         parts.append(pd.DataFrame(row))
     cols = dict(_BREAKDOWN)
     if parts:
@@ -307,9 +298,12 @@ def _step_classes(ops: pd.DataFrame) -> tuple[np.ndarray, list | None]:
     return cls, levels
 
 
-def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
-    """One device's merged unions of :func:`step_breakdown` (c, k, u, w, cb, cbm, off, act, and 'levels': level
-    rank -> its collectives), each class's rows gathered and merged once."""
+def _class_covered(cls: np.ndarray, st: np.ndarray, en: np.ndarray, a: np.ndarray, b: np.ndarray, programs,
+                   n_levels: int) -> dict:
+    """How much of each step ``[a, b)`` of one device the unions of :func:`step_breakdown` cover (c, k, u, w, cb,
+    cbm, off, act; 'outside': not in ``programs``' merged program runs nor in act, when given; 'levels': level
+    rank -> the exposed time its collectives add). Each class's rows are gathered and merged once, and each union
+    is let go as soon as the unions built on it are (a device's unions are about its rows in size)."""
     order = np.argsort(cls, kind="stable")  # rows by class, in start order within each class
     cnt = np.bincount(cls, minlength=_K + 1)
     s, e = st[order], en[order]
@@ -318,12 +312,30 @@ def _class_unions(cls: np.ndarray, st: np.ndarray, en: np.ndarray) -> dict:
     del order, s, e, en  # (the rows are in the merged classes now: let them go before the unions are built)
     none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     g = lambda *cs: union(*(cm.get(c, none) for c in cs))  # noqa: E731
-    out = {"cb": g(_CB), "cbm": g(_CB, _CM), "c": g(_CB, _CM, _CO), "k": g(*range(_K, len(cnt)))}
-    out["u"] = union(out["c"], out["k"])
-    out["w"] = union(out["u"], g(_WH, _WN))
-    out["off"] = union(out["u"], g(_WH, _XH))
-    out["act"] = union(out["w"], g(_XH, _XN))
-    out["levels"] = {c - _K - 1: cm[c] for c in cm if c > _K}  # rank 0 ('') is not a level
+    out = {"cb": covered(*g(_CB), a, b), "cbm": covered(*g(_CB, _CM), a, b)}
+    c = g(_CB, _CM, _CO)
+    out["c"] = covered(*c, a, b)
+    k = g(*range(_K, len(cnt)))
+    u = union(c, k)
+    out["k"], out["u"] = covered(*k, a, b), covered(*u, a, b)
+    del k
+    out["levels"], done, now = {}, out["c"], c
+    for r in range(n_levels):  # rank 0 ('') is not a level: level r is class _K + 1 + r
+        if (lm := cm.get(_K + 1 + r)) is None:
+            continue
+        now = union(now, lm)
+        cur = covered(*now, a, b)
+        out["levels"][r] = cur - done
+        done = cur
+    del c, now
+    w = union(u, g(_WH, _WN))
+    out["w"], out["off"] = covered(*w, a, b), covered(*union(u, g(_WH, _XH)), a, b)
+    del u
+    act = union(w, g(_XH, _XN))
+    del w
+    out["act"] = covered(*act, a, b)
+    if programs is not None:
+        out["outside"] = (b - a) - covered(*union(act, programs), a, b)
     return out
 
 

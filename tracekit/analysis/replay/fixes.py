@@ -96,8 +96,10 @@ def op_rows(ops: pd.DataFrame, names) -> np.ndarray:
 
 def roofline_cap(ops: pd.DataFrame, own_link: np.ndarray) -> np.ndarray:
     """Per row: the time the op takes at its roofline (a host-offload copy: alone on its link); NaN unknown."""
-    r = ops["roofline_ps"].to_numpy(float) if "roofline_ps" in ops else np.full(len(ops), np.nan)
-    return np.where(np.isfinite(own_link), own_link, r)
+    if "roofline_ps" not in ops:
+        return np.where(np.isfinite(own_link), own_link, np.nan)
+    r = ops["roofline_ps"].to_numpy()  # (float32 as it is: np.where widens it exactly, no float64 copy first)
+    return np.where(np.isfinite(own_link), own_link, r if r.dtype.kind == "f" else r.astype(float))
 
 
 def gap_ends(frame: str, ev: pd.DataFrame) -> set:

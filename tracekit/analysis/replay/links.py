@@ -99,7 +99,7 @@ def window_ends(ops: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.
         est[take], how[take] = v[take], "link rate"
     # 3. the roofline
     if "roofline_ps" in ops.columns:
-        v = ops["roofline_ps"].to_numpy(float)[rows][w]
+        v = ops["roofline_ps"].to_numpy()[rows][w].astype(float)  # (the rows' values only, then as floats)
         take = np.isnan(est) & np.isfinite(v) & (v > 0)
         est[take], how[take] = v[take], "roofline"
     new = np.where(np.isfinite(est), start[w] + np.nan_to_num(est), start[d]).astype(np.int64)
