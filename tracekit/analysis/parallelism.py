@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import parallel_axes, parallel_dims, parallel_hlo, parallel_limits
-from tracekit.grouping import codes_of, distinct_rows, int_sums
+from tracekit.grouping import codes_of, distinct_rows, distinct_values, int_sums
 from tracekit.model import precision
 
 #: the columns of the rule frame ``parallel_axes`` (one row per axis with a limit)
@@ -123,9 +123,10 @@ def step_program(ops: pd.DataFrame) -> tuple[tuple[str, int] | None, int, int, i
     m, pid = tuples[best]
     mcodes, mnames = codes_of(ops["module"], compact=True)
     mine = use & np.isin(mcodes, [i for i, v in enumerate(mnames) if str(v) == str(m)])
-    steps = int(len(np.unique(step[mine]))) if (step >= 0).any() else 0
+    # (a device's rows are in time order: steps and devices come in runs, counted from the runs' starts)
+    steps = int(len(distinct_values(step[mine]))) if (step >= 0).any() else 0
     dcodes, _ = codes_of(ops["device"], compact=True)
-    return (str(m), int(pid)), int(tot[best]), steps, int(len(np.unique(dcodes[mine])))
+    return (str(m), int(pid)), int(tot[best]), steps, int(len(distinct_values(dcodes[mine])))
 
 
 def host_summary(tr, ops: pd.DataFrame | None = None, host: str | None = None) -> HostParallelism:
