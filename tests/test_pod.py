@@ -156,6 +156,32 @@ def test_one_host_has_no_pod_section():
     assert "pod" not in rep and rep["summary"]["hosts"] == 1
 
 
+def test_the_pod_part_is_worked_out_only_for_a_run_of_several_files(monkeypatch):
+    """A run of one host file skips the pod section's per-host work (the reduce reads no host part): its report
+    is the one the worked-out part gives. A run of several files works it out, and so does a loaded trace whose
+    load left a host out (two files: a pod of one analyzed host)."""
+    import tracekit
+    from tracekit.options import Options
+    from tracekit.report.engine import host, pod as pod_section
+    run = FIXTURES / "cpu" / "allreduce_exposed"
+    (f,) = sorted(run.rglob("*.xplane.pb"))
+    assert host.summarize_file(str(f), "h", Options(), use_hostname=True).parts["pod"].keys == ()
+    two = host.summarize_file(str(f), "h", Options(), hosts=("h", "other")).parts["pod"]
+    assert two.keys and two.spread["steps"] > 0
+    skipped = _js(pipeline.analyze(run))
+    real = pod_section.summarize
+
+    def worked_out(hv):
+        hv.pod = True
+        return real(hv)
+    monkeypatch.setattr(pod_section, "summarize", worked_out)
+    assert _js(pipeline.analyze(run)) == skipped
+    monkeypatch.undo()
+    rep = json.loads(pipeline.analyze(tracekit.load(run), left_out=[("ghost", "ghost.xplane.pb", "unreadable")]).to_json())
+    (row,) = rep["pod"]["step_spread"]
+    assert [h["host"] for h in rep["pod"]["failed_hosts"]] == ["ghost"] and row["steps"] == two.spread["steps"]
+
+
 def test_corrupt_host_among_good_ones(runs, tmp_path):
     for f in runs("copies4").iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())

@@ -68,8 +68,9 @@ def analyze(source, options: Options | None = None, *, ops=None, progress=None, 
         if ops is not None and len(parts) > 1:
             raise ValueError("ops= is for a one-host trace")
         run_hosts = tuple(t.hosts[0] for t in parts)
-        summaries = [host.summarize_trace(t, options, hosts=run_hosts, ops=ops, progress=progress) for t in parts]
         files, notes = len(parts) + len(failures), ()  # (a loaded Trace's note is in its warnings)
+        summaries = [host.summarize_trace(t, options, hosts=run_hosts, ops=ops, progress=progress, pod=files > 1)
+                     for t in parts]
     else:
         chosen = paths.choose(source, options.run)  # (which run / sub-folder was taken: one note, every engine)
         hfs, notes = chosen.files, (chosen.note,) if chosen.note else ()

@@ -44,6 +44,8 @@ class HostView:
     #: what one section works out for a later one on the same host (never leaves the host): ``"evidence"``, rule
     #: id -> (evidence rows, summary or None) of the rules whose fix the replay plays, from the findings section
     shared: dict = field(default_factory=dict)
+    #: whether the run has more than one host file (only then does the reduce read the pod section's host parts)
+    pod: bool = True
 
     @property
     def ops(self) -> pd.DataFrame:
@@ -57,11 +59,11 @@ class HostView:
 
 
 def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.DataFrame | None = None,
-          release_trace_costs: bool = False, progress=None) -> HostView:
+          release_trace_costs: bool = False, progress=None, pod: bool = True) -> HostView:
     """The :class:`HostView` of a one-host trace ``tr``. ``hosts``: every host of the run in order (GPU device ids
     count the hosts before this one); ``ops``: the caller's own roofline-joined ops (else joined here);
     ``release_trace_costs``: the trace's own cost stats (and its model FLOPs) leave ``tr.ops`` once they have
-    served."""
+    served; ``pod``: the run has more than one host file."""
     from tracekit.analysis import inference, inference_report, memory, opstats, overview, rule_checks, stepstats
     from tracekit.ingest import steps as steps_mod
     from tracekit.model import collective_model, identity, roofline
@@ -110,4 +112,4 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     fr = replace(fr, serving=inference_report.rule_frame(inference.reduce([serving])))
     return HostView(host=host, path=path, hosts=run_hosts, trace=tr,
                     options=options, joined=j, frames=fr, memory=mem, overview_parts=parts, step_summary=ss,
-                    step_source=step_source, cost_table=cost_table, serving=serving, op_sums=sums)
+                    step_source=step_source, cost_table=cost_table, serving=serving, op_sums=sums, pod=pod)

@@ -16,14 +16,15 @@ def summarize(hv, seconds: float = 0.0) -> HostSummary:
 
 
 def summarize_trace(tr, options: Options, *, hosts: tuple = (), ops=None, release_trace_costs: bool = False,
-                    progress=None) -> HostSummary:
+                    progress=None, pod: bool | None = None) -> HostSummary:
     """The summary of one host's loaded trace ``tr`` (``tr.hosts == [host]``); ``hosts``: every host of the run, in
-    order; ``ops``: the caller's own roofline-joined ops."""
+    order (a run of one file gives none); ``ops``: the caller's own roofline-joined ops; ``pod``: whether the run
+    has more than one host file (None: more than one of ``hosts``)."""
     from tracekit.analysis import hostview
     from tracekit.progress import NULL
     t0 = time.perf_counter()
     hv = hostview.build(tr, options, hosts=hosts, ops=ops, release_trace_costs=release_trace_costs,
-                        progress=progress)
+                        progress=progress, pod=len(hosts) > 1 if pod is None else pod)
     (progress or NULL).stage("rules")
     return summarize(hv, time.perf_counter() - t0)
 
