@@ -362,9 +362,10 @@ def _memory_line(line, names, host, mem_ids: dict, mem_keys: np.ndarray, acc, od
                "requested_bytes")
     has_a, alloc = stat_strings(line, ids["allocator_name"], names, odd, "allocator_name")
     has_i, index = stat_ints(line, ids["index_on_host"], odd, "index_on_host")
-    names_ = np.array([str(c) for c in alloc.categories] + [""], dtype=object)[np.where(has_a, alloc.codes, -1)]
-    label = np.where(has_a, names_, np.where(has_i, np.char.add("device ", index.astype(str)).astype(object),
-                                             "allocator"))[m]
+    has_a, has_i = has_a[m], has_i[m]  # (only the allocator's events: a host thread's line holds many others)
+    names_ = np.array([str(c) for c in alloc.categories] + [""], dtype=object)[np.where(has_a, alloc.codes[m], -1)]
+    label = np.where(has_a, names_, np.where(has_i, np.char.add("device ", index[m].astype(str)).astype(object),
+                                             "allocator"))
     u, inv = np.unique(label.astype(str), return_inverse=True)
     free = np.fromiter((MEMORY_EVENTS[mem_ids[int(k)]] == "free" for k in line.metadata_id[m]), bool)
     acc["memory_events"].add(
