@@ -177,7 +177,8 @@ def test_the_pod_part_is_worked_out_only_for_a_run_of_several_files(monkeypatch)
     monkeypatch.setattr(pod_section, "summarize", worked_out)
     assert _js(pipeline.analyze(run)) == skipped
     monkeypatch.undo()
-    rep = json.loads(pipeline.analyze(tracekit.load(run), left_out=[("ghost", "ghost.xplane.pb", "unreadable")]).to_json())
+    left_out = [("ghost", "ghost.xplane.pb", "unreadable")]
+    rep = json.loads(pipeline.analyze(tracekit.load(run), left_out=left_out).to_json())
     (row,) = rep["pod"]["step_spread"]
     assert [h["host"] for h in rep["pod"]["failed_hosts"]] == ["ghost"] and row["steps"] == two.spread["steps"]
 
