@@ -512,3 +512,31 @@ def test_per_value_and_per_pair_equal_the_row_by_row_result(n):
     assert flag.dtype == bool and flag.tolist() == [isinstance(v, str) and v.endswith("done.1") for v in a]
     pair = G.per_pair(lambda x, y: f"{x}/{y}", a, b)
     assert pair.dtype == object and pair.tolist() == [f"{x}/{y}" for x, y in zip(a, b)]
+
+
+def test_placeholder_columns_are_held_once_in_a_tracekit_process(monkeypatch):
+    """The columns the loader fills before it knows them (run ids, steps, self times) and the columns no row of a
+    trace has are one value stored once in a tracekit process, and stay so through the loader's concatenation and
+    sort; a library caller's frames get writable per-row columns. Either way every row reads the same value."""
+    from tracekit import schema
+    n = C.CONSTANT_MIN_ROWS
+    part = pd.DataFrame({"start_ps": np.arange(n, dtype=np.int64)[::-1].copy(),
+                         "duration_ps": np.arange(n, dtype=np.int64) % 7})
+    filled = ("run_id", "step", "self_ps", "trace_flops", "program_id", "is_async")
+    lib = schema.conform(part, schema.OPS)
+    assert not any(C.held_once(lib[c].to_numpy()) for c in filled)
+    monkeypatch.setattr(threads, "_one_shot", True)  # a tracekit process
+    one = schema.conform(part, schema.OPS)
+    if not C._COPY_ON_WRITE:
+        return  # (pandas 2: nothing is stored once)
+    assert all(C.held_once(one[c].to_numpy()) for c in filled)
+    pd.testing.assert_frame_equal(one, lib)
+    # concatenated in a new order: still held once where every frame holds the same value; made per row where not
+    other = C.with_columns(schema.conform(part, schema.OPS), {"step": C.filled(n, 5, np.int64)})
+    order = np.argsort(np.r_[one["start_ps"].to_numpy(), other["start_ps"].to_numpy()], kind="stable")
+    ref = pd.concat([lib, other.astype({"step": np.int64})], ignore_index=True).iloc[order].reset_index(drop=True)
+    out = C.concat_frames([one, other], order=order)
+    assert all(C.held_once(out[c].to_numpy()) for c in filled if c != "step")
+    assert not C.held_once(out["step"].to_numpy())
+    pd.testing.assert_frame_equal(out.astype({"host": str, "device": str}), ref.astype({"host": str, "device": str}),
+                                  check_categorical=False)

@@ -173,15 +173,25 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None, *
     data = {}
     for c in cols:
         present = [p[c] for p in parts if c in p]
+        arrays = [s.to_numpy() for s in present] if len(present) == len(parts) and all(
+            isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf" for s in present) else None
+        if arrays and all(held_once(a) and a.dtype == arrays[0].dtype for a in arrays) and \
+                one_value(np.array([a[0] for a in arrays], arrays[0].dtype)) is not None:
+            out = filled(sum(lens), arrays[0][0], arrays[0].dtype)  # one value in every frame: still held once
+            del present, arrays
+            if consume:
+                for p in parts:
+                    p.pop(c, None)
+            data[c] = out
+            continue
         if any(isinstance(s.dtype, pd.CategoricalDtype) for s in present):
             out = concat_categorical([p.get(c) for p in parts], lens, order)
-        elif len(present) == len(parts) and all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf"
-                                                for s in present):
-            out = np.concatenate([s.to_numpy() for s in present])
+        elif arrays is not None:
+            out = np.concatenate(arrays)
         else:  # strings, objects, or a column some frames lack: let pandas pick the dtype
             out = pd.concat([p[c] if c in p else pd.Series([None] * n) for p, n in zip(parts, lens)],
                             ignore_index=True).array
-        del present
+        del present, arrays
         if consume:
             for p in parts:
                 p.pop(c, None)
@@ -232,6 +242,21 @@ def one_value(a: np.ndarray):
     if a.dtype.kind == "f" and np.isnan(v):
         return v if np.isnan(head).all() and np.isnan(a).all() else None
     return v if (head == v).all() and (a == v).all() else None
+
+
+def filled(n: int, value, dtype) -> np.ndarray:
+    """``n`` rows of ``value`` (of ``dtype``): ``np.full``, or where :func:`stores_constants_once` allows it and the
+    column is long, the value stored once (a read-only view with stride 0). The loader's placeholder columns (run
+    ids and steps before they are assigned, the self times before they are worked out) are such columns: filled,
+    concatenated and sorted, they were three row-sized int64 arrays each (1.7 M rows: 39 MB at the load's peak)."""
+    if n >= CONSTANT_MIN_ROWS and stores_constants_once():
+        return np.broadcast_to(np.array([value], dtype=dtype), (n,))
+    return np.full(n, value, dtype=dtype)
+
+
+def held_once(a) -> bool:
+    """Whether ``a`` is a NumPy column stored once (a stride-0 view: :func:`filled`, :func:`constant_columns`)."""
+    return isinstance(a, np.ndarray) and a.ndim == 1 and len(a) > 0 and a.strides == (0,)
 
 
 def narrow_int(v: np.ndarray) -> np.ndarray:

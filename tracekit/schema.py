@@ -18,6 +18,8 @@ from enum import IntEnum
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import filled
+
 CAT = "category"
 
 #: One row per device op execution.
@@ -286,11 +288,13 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
                 s = s.astype(d)
         # (a missing column: arrays, which the frame below takes as they are; a Series would copy them)
         elif d == CAT and c in CATEGORIES:  # a declared categorical: unknown
-            s = pd.Categorical.from_codes(np.full(n, CATEGORIES[c].index("unknown"), np.int8), categories=CATEGORIES[c])
+            s = pd.Categorical.from_codes(filled(n, CATEGORIES[c].index("unknown"), np.int8), categories=CATEGORIES[c])
         elif d == CAT:
-            s = pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[""])
-        else:
-            s = np.full(n, _FILL[d], dtype=object if d == "object" else d)
+            s = pd.Categorical.from_codes(filled(n, 0, np.int8), categories=[""])
+        elif d == "object":
+            s = np.full(n, _FILL[d], dtype=object)
+        else:  # (held once where the process allows it: a placeholder the loader replaces, or a column no row uses)
+            s = filled(n, _FILL[d], d)
         out[c] = s
     if extra:
         for c in df.columns:
