@@ -487,6 +487,7 @@ def test_an_interrupted_commands_teardown_adds_nothing_to_its_one_line(tmp_path)
     src = cpu_fixture("train_step") / "plugins" / "profile" / "run1" / "cpu.xplane.pb"
     script = textwrap.dedent(f"""
         import signal, sys, threading
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job inherits SIGINT ignored
         from tracekit.run import pod
         def interrupted_map(*args, **kwargs):
             def teardown():  # what the pool's closed wake-up pipe raised
