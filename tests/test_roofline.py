@@ -283,3 +283,47 @@ def test_module_costs_worked_out_once_per_module_and_device_count(monkeypatch):
         pd.testing.assert_frame_equal(a, b)
     identity.module_costs(again.hlo_modules[0], ndev + 1)  # another device count: priced again
     assert calls == [{"num_devices": ndev + 1}]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_execution_split_equals_a_groupby_written_out(seed):
+    """The execution split against pandas' groupby of its definition: the sync rows with a real run (XLA:CPU
+    thunks; TPU ops with a run id) grouped by (host, device, program, op, run); a group of more events than its
+    op's executions gives each event executions x its share of the group's duration (equal shares when the group
+    took no time); every other row carries 1. Row codes finer than (host, device, program, op) — the join's op
+    identities — give the same shares."""
+    from tracekit.grouping import distinct_rows
+    from tracekit.model import execution
+    rng = np.random.default_rng(seed)
+    n = 5000
+    ops = pd.DataFrame({
+        "host": pd.Categorical(rng.choice(["h0", "h1"], n)), "device": pd.Categorical(rng.choice(["0", "1", "2"], n)),
+        "program_id": rng.choice(np.array([7, 2 ** 63 + 5], np.uint64), n),
+        "op": pd.Categorical(rng.choice(["dot.1", "add.2", "fusion.3"], n)),
+        "opcode": pd.Categorical(rng.choice(["dot", "add"], n)),
+        "source": pd.Categorical(rng.choice(["xla_ops", "cpu_thunk", "gpu_kernel"], n)),
+        "run_id": rng.choice(np.array([-1, 3, 4, 9]), n), "is_async": rng.random(n) < 0.1,
+        "duration_ps": np.where(rng.random(n) < 0.05, 0, rng.integers(1, 10_000, n))})
+    ops.loc[rng.random(n) < 0.01, "duration_ps"] = 0
+    # how often each instruction runs per run of its module (per program and op: one value in every group)
+    per_op = {(p, o): rng.choice(np.array([np.nan, 0.0, 1.0, 2.0, 3.0])) for p in (7, 2 ** 63 + 5)
+              for o in ("dot.1", "add.2", "fusion.3")}
+    executions = np.array([per_op[(int(p), o)] for p, o in zip(ops["program_id"], ops["op"])])
+    cols = ["host", "device", "program_id", "op", "run_id"]
+    real_run = (ops["source"] == "cpu_thunk") | ((ops["source"] == "xla_ops") & (ops["run_id"] != -1))
+    split = (~ops["is_async"] & real_run & np.isfinite(executions) & (executions > 0)).to_numpy()
+    want = np.ones(n)
+    for _, g in ops[split].assign(ex=executions[split]).groupby(cols, observed=True):
+        assert g["ex"].nunique() == 1
+        if len(g) > g["ex"].iloc[0] + 1e-9:
+            tot = g["duration_ps"].astype(float).sum()
+            frac = g["duration_ps"] / tot if tot > 0 else pd.Series(1.0 / len(g), index=g.index)
+            want[g.index.to_numpy()] = g["ex"].to_numpy() * frac.to_numpy()
+    assert (want != 1).sum() > 1000  # (most groups hold more events than executions)
+    by_op = distinct_rows(ops, cols[:4])[0]
+    finer, _, idents = distinct_rows(ops, cols[:4] + ["opcode"])
+    groups = {t[:4]: None for t in idents}
+    group_of = [list(groups).index(t[:4]) for t in idents]
+    for op_groups in ((by_op, np.arange(int(by_op.max()) + 1)), (finer, group_of)):
+        got = execution.execution_split(ops, executions, op_groups)
+        np.testing.assert_allclose(got if got is not None else np.ones(n), want, rtol=1e-12)

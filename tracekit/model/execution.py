@@ -46,12 +46,14 @@ def traced_ancestors(u: pd.DataFrame, parents: dict) -> set:
     return out
 
 
-def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | None:
+def execution_split(ops: pd.DataFrame, executions: np.ndarray, op_groups: tuple) -> np.ndarray | None:
     """Share of its op's per-execution cost each sync row carries, or None when every row carries it whole.
     ``executions``: per row, how often its instruction runs per run of its module (NaN: unknown). Rows are grouped
     by (host, device, program, op, run); a group with more events than executions splits ``executions`` whole
     costs over its events by duration. Only rows with a real run id (XLA:CPU thunks; TPU ops inside a module
-    execution) are grouped."""
+    execution) are grouped. ``op_groups``: (a code per row, and for each code a small integer naming its (host,
+    device, program, op)), as the roofline join has them from its op identities: only the rows that can split are
+    grouped, by two small codes (grouping the whole frame by five columns was the join's peak at 17 M rows)."""
     n = len(ops)
     if not n or "run_id" not in ops:
         return None
@@ -62,20 +64,42 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray) -> np.ndarray | N
     if not ok.any():
         return None
     idx = np.nonzero(ok)[0]
-    key = group_index(ops, ["host", "device", "program_id", "op", "run_id"])[0][idx]  # no copy of the frame
+    del ok
+    code, group_of = op_groups
+    op = gather(np.asarray(group_of, np.int32), gather(code, idx))
+    pair = pd.DataFrame({"op": pd.Categorical.from_codes(op, categories=range(int(op.max()) + 1)),
+                         "run": gather(run, idx)}, copy=False)
+    key = group_index(pair, ["op", "run"])[0]
+    del op, pair
     count = np.bincount(key)
-    ex = executions[idx]
-    cnt = gather(count, key)  # (each row's group size, gathered once)
-    over = np.flatnonzero(cnt > ex + 1e-9)
+    # the rows with more events than executions in their group, a slice at a time (no row-sized temporaries)
+    over = np.concatenate([np.flatnonzero(gather(count, key[a:a + _SLICE]) > executions[idx[a:a + _SLICE]] + 1e-9)
+                           + a for a in range(0, len(idx), _SLICE)])
     if not len(over):
         return None
-    dur = ops["duration_ps"].to_numpy(np.float64)[idx]
-    tot = gather(np.bincount(key, weights=dur), key)
-    has = tot > 0
-    frac = np.where(has, dur / np.where(has, tot, 1), 1.0 / cnt)
+    # each group's duration (float64 sums in row order), then every value for the split rows alone
+    dur = gather(ops["duration_ps"].to_numpy(np.int64), idx)
+    tot = np.bincount(key, weights=dur)
+    k = gather(key, over)
+    d = gather(dur, over).astype(np.float64)
+    del dur, key
+    t, cnt = gather(tot, k), gather(count, k)
+    frac = np.where(t > 0, d / np.where(t > 0, t, 1), 1.0 / cnt)
+    rows = gather(idx, over)
     share = np.ones(n)
-    share[idx[over]] = gather(ex, over) * gather(frac, over)
+    share[rows] = gather(executions, rows) * frac
     return share
+
+
+def op_groups(idents: list) -> np.ndarray:
+    """For each op identity (a tuple that starts with host, device, program id and op, as the roofline join's),
+    a small integer naming its (host, device, program, op): what :func:`execution_split` groups by."""
+    seen: dict = {}
+    return np.array([seen.setdefault(tuple(t[:4]), len(seen)) for t in idents], np.int32)
+
+
+#: rows per slice where :func:`execution_split` compares each row with its group
+_SLICE = 1 << 20
 
 
 def kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.ndarray | None:

@@ -149,7 +149,8 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     u = per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
     tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
     execs = gather(u["executions"], inv)
-    share = _combine(execution.kernel_split(ops, execs), execution.execution_split(ops, execs))
+    share = _combine(execution.kernel_split(ops, execs),
+                     execution.execution_split(ops, execs, (inv, execution.op_groups(rows))))
     del execs  # (row-sized; each array below is freed as soon as it has served: this stage sets the peak)
     # rows whose prediction is not their identity's: split over kernels or events, or own trace costs
     own = np.zeros(n, bool) if share is None else share != 1.0
