@@ -540,3 +540,9 @@ def test_placeholder_columns_are_held_once_in_a_tracekit_process(monkeypatch):
     assert not C.held_once(out["step"].to_numpy())
     pd.testing.assert_frame_equal(out.astype({"host": str, "device": str}), ref.astype({"host": str, "device": str}),
                                   check_categorical=False)
+    some = order[::2]  # an order that keeps half of the rows: a held-once column has as many
+    part_out = C.concat_frames([one, other], order=some)
+    assert len(part_out["run_id"]) == len(some) and C.held_once(part_out["run_id"].to_numpy())
+    pd.testing.assert_frame_equal(part_out.astype({"host": str, "device": str}),
+                                  ref.iloc[::2].reset_index(drop=True).astype({"host": str, "device": str}),
+                                  check_categorical=False)

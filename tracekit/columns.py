@@ -177,7 +177,8 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None, *
             isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf" for s in present) else None
         if arrays and all(held_once(a) and a.dtype == arrays[0].dtype for a in arrays) and \
                 one_value(np.array([a[0] for a in arrays], arrays[0].dtype)) is not None:
-            out = filled(sum(lens), arrays[0][0], arrays[0].dtype)  # one value in every frame: still held once
+            # one value in every frame: still held once (as many rows as ``order`` keeps)
+            out = filled(sum(lens) if order is None else len(order), arrays[0][0], arrays[0].dtype)
             del present, arrays
             if consume:
                 for p in parts:
