@@ -288,8 +288,7 @@ def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
             codes = s.array.codes
             v = one_value(codes) if codes.ndim == 1 and codes.strides[0] != 0 else None
             if v is not None:
-                new[c] = pd.Categorical.from_codes(np.broadcast_to(np.array([v], codes.dtype), codes.shape),
-                                                   dtype=s.dtype)
+                new[c] = pd.Categorical.from_codes(filled(len(codes), v, codes.dtype), dtype=s.dtype)
             continue
         if not isinstance(s.dtype, np.dtype) or s.dtype.kind not in "biuf":
             continue
@@ -298,7 +297,7 @@ def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
             continue
         v = one_value(a)
         if v is not None:
-            new[c] = np.broadcast_to(np.array([v], dtype=a.dtype), a.shape)
+            new[c] = filled(len(a), v, a.dtype)
     return with_columns(df, new) if new else df
 
 

@@ -26,8 +26,8 @@ import pandas as pd
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import calibrate, chips, execution, identity, peaks, runtime_copies, sharing, stated
-from tracekit.columns import (constant_columns, gather, narrow_int, one_value, self_time, stores_constants_once,
-                              with_columns, without_columns)
+from tracekit.columns import (constant_columns, gather, held_once, narrow_int, one_value, self_time,
+                              stores_constants_once, with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
 from tracekit.ingest.trace import Trace
 from tracekit.model.identity import per_identity
@@ -184,8 +184,8 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
             sub = _as_stored(_predict(lambda k: gather(u[k], at), tf_rows, tb_rows, share, len(rows), u))
             del at, tf_rows, tb_rows, share
             for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
-                if isinstance(v, np.ndarray) and not (_held_once(p[k]) and _all_equal(v, p[k][0])):
-                    p[k] = p[k].copy() if _held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
+                if isinstance(v, np.ndarray) and not (held_once(p[k]) and _all_equal(v, p[k][0])):
+                    p[k] = p[k].copy() if held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
             del sub
     # memcpy/memset: size, path
@@ -370,7 +370,7 @@ def _as_stored(p: dict) -> dict:
     with np.errstate(over="ignore"):
         for k, t in _STORED.items():
             v = p[k]
-            p[k] = np.broadcast_to(v[:1].astype(t), v.shape) if _held_once(v) else v.astype(t, copy=False)
+            p[k] = np.broadcast_to(v[:1].astype(t), v.shape) if held_once(v) else v.astype(t, copy=False)
     return p
 
 
@@ -411,7 +411,7 @@ def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarra
     same = ("best", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize")  # window's own
     for k in ("compute", "memory", "network", "roofline_ps", "net", *same):
         v = p[k]
-        if isinstance(v, np.ndarray) and not v.flags.writeable and not (k in same and _held_once(v)):
+        if isinstance(v, np.ndarray) and not v.flags.writeable and not (k in same and held_once(v)):
             p[k] = v.copy()  # (a column held once gets its window's value, its own: it stays held once)
     wroof = p["roofline_ps"][w_idx]
     roof = execution.done_roofline(ops, d_idx, w_idx, wroof)
@@ -420,7 +420,7 @@ def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarra
         p[k][d_idx] = p[k][w_idx] * scale
     p["roofline_ps"][d_idx] = np.where(np.isnan(wroof), np.nan, roof)
     for k in same:
-        if not _held_once(p[k]):
+        if not held_once(p[k]):
             p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
     p["net"][d_idx] = 0.0
 
@@ -431,8 +431,3 @@ def _all_equal(v: np.ndarray, c) -> bool:
     if v.dtype.kind == "f":
         eq |= np.isnan(v) & np.isnan(c)
     return bool(eq.all())
-
-
-def _held_once(v) -> bool:
-    """A read-only row-sized view of one value (:func:`_to_rows`' zero-stride constant)."""
-    return isinstance(v, np.ndarray) and v.ndim == 1 and v.strides == (0,) and not v.flags.writeable
