@@ -19,6 +19,7 @@ import pandas as pd
 from tracekit.analysis.intervals import merge, union
 from tracekit.columns import gather, self_time, spread_mask
 from tracekit.grouping import distinct_rows, row_parts, rows_by_text
+from tracekit.model import predictions
 
 
 def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = None,
@@ -163,10 +164,10 @@ def above_floor_ps(ops: pd.DataFrame, devices: pd.DataFrame) -> int | None:
 def floor_per_device(ops: pd.DataFrame) -> dict | None:
     """(host, device) -> the time its sync ops would take at their rooflines (their self time where the roofline
     is unknown): the floors of disjoint devices merge by union. None without roofline columns."""
-    if "roofline_ps" not in ops:
+    if not predictions.has(ops, "roofline_ps"):
         return None
     sync = ~ops["is_async"].to_numpy(bool)
-    roof = ops["roofline_ps"].to_numpy()  # (float32: a view; each device's part is summed in float64 below)
+    roof = predictions.values(ops, "roofline_ps")  # (float32; each device's part is summed in float64 below)
     t = self_time(ops)
     per = {}
     for k, ix in row_parts(ops, ["host", "device"]).items():  # (a device's rows: a slice of a sorted frame)

@@ -28,6 +28,7 @@ import pandas as pd
 
 from tracekit.analysis import timeline as tl
 from tracekit.grouping import cat_apply, unique_rows
+from tracekit.model import predictions
 
 #: an async collective's ``-done`` op named as its ``-start`` (the model knows collectives by their start)
 _START = re.compile(r"-done(\.\d+)?$")
@@ -86,7 +87,8 @@ def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataF
         "step": rows["step"].to_numpy() if "step" in rows else -1,
         "start_ps": rows["start_ps"].to_numpy(np.int64), "duration_ps": rows["duration_ps"].to_numpy(np.int64),
         "is_async": rows["is_async"].to_numpy(bool),
-        "predicted_ps": rows["network_ps"].to_numpy(float) if "network_ps" in rows else np.nan,
+        "predicted_ps": predictions.values(rows, "network_ps").astype(float) if predictions.has(rows, "network_ps")
+        else np.nan,
         "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else "",
     })
     dinv, devs = unique_rows(rows, ["host", "device"])

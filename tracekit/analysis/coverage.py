@@ -16,6 +16,7 @@ import pandas as pd
 
 from tracekit.columns import self_time
 from tracekit.grouping import distinct_rows, int_sums
+from tracekit.model import predictions
 from tracekit.units import fmt_pct
 
 #: one device's part: (host, device, op time ps, covered op time ps)
@@ -24,13 +25,13 @@ PART_FIELDS = ("host", "device", "op_time_ps", "covered_ps")
 
 def covered(ops: pd.DataFrame) -> np.ndarray:
     """Per row: FLOPs and bytes known (not NaN; 0 is known) and a finite roofline time."""
-    if not len(ops) or "roofline_ps" not in ops.columns:
+    if not len(ops) or not predictions.has(ops, "roofline_ps"):
         return np.zeros(len(ops), bool)
-    r = ops["roofline_ps"].to_numpy()  # (the float32 predictions as they are: no float64 copy of the column)
+    r = predictions.values(ops, "roofline_ps")  # (the float32 predictions as they are: no float64 copy)
     ok = np.isfinite(r if r.dtype.kind == "f" else r.astype(np.float64))
     for col in ("flops", "bytes_accessed"):
-        if col in ops.columns:
-            ok &= ~np.isnan(ops[col].to_numpy(np.float64))
+        if predictions.has(ops, col):
+            ok &= ~np.isnan(predictions.values(ops, col).astype(np.float64, copy=False))
     return ok
 
 

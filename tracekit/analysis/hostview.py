@@ -68,6 +68,7 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     from tracekit.ingest import steps as steps_mod
     from tracekit.model import collective_model, identity, roofline
     from tracekit.progress import NULL
+    from tracekit.threads import one_shot
     progress = progress or NULL
     (host,) = tr.hosts
     path = str(path or (tr.paths[0] if tr.paths else ""))
@@ -81,7 +82,7 @@ def build(tr, options: Options, *, path: str = "", hosts: tuple = (), ops: pd.Da
     try:
         if ops is None:
             j = roofline.joined(tr, options.chip, options.topology, cost_table,
-                                release_trace_costs=release_trace_costs)
+                                release_trace_costs=release_trace_costs, per_identity_table=one_shot())
         else:
             dchips = roofline.device_chips(tr, options.chip)
             j = roofline.Joined(ops, dchips, collective_model.build(tr, dchips, options.topology))

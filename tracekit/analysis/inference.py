@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import serving_hlo, serving_kind
-from tracekit.model import serving as formulas
+from tracekit.model import predictions, serving as formulas
 
 RUN_COLUMNS = ["host", "device", "module", "program_id", "kind", "start_ps", "step_ps", "run_ps", "gap_ps",
                "open_end", "prev_kind", "next_kind", "valid_len"]
@@ -134,7 +134,7 @@ def _op_sums(ops: pd.DataFrame, progs: dict) -> pd.DataFrame:
     o = o[np.array([k in progs for k in key], bool)]
     if not len(o):
         return pd.DataFrame(columns=OP_COLUMNS)
-    cols = {c: o[c].to_numpy(float) if c in o.columns else np.full(len(o), np.nan)
+    cols = {c: predictions.values(o, c).astype(float) if predictions.has(o, c) else np.full(len(o), np.nan)
             for c in ("roofline_ps", "memory_ps", "compute_ps", "flops")}
     f = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "device": o["device"].astype(str).to_numpy(),
                       "module": o["module"].astype(str).to_numpy(),

@@ -12,6 +12,7 @@ import pandas as pd
 from tracekit.analysis import timeline as tl
 from tracekit.columns import self_time, stack, with_columns
 from tracekit.grouping import cat_from, group_index, row_parts, unique, unique_rows
+from tracekit.model import predictions
 from tracekit.schema import Bound, labels
 
 DOT_DIMS = ("dot_m", "dot_n", "dot_k")
@@ -99,10 +100,10 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     dur = self_time(ops)  # nested events (XLA:CPU loop bodies) are not counted twice
     out["total_ps"] = gsum(dur).round().astype(np.int64)  # (a kept group holds sync rows only)
     for c in (*_ROOF_SUMS, "headroom_ps"):
-        if c not in ops.columns:
+        if not predictions.has(ops, c):
             out[c] = np.nan
             continue
-        tot, cnt = group_sums(gi, ops[c].to_numpy(), ng_all, positive=c == "headroom_ps",
+        tot, cnt = group_sums(gi, predictions.values(ops, c), ng_all, positive=c == "headroom_ps",
                               counts=rows_per_group)
         out[c] = np.where(cnt[keep] > 0, tot[keep], np.nan)  # sum with min_count=1
     return out, int(dur.sum()) - int(dur[~sync].sum())  # (async rows are few: no copy of the sync rows)

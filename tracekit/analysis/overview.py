@@ -43,7 +43,7 @@ from tracekit.analysis import timeline as tl
 from tracekit.analysis import mfu as mfu_mod
 from tracekit.analysis import stepstats
 from tracekit.analysis.stepstats import closed_steps
-from tracekit.model import precision
+from tracekit.model import precision, predictions
 from tracekit.model import sharing as host_sharing
 
 BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
@@ -104,14 +104,21 @@ def _dominant_of_codes(flops: np.ndarray, codes: np.ndarray, names: list[str]) -
     return name if name is not None else "bf16"
 
 
-def _floats(ops: pd.DataFrame, c: str) -> np.ndarray:
+def _floats(ops: pd.DataFrame, c: str) -> np.ndarray | None:
     """Column ``c`` as floats (NaN where absent or not a number); a float column as it is (a view, no copy: the
-    roofline's float32 predictions are summed with float64 accumulators below)."""
+    roofline's float32 predictions are summed with float64 accumulators below); None for a prediction kept per
+    identity (:mod:`tracekit.model.predictions`: read a device's rows at a time, :func:`_rows_of`)."""
     if c not in ops.columns:
-        return np.full(len(ops), np.nan)
+        return None if predictions.has(ops, c) else np.full(len(ops), np.nan)
     if ops[c].dtype in (np.float64, np.float32):
         return ops[c].to_numpy()
     return pd.to_numeric(ops[c], errors="coerce").to_numpy(float)
+
+
+def _rows_of(ops: pd.DataFrame, num: dict, c: str, ix: slice) -> np.ndarray:
+    """The values of ``num[c]`` (:func:`_floats`) at the rows ``ix`` (a device's slice)."""
+    v = num[c]
+    return v[ix] if v is not None else predictions.values(ops, c, ix)
 
 
 def build(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict, *, step_source: str = "",
@@ -149,8 +156,6 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     # an op of a virtual CPU device is judged at its share of the host (its roofline times the host's devices in
     # flight with it, tracekit.model.sharing): the possible step adds the devices' work at the whole host's peak
     conc = host_sharing.concurrency(ops) if "start_ps" in ops.columns else None
-    if conc is not None:
-        num["roofline_ps"] = num["roofline_ps"] / conc
     own = self_time(ops)  # (a while or conditional whose body ops are traced: only the time outside them)
     cov = coverage.covered(ops)
     dev_rows = row_parts(ops, ["host", "device"])  # one slice per device of a frame sorted by device
@@ -168,8 +173,10 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         ix = dev_rows.get((h, d), slice(0, 0))
         ch = device_chips.get((h, d))
         w, o = work[ix], once[ix]
-        nf, nm, nr, nn, nb = (num[c][ix] for c in ("flops", "trace_model_flops", "roofline_ps", "network_ps",
-                                                    "bytes_accessed"))
+        nf, nm, nr, nn, nb, nnet = (_rows_of(ops, num, c, ix) for c in (
+            "flops", "trace_model_flops", "roofline_ps", "network_ps", "bytes_accessed", "net_bytes"))
+        if conc is not None:
+            nr = nr / conc[ix]
         cl, hx = coll[ix], hostx[ix]
         # how much of the compute path's measured time has a FLOP count, a byte count, a roofline (a trace without
         # HLO has none: its FLOPs, bytes and roofline are unknown, not zero)
@@ -198,7 +205,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         # host link: full duplex, one-way peak each way: the busier direction's bytes set its time. Each
         # transfer's own time (bytes / bandwidth), not its network_ps: that one includes its wait behind the
         # transfers in flight before it (work counted once)
-        xb, xout = num["net_bytes"][ix][o & hx], tohost[ix][o & hx]
+        xb, xout = nnet[o & hx], tohost[ix][o & hx]
         hostb = np.nansum(xb, dtype=np.float64)
         busier = max(np.nansum(xb[xout], dtype=np.float64), np.nansum(xb[~xout], dtype=np.float64))
         one_way = ch.host_link_bw_bytes_per_s if ch is not None else np.nan
@@ -208,7 +215,7 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         tot = {"flops": fl.sum(), "model": np.nansum(mf),
                "model_rows": int((~np.isnan(nm) & with_flops).sum()),
                "flop_rows": int(with_flops.sum()), "hbm": np.nansum(nb[w]),
-               "net": np.nansum(num["net_bytes"][ix][o & cl]), "hostb": hostb,
+               "net": np.nansum(nnet[o & cl]), "hostb": hostb,
                "peak": 0.0, "bw": 0.0, "egress": 0.0, "hostw": 0.0, "work_ps": work_ps,
                "flops_known_ps": known["flops"], "bytes_known_ps": known["bytes"], "roof_known_ps": known["roof"]}
         if ch is not None:

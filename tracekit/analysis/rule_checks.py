@@ -32,6 +32,7 @@ from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.analysis.textmatch import cat_mask
 from tracekit.columns import with_columns
 from tracekit.grouping import cat_apply
+from tracekit.model import predictions
 from tracekit.options import DEFAULTS
 
 CHECKS: dict = {}
@@ -142,7 +143,7 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
         {"host": [], "device": [], "step": [], "start_ps": [], "duration_ps": []}).astype(
         {"step": "int64", "start_ps": "int64", "duration_ps": "int64"})
     # the timeline reads a few columns: give it a narrow view so its row selections copy little
-    narrow = ops[[c for c in TIMELINE_COLUMNS if c in ops.columns]]
+    narrow = ops[[c for c in (*TIMELINE_COLUMNS, *predictions.COLUMNS) if c in ops.columns]]
     if "net_level" in narrow.columns and "collective_level" not in narrow.columns:
         narrow = with_columns(narrow, {"collective_level": level_of(narrow["net_level"])})
     # the derived frames are built one after the other: on two threads they were no faster in CPU time and held

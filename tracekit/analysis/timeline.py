@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.textmatch import Matcher, cat_mask
+from tracekit.model import predictions
 from tracekit.options import DEFAULTS
 from tracekit.analysis.intervals import covered, device_index, merge, rows_view, sync_rows, union
 
@@ -378,7 +379,8 @@ def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: f
     out["span_ps"], out["covered_ps"], out["exposed_ps"], out["overlap_ratio"] = span, cov, span - cov, ratio
     out["overlap_class"] = np.where(ratio >= hidden, "hidden", np.where(ratio <= exposed, "exposed", "partial"))
     for c in ("network_ps", "net_bytes", "group_size", "net_fast_ps", "loop_trip_count"):
-        out[c] = cops[c].to_numpy() if c in cops.columns else (-1 if c in ("group_size", "loop_trip_count") else np.nan)
+        out[c] = predictions.values(cops, c) if predictions.has(cops, c) else \
+            (-1 if c in ("group_size", "loop_trip_count") else np.nan)
     for c in ("net_level", "coll_pattern"):  # the collective model's bounding level and HLO pattern, as text
         vals = cops[c].astype(str).to_numpy() if c in cops.columns else np.full(len(cops), "", object)
         out[c] = np.where(vals == "", "not priced", vals) if c == "net_level" else vals

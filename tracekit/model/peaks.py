@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.grouping import unique_rows
-from tracekit.model import cpu_limits, precision
+from tracekit.model import cpu_limits, precision, predictions
 from tracekit.model.demonstrated import demonstrated
 from tracekit.units import fmt_num, fmt_time
 
@@ -219,7 +219,7 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
     for g, (mod, op, bound) in enumerate(tuples):
         if mod is None or op is None or bound is None:
             continue  # (a missing key: no group, as a groupby drops it)
-        r = ops.iloc[int(rows[best[g]])].to_dict()
+        r = predictions.materialized(ops.iloc[[int(rows[best[g]])]]).iloc[0].to_dict()
         r["_t"] = tt[best[g]]
         mod, op, bound = str(mod), str(op), str(bound)
         ch = dchips.get((r["host"], r["device"]))

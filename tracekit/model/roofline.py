@@ -25,7 +25,8 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.schema import Bound, CostSource, labels
-from tracekit.model import calibrate, chips, execution, identity, peaks, runtime_copies, sharing, stated
+from tracekit.model import (calibrate, chips, execution, identity, peaks, predictions, runtime_copies, sharing,
+                            stated)
 from tracekit.columns import (constant_columns, gather, held_once, narrow_int, one_value, self_time,
                               stores_constants_once, with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
@@ -109,13 +110,15 @@ class Joined:
 
 def joined(tr: Trace, chip: str | None = None, topology: str | None = None,
            cost_table: pd.DataFrame | None = None, *, release_trace_costs: bool = False,
-           dchips: dict | None = None) -> Joined:
+           dchips: dict | None = None, per_identity_table: bool = False) -> Joined:
     """The roofline join of ``tr`` (see :func:`join`) with the chips and the collective model it priced the ops on,
     and the cost disagreements it found. ``dchips``: (host, device) -> Chip to price on as given (``tracekit
-    whatif --chip`` a machine record), instead of :func:`device_chips` of ``chip``."""
+    whatif --chip`` a machine record), instead of :func:`device_chips` of ``chip``. ``per_identity_table``: the
+    predictions :data:`tracekit.model.predictions.PER_IDENTITY` are kept once per identity
+    (:func:`tracekit.model.predictions.columns_of`; one-shot processes only), read with its :func:`column`."""
     from tracekit.model import collective_model
     dchips = device_chips(tr, chip, cost_table) if dchips is None else dchips
-    ops, model, dis = _join(tr, dchips, topology, cost_table, release_trace_costs)
+    ops, model, dis = _join(tr, dchips, topology, cost_table, release_trace_costs, per_identity_table)
     if model is None:  # (no op, or no HLO: the topology still stands)
         model = collective_model.build(tr, dchips, topology)
     return Joined(ops, dchips, model, tuple(dis))
@@ -136,7 +139,7 @@ def join(tr: Trace, chip: str | None = None, topology: str | None = None,
 
 
 def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.DataFrame | None = None,
-          release_trace_costs: bool = False) -> tuple:
+          release_trace_costs: bool = False, per_identity_table: bool = False) -> tuple:
     """(roofline-joined ops, the collective model or None, the cost disagreements) on ``dchips``."""
     n = len(tr.ops)
     sch = _result_schema(release_trace_costs)
@@ -168,6 +171,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
 
     if len(rows) * 4 > n:  # mostly per row: predict every row
         p = _as_stored(_predict(lambda k: _to_rows(u[k], inv, k not in _WRITTEN), tf, tb, share, n, u))
+        p = predictions.spread(p, None, 0)  # (every row an entry of its own)
         del tf, tb, share
         if release_trace_costs:
             ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
@@ -178,13 +182,18 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
         del tf, tb
         if release_trace_costs:
             ops = tr.ops = without_columns(ops, TRACE_COST_COLUMNS)
-        p = {k: (_to_rows(v, inv) if isinstance(v, np.ndarray) else v) for k, v in _as_stored(p).items()}
+        # the predictions kept per identity, read and written through the rows' codes (a row written to gets an
+        # entry of its own: tracekit.model.predictions.Spread); the others (a byte a row, most) spread to the rows
+        p = predictions.spread({k: (_to_rows(v, inv) if isinstance(v, np.ndarray) and k not in predictions.KEYS
+                                    else v) for k, v in _as_stored(p).items()}, inv, len(first))
         if len(rows):
             at = gather(inv, rows)
             sub = _as_stored(_predict(lambda k: gather(u[k], at), tf_rows, tb_rows, share, len(rows), u))
             del at, tf_rows, tb_rows, share
             for k, v in sub.items():  # (the same arithmetic row by row: each value is what the row's own gives)
-                if isinstance(v, np.ndarray) and not (held_once(p[k]) and _all_equal(v, p[k][0])):
+                if isinstance(p[k], predictions.Rows):
+                    p[k][rows] = v
+                elif isinstance(v, np.ndarray) and not (held_once(p[k]) and _all_equal(v, p[k][0])):
                     p[k] = p[k].copy() if held_once(p[k]) else p[k]  # (a copy of a view held once: full size)
                     p[k][rows] = v
             del sub
@@ -197,22 +206,21 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     to_host = runtime_copies.mark_to_host(_to_rows(u["to_host"], inv), to_host_copies)  # (held once: most traces)
     del inv, first
     new: dict = {}
-    roof, flops, nbytes = p["roofline_ps"], p["flops"], p["bytes_accessed"]
+    roof = np.asarray(p["roofline_ps"])
     dur = self_time(ops).astype(float)  # (one new array: the self times, durations where a frame has none)
     new["efficiency"] = np.divide(roof, dur, out=np.full(n, np.nan), where=dur > 0).astype(np.float32)
-    new["intensity_flops_per_byte"] = p.pop("intensity_flops_per_byte")
     head = np.subtract(dur, roof, out=dur)  # NaN where the roofline is unknown
     new["headroom_ps"] = np.maximum(head, 0, out=head).astype(np.float32)  # (NaN stays NaN)
-    del dur, head
-    new["flops"], new["bytes_accessed"], new["net_bytes"], new["group_size"] = flops, nbytes, p["net"], p["gsize"]
+    del dur, head, roof
+    # the predictions as columns, or (a one-shot process) those that vary kept per identity in a table
+    cols, table = predictions.columns_of(p, n, per_identity_table)
+    new.update(cols)
     new["dtype"] = pd.Categorical.from_codes(p["dtype_codes"], categories=u["dtypes"])
     new["compute_dtype"] = pd.Categorical.from_codes(p["cdtype_codes"], categories=u["cdtypes"])
     new["cost_source"] = pd.Categorical.from_codes(p["src"], categories=labels(CostSource) + u["models"])
     new["unknown_reason"] = pd.Categorical.from_codes(p.pop("reason").astype(np.int32),
                                                       categories=u["reasons"] + list(EXTRA_REASONS)
                                                       + u.get("late_reasons", []))
-    new["compute_ps"], new["memory_ps"], new["network_ps"], new["roofline_ps"] = \
-        p["compute"], p["memory"], p["network"], roof
     new["bound_by"] = pd.Categorical.from_codes(p["best"], categories=schema.CATEGORIES["bound_by"])
     new["collective"] = pd.Categorical.from_codes(p["coll_codes"], categories=u["colls"])
     new["net_level"] = pd.Categorical.from_codes(p["level_codes"], categories=u["levels"])
@@ -226,7 +234,9 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     # one frame sharing the loader's columns and the new arrays (in schema order: conform() has nothing to copy)
     out = with_columns(ops, {k: new.pop(k) for k in order})
     # columns no op of the trace uses (collective model, loop trips, matmul shape) hold one value: stored once
-    return constant_columns(schema.conform(out, sch)), u.get("model"), disagreements
+    out = constant_columns(schema.conform(out, {k: v for k, v in sch.items() if k not in table}))
+    order = [c for c in sch if c in out.columns or c in table] + [c for c in out.columns if c not in sch]
+    return predictions.register(out, p, table, order), u.get("model"), disagreements
 
 
 def _result_schema(release_trace_costs: bool) -> dict:
@@ -394,7 +404,7 @@ def _queue_host_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) ->
         return
     w, queued = w[later], queued[later]
     for k in ("network", "roofline_ps"):
-        if not p[k].flags.writeable:
+        if isinstance(p[k], np.ndarray) and not p[k].flags.writeable:
             p[k] = p[k].copy()
         p[k][w] = np.fmax(p[k][w], queued)
 

@@ -131,7 +131,7 @@ def host_terms(ops: pd.DataFrame, p: dict, dchips: dict) -> None:
     if not len(r):
         return
     for k in ("compute", "memory", "roofline_ps", "best"):
-        if not p[k].flags.writeable or p[k].strides == (0,):  # (a read-only view, or one value held once)
+        if isinstance(p[k], np.ndarray) and (not p[k].flags.writeable or p[k].strides == (0,)):  # (read-only)
             p[k] = np.array(p[k])
     fr = f[r]
     mem = p["memory"][r].astype(float)

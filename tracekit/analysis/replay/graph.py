@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.grouping import codes_of, per_pair, per_value, row_parts, unique
+from tracekit.model import predictions
 
 OP, WIN, DONE = 0, 1, 2
 END, START = 0, 1  #: a predecessor edge waits for the source's end, or (a window's -start) its start
@@ -248,7 +249,8 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     order = np.lexsort((frows, fstart + fdur, fstart))
     frows, nslot = frows[order], fslot[order]
     # the chosen rows' columns, once (everything below is bounded by them)
-    ops = ops[[c for c in COLUMNS if c in ops.columns]].take(frows).reset_index(drop=True)
+    ops = predictions.materialized(ops[[c for c in (*COLUMNS, *predictions.COLUMNS) if c in ops.columns]].take(
+        frows).reset_index(drop=True), COLUMNS)
     n = len(frows)
     rows = np.arange(n, dtype=np.int64)
     start = ops["start_ps"].to_numpy(np.int64)

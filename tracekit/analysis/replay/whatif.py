@@ -17,6 +17,7 @@ import pandas as pd
 
 from tracekit.analysis.replay import changes as ch, engine, fixes, inputs
 from tracekit.errors import TraceError
+from tracekit.model import predictions
 
 #: critical-path entries kept in the object (the longest first when there are more)
 PATH_ROWS = 400
@@ -91,8 +92,9 @@ def setup(tr, ops: pd.DataFrame | None = None, max_nodes: int = inputs.MAX_NODES
     j = engine.join(gs)
     if not len(j.start):
         raise TraceError("nothing to replay: the chosen steps hold no op executions")
-    taken = ops if columns is None else ops[[c for c in columns if c in ops.columns]]
-    return Setup(tr, taken.take(rows).reset_index(drop=True), j, how, engine.evaluate(j),
+    taken = ops if columns is None else ops[[c for c in (*columns, *predictions.COLUMNS) if c in ops.columns]]
+    taken = predictions.materialized(taken.take(rows).reset_index(drop=True), columns or predictions.PER_IDENTITY)
+    return Setup(tr, taken, j, how, engine.evaluate(j),
                  _base_assumptions(tr, j, how), ops, rows)
 
 

@@ -21,12 +21,16 @@ def summarize_trace(tr, options: Options, *, hosts: tuple = (), ops=None, releas
     order (a run of one file gives none); ``ops``: the caller's own roofline-joined ops; ``pod``: whether the run
     has more than one host file (None: more than one of ``hosts``)."""
     from tracekit.analysis import hostview
+    from tracekit.model import predictions
     from tracekit.progress import NULL
     t0 = time.perf_counter()
     hv = hostview.build(tr, options, hosts=hosts, ops=ops, release_trace_costs=release_trace_costs,
                         progress=progress, pod=len(hosts) > 1 if pod is None else pod)
     (progress or NULL).stage("rules")
-    return summarize(hv, time.perf_counter() - t0)
+    try:
+        return summarize(hv, time.perf_counter() - t0)
+    finally:  # the host's frames are done with: a table of their predictions goes with them
+        predictions.release(hv.ops)
 
 
 def summarize_file(path: str, host: str, options: Options, hosts: tuple = (), use_hostname: bool = False,

@@ -26,6 +26,13 @@ def reduce(parts: list, ctx) -> dict:
     return {"inference": inference_report.section(view)}
 
 
+def _serving(hv):
+    """The host's serving part; the view's prediction table (a one-shot process's) goes with the view."""
+    from tracekit.model import predictions
+    predictions.release(hv.ops)
+    return hv.serving
+
+
 def build(tr, options=None, **given):
     """The :class:`tracekit.analysis.inference.InferenceView` of a loaded :class:`tracekit.ingest.trace.Trace` as the
     engine builds it, without the rest of the report (``tracekit inference``): each host's part
@@ -39,5 +46,5 @@ def build(tr, options=None, **given):
     opt = options_mod.make(options, **given)
     parts = per_host(tr)
     run_hosts = tuple(t.hosts[0] for t in parts)
-    view = inference.reduce([hostview.build(t, opt, hosts=run_hosts).serving for t in parts])
+    view = inference.reduce([_serving(hostview.build(t, opt, hosts=run_hosts)) for t in parts])
     return replace(view, per_device=inference_report.rule_frame(view))
