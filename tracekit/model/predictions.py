@@ -172,15 +172,16 @@ def columns_of(p: dict, n: int, keep_table: bool) -> tuple[dict, dict]:
     s = spread_of(p)
     if keep_table:
         s.share_equal()
-    if not keep_table or s.own_share() > MAX_OWN_SHARE:
-        return {KEYS[k]: s.full(k) for k in s.values}, {}
+    keep_table = keep_table and s.own_share() <= MAX_OWN_SHARE
     out, table = {}, {}
     for k, v in s.values.items():
-        one = one_value(v)
+        one = one_value(v)  # (every entry one value: every row reads it, held once where the process allows)
         if one is not None:
             out[KEYS[k]] = filled(n, one, v.dtype)
-        else:
+        elif keep_table:
             table[KEYS[k]] = v
+        else:
+            out[KEYS[k]] = s.full(k)
     return out, table
 
 

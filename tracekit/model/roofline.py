@@ -115,7 +115,7 @@ def joined(tr: Trace, chip: str | None = None, topology: str | None = None,
     and the cost disagreements it found. ``dchips``: (host, device) -> Chip to price on as given (``tracekit
     whatif --chip`` a machine record), instead of :func:`device_chips` of ``chip``. ``per_identity_table``: the
     predictions :data:`tracekit.model.predictions.PER_IDENTITY` are kept once per identity
-    (:func:`tracekit.model.predictions.columns_of`; one-shot processes only), read with its :func:`column`."""
+    (:func:`tracekit.model.predictions.columns_of`; one-shot processes only), read with its :func:`values`."""
     from tracekit.model import collective_model
     dchips = device_chips(tr, chip, cost_table) if dchips is None else dchips
     ops, model, dis = _join(tr, dchips, topology, cost_table, release_trace_costs, per_identity_table)
