@@ -23,6 +23,7 @@ import pandas as pd
 
 from tracekit import schema
 from tracekit.columns import filled, gather, held_once, one_value, with_columns
+from tracekit.grouping import group_index
 
 #: the predictions kept per identity (the join's others vary per row, or cost a byte a row)
 PER_IDENTITY = ("flops", "bytes_accessed", "net_bytes", "group_size", "compute_ps", "memory_ps", "network_ps",
@@ -79,30 +80,31 @@ class Spread:
     def share_equal(self) -> None:
         """Entries that ended equal bit for bit (rows written to with the same values, or with their identity's)
         become one, the first: what a row was written to without a change, or as its neighbours were, costs no
-        entry of its own. Entries are matched by a hash of their bits, then compared (a collision stays apart)."""
+        entry of its own. Entries are matched by a hash of their bits, then compared (a collision stays apart);
+        both a slice of entries at a time (the entries of 17 M rows' writes are millions)."""
         if self.shared == 0:
             return
-        h = None
-        for v in self.values.values():
-            b = _bits(v).astype(np.uint64)
-            h = b if h is None else np.bitwise_xor(h, b, out=h)
-            h *= _MIX  # (wraps around: a multiplicative hash)
-            h ^= h >> np.uint64(29)
-        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        m = len(next(iter(self.values.values())))
+        h = np.empty(m, np.uint64)
+        for a in range(0, m, _SLICE):
+            h[a:a + _SLICE] = _hash([v[a:a + _SLICE] for v in self.values.values()])
+        rep, first = group_index(pd.DataFrame({"h": h}, copy=False), ["h"])
         del h
-        rep = first[inv]
-        del first, inv
-        for v in self.values.values():
-            b = _bits(v)
-            differ = b[rep] != b
-            rep[differ] = np.flatnonzero(differ)  # (a collision: the entry stays its own)
-            del b, differ
-        keep = np.flatnonzero(rep == np.arange(len(rep)))
-        if len(keep) == len(rep):
+        rep = gather(first.astype(np.int32), rep)  # each entry's first entry of its hash
+        for a in range(0, m, _SLICE):
+            r = rep[a:a + _SLICE]
+            differ = np.zeros(len(r), bool)
+            for v in self.values.values():
+                b = _bits(v)
+                differ |= gather(b, r) != b[a:a + _SLICE]
+            r[differ] = np.flatnonzero(differ) + a  # (a collision: the entry stays its own)
+        keep = np.flatnonzero(rep == np.arange(m, dtype=np.int32))
+        if len(keep) == m:
             return
-        renumber = np.zeros(len(rep), np.int32)
+        renumber = np.zeros(m, np.int32)
         renumber[keep] = np.arange(len(keep), dtype=np.int32)
-        self.codes = gather(renumber[rep], self.codes)
+        self.codes = gather(gather(renumber, rep), self.codes)
+        del rep, renumber
         for k, v in self.values.items():
             self.values[k] = v[keep]
         self.shared = int(np.searchsorted(keep, self.shared))  # (an entry's equal is an earlier one: kept in order)
@@ -250,6 +252,20 @@ def materialized(df: pd.DataFrame, names=PER_IDENTITY) -> pd.DataFrame:
         prev = next((p for p in reversed(before[:at]) if p in cols), None)
         cols.insert(cols.index(prev) + 1 if prev is not None else 0, c)
     return out[cols]
+
+
+def _hash(columns: list) -> np.ndarray:
+    """A 64-bit hash per entry of the bits of every column (equal entries hash alike)."""
+    h = np.zeros(len(columns[0]), np.uint64)
+    for v in columns:
+        h ^= _bits(v).astype(np.uint64)
+        h *= _MIX  # (wraps around: a multiplicative hash)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+#: entries per slice of :meth:`Spread.share_equal`
+_SLICE = 1 << 20
 
 
 def _at(v: np.ndarray, rows) -> np.ndarray:
