@@ -74,6 +74,7 @@ def _frame(p, oracle, n):
 def one_shot(monkeypatch):
     monkeypatch.setattr(threads, "_one_shot", True)  # a tracekit process
     monkeypatch.setattr(C, "CONSTANT_MIN_ROWS", 1)
+    monkeypatch.setattr(P, "MIN_ROWS", 1)  # (a table for frames of any length)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -104,13 +105,17 @@ def test_written_rows_read_back_as_the_row_arrays(seed, one_shot):
         P.values(df, "flops")
 
 
-def test_columns_of_a_library_caller_and_of_mostly_own_rows_are_the_columns(one_shot):
+def test_columns_of_a_library_caller_of_a_short_frame_and_of_mostly_own_rows_are_the_columns(one_shot,
+                                                                                            monkeypatch):
     rng = np.random.default_rng(11)
     p, oracle = _written(rng, 3000, own_rows=0.3)
     cols, table = P.columns_of(p, 3000, False)  # a library caller: the columns themselves
     assert not table
     for k, v in oracle.items():
         _same_bits(cols[P.KEYS[k]], v)
+    monkeypatch.setattr(P, "MIN_ROWS", 3001)  # a frame shorter than MIN_ROWS: columns
+    assert P.columns_of(_written(rng, 3000)[0], 3000, True)[1] == {}
+    monkeypatch.setattr(P, "MIN_ROWS", 1)
     rng = np.random.default_rng(12)
     per = _identities(rng, 3)
     inv = rng.integers(0, 3, 3000)
@@ -165,6 +170,7 @@ def test_reports_equal_with_predictions_per_identity(path, monkeypatch):
     register = P.register
     monkeypatch.setattr(P, "register", lambda *a: made.append(register(*a)) or made[-1])
     monkeypatch.setattr(threads, "_one_shot", True)
+    monkeypatch.setattr(P, "MIN_ROWS", 1)  # (these traces are short: a table anyway)
     assert pipeline.analyze(path).to_json() == library
     kept = [f for f in made if P.CODE in f.columns]
     assert kept

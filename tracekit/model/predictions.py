@@ -162,6 +162,8 @@ def spread_of(p: dict) -> Spread:
     return next(v.spread for v in p.values() if isinstance(v, Rows))
 
 
+#: frames shorter than this keep their predictions as columns (a few kB: the table's bookkeeping costs more)
+MIN_ROWS = 1 << 16
 #: a table is kept when at most this share of the rows has entries of their own (else the columns themselves: at
 #: half the rows, entries and codes take 28 of the columns' 48 bytes a row)
 MAX_OWN_SHARE = 0.5
@@ -172,6 +174,7 @@ def columns_of(p: dict, n: int, keep_table: bool) -> tuple[dict, dict]:
     prediction as a column of the frame's own, or with ``keep_table`` (a one-shot process) and few own rows those
     that vary in a table (``{column: entries}``, for :func:`register`)."""
     s = spread_of(p)
+    keep_table = keep_table and n >= MIN_ROWS
     if keep_table:
         s.share_equal()
     keep_table = keep_table and s.own_share() <= MAX_OWN_SHARE
