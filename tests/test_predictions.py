@@ -86,6 +86,8 @@ def test_written_rows_read_back_as_the_row_arrays(seed, one_shot):
         _same_bits(np.asarray(p[key]), oracle[key])
     df, want, table = _frame(p, oracle, n)
     assert P.CODE in df.columns and table and df[P.CODE].dtype == np.int32
+    with pytest.raises(RuntimeError):  # entries shared again: a write would change other rows too
+        p["flops"][np.arange(3)] = 1.0
     # rows written as their identity's, or all alike, share entries: far fewer entries than rows written
     entries = len(next(iter(table.values())))
     assert entries <= len({tuple(np.asarray(oracle[k])[i].tobytes() for k in KEYS) for i in range(n)})

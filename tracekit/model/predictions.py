@@ -59,6 +59,7 @@ class Spread:
         self.values = values  #: join key -> entries
         self.codes = codes  #: int32 per row: its entry
         self.shared = shared  #: entries below this are an identity's (several rows may read them)
+        self.sealed = False  #: entries shared again (:meth:`share_equal`): no more writes
 
     def rows(self, key: str) -> "Rows":
         return Rows(self, key)
@@ -66,6 +67,8 @@ class Spread:
     def own(self, rows: np.ndarray) -> None:
         """Give each of ``rows`` (positions; a row named twice gets two, the first unread) that reads an identity's
         entry an entry of its own."""
+        if self.sealed:
+            raise RuntimeError("a prediction written after its rows' entries were shared again")
         rows = np.asarray(rows)
         need = rows[self.codes[rows] < self.shared] if rows.dtype != bool else \
             np.flatnonzero(rows & (self.codes < self.shared))
@@ -84,6 +87,7 @@ class Spread:
         both a slice of entries at a time (the entries of 17 M rows' writes are millions)."""
         if self.shared == 0:
             return
+        self.sealed = True  # (rows may share any entry from here on: a write would change its neighbours' too)
         m = len(next(iter(self.values.values())))
         h = np.empty(m, np.uint64)
         for a in range(0, m, _SLICE):
@@ -126,13 +130,6 @@ class Rows:
 
     def __init__(self, spread: Spread, key: str):
         self.spread, self.key = spread, key
-
-    @property
-    def dtype(self):
-        return self.spread.values[self.key].dtype
-
-    def __len__(self) -> int:
-        return len(self.spread.codes)
 
     def __getitem__(self, rows):
         return gather(self.spread.values[self.key], self.spread.codes[rows])
