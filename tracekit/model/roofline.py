@@ -200,8 +200,8 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     # memcpy/memset: size, path
     to_host_copies = runtime_copies.price(ops, p, u, dchips, copy_rows, copy_size, len(EXTRA_REASONS))
     del rows, copy_rows, copy_size
-    _queue_host_windows(ops, p, u, inv)
-    _judge_done_over_windows(ops, p, u, inv)
+    execution.queue_host_windows(ops, p, u, inv)
+    execution.judge_done_over_windows(ops, p, u, inv)
     sharing.host_terms(ops, p, dchips)
     to_host = runtime_copies.mark_to_host(_to_rows(u["to_host"], inv), to_host_copies)  # (held once: most traces)
     del inv, first
@@ -400,53 +400,6 @@ def _as_stored(p: dict) -> dict:
 
 def _combine(a, b):
     return b if a is None else (a if b is None else a * b)
-
-
-def _queue_host_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
-    """Host-transfer windows in flight together share their direction of the host link: each one's host-link time
-    (``network``) and roofline become the time until the link, moving the transfers in the order they started,
-    would have finished it (:func:`tracekit.model.execution.queued_link_time`); in place, before the ``-done``
-    rows take their windows' verdicts."""
-    w = np.flatnonzero(np.asarray(p["host_x"], bool) & ops["is_async"].to_numpy(bool))
-    if len(w) < 2:
-        return
-    own = p["network"][w].astype(float)
-    w, own = w[np.isfinite(own)], own[np.isfinite(own)]
-    queued = execution.queued_link_time(ops, w, own, gather(u["to_host"], gather(inv, w)))
-    later = queued > own
-    if not later.any():
-        return
-    w, queued = w[later], queued[later]
-    for k in ("network", "roofline_ps"):
-        if isinstance(p[k], np.ndarray) and not p[k].flags.writeable:
-            p[k] = p[k].copy()
-        p[k][w] = np.fmax(p[k][w], queued)
-
-
-def _judge_done_over_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> None:
-    """Each ``-done`` row paired with its async window takes the window's verdict scaled to the wait a transfer
-    at the roofline would have left exposed (:func:`tracekit.model.execution.done_roofline`); in place."""
-    done = u["done"][inv]
-    if not done.any():
-        return
-    d_idx, w_idx = execution.pair_done_windows(ops, done, u["d2s"])
-    if not len(d_idx):
-        return
-    same = ("best", "host_x", "reason", "dtype_codes", "cdtype_codes", "coll_codes", "gsize")  # window's own
-    for k in ("compute", "memory", "network", "roofline_ps", "net", *same):
-        v = p[k]
-        if isinstance(v, np.ndarray) and not v.flags.writeable and not (k in same and held_once(v)):
-            p[k] = v.copy()  # (a column held once gets its window's value, its own: it stays held once)
-    wroof = p["roofline_ps"][w_idx]
-    roof = execution.done_roofline(ops, d_idx, w_idx, wroof)
-    scale = np.divide(roof, wroof, out=np.zeros(len(roof)), where=wroof > 0)
-    for k in ("compute", "memory", "network"):
-        p[k][d_idx] = p[k][w_idx] * scale
-    p["roofline_ps"][d_idx] = np.where(np.isnan(wroof), np.nan, roof)
-    for k in same:
-        if not held_once(p[k]):
-            p[k][d_idx] = p[k][w_idx]  # (cost_source stays the -done's own: its zero cost is the model's)
-    p["net"][d_idx] = 0.0
 
 
 def _all_equal(v: np.ndarray, c) -> bool:
