@@ -1,6 +1,6 @@
 """Work once per distinct value instead of once per row: the codes and distinct values of a column
 (:func:`codes_of`), group keys and inverse indexes (:func:`group_index`, :func:`unique_rows`, :func:`distinct_rows`),
-the rows of each group (:func:`runs`, :func:`row_parts`, :func:`rows_by_text`), sorted distinct values
+the rows of each group (:func:`runs`, :func:`rows_per_code`, :func:`row_parts`, :func:`rows_by_text`), sorted distinct values
 (:func:`unique`, :func:`distinct_values`), exact integer sums per group (:func:`int_sums`) and values computed per
 distinct value spread to the rows (:func:`cat_from`, :func:`cat_apply`; of plain arrays, :func:`per_value`, :func:`per_pair`)."""
 from __future__ import annotations
@@ -223,16 +223,17 @@ def row_parts(df: pd.DataFrame, cols) -> dict:
     inv, first = _factorize(key, space)
     del key
     keys = _tuples(cp, first)
+    return {tuple(str(v) for v in keys[code]): rows for code, rows in rows_per_code(inv).items()
+            if not any(v is None for v in keys[code])}
+
+
+def rows_per_code(codes: np.ndarray) -> dict:
+    """code -> its rows: a slice when they are contiguous, else their sorted positions (from :func:`runs`)."""
     parts: dict = {}
-    for code, part in runs(inv):
+    for code, part in runs(codes):
         parts.setdefault(code, []).append(part)
-    out = {}
-    for code, ps in parts.items():
-        if any(v is None for v in keys[code]):
-            continue
-        out[tuple(str(v) for v in keys[code])] = ps[0] if len(ps) == 1 else np.sort(np.concatenate(
-            [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in ps]))
-    return out
+    return {code: ps[0] if len(ps) == 1 else np.sort(np.concatenate(
+        [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in ps])) for code, ps in parts.items()}
 
 
 def cat_from(per_unique: list, inv: np.ndarray) -> pd.Categorical:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import gather, held_once
-from tracekit.grouping import codes_of, group_index, row_parts, runs, unique_rows
+from tracekit.grouping import codes_of, group_index, row_parts, rows_per_code, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -64,8 +64,9 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray, op_groups: tuple)
         (src == "xla_ops").to_numpy(bool) & (run != -1))) & np.isfinite(executions) & (executions > 0)
     if not ok.any():
         return None
-    split = [_device_split(ok, part, run, executions, ops["duration_ps"].to_numpy(np.int64), op_groups)
-             for part in _device_rows(ops)]
+    duration = ops["duration_ps"].to_numpy(np.int64)
+    split = [_device_split(ok, part, run, executions, duration, op_groups)  # (the rows of each device)
+             for part in rows_per_code(codes_of(ops["device"], compact=True)[0]).values()]
     split = [x for x in split if x is not None]
     if not split:
         return None
@@ -73,15 +74,6 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray, op_groups: tuple)
     for rows, values in split:
         share[rows] = values
     return share
-
-
-def _device_rows(ops: pd.DataFrame) -> list:
-    """The rows of each device (a slice of a frame sorted by device, else sorted positions)."""
-    by: dict = {}
-    for c, part in runs(codes_of(ops["device"], compact=True)[0]):
-        by.setdefault(c, []).append(part)
-    return [ps[0] if len(ps) == 1 else np.sort(np.concatenate(
-        [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in ps])) for ps in by.values()]
 
 
 def _device_split(ok: np.ndarray, part, run: np.ndarray, executions: np.ndarray, duration: np.ndarray,
