@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracekit.analysis.collectives import busbw_factor, executions
 from tracekit.columns import stack
-from tracekit.grouping import int_sums
+from tracekit.grouping import group_index, int_sums
 
 #: one row per collective op (module, op), executions aggregated
 SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
@@ -67,14 +67,7 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
     ex = executions(ops, model, instances=True)
     if not len(ex):
         return _empty()
-    g = ex.groupby(KEY, sort=False)  # (ex is in (start, host, device) order: the first row is the first execution)
-    o = g.agg(n=("start_ps", "size"), dur_sum=("duration_ps", "sum"), size_bytes=("size_bytes", "first"),
-              gmax=("group_size", "max"), bound=("bound", "first"), first_start=("start_ps", "first"),
-              first_host=("host", "first"), first_device=("device", "first")).reset_index()
-    o["devices"] = [tuple(sorted(set(v))) for v in g["device"].agg(list)]
-    o["hosts"] = [tuple(sorted({str(h) for h in v})) for v in g["host"].agg(list)]  # (a trace of several hosts)
-    o["pred_sum"] = g["predicted_ps"].sum().to_numpy(float)  # (NaN skipped, as a mean skips them)
-    o["pred_n"] = g["predicted_ps"].count().to_numpy(np.int64)
+    o, row = _per_op(ex)
     desc = []
     for r in o.itertuples(index=False):
         op = model.op(int(r.program_id), r.op)
@@ -85,7 +78,6 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
     o["groups"], o["span"], o["phases"], o["reason"], o["pattern"], o["global_bytes"] = \
         (list(x) for x in zip(*desc))
     # instances: the op row of each execution, then per (op row, async, group, k)
-    row = g.ngroup().to_numpy()
     start, dur = ex["start_ps"].to_numpy(np.int64), ex["duration_ps"].to_numpy(np.int64)
     ik = pd.DataFrame({"op": row, "is_async": ex["is_async"].to_numpy(bool), "group": ex["_group"].to_numpy(np.int64),
                        "k": ex["_k"].to_numpy(np.int64)})
@@ -107,6 +99,49 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
             "min_end": min_end, "max_end": max_end, "dur_sum": int_sums(inv, dur, n_i),
             "skew": np.bincount(inv, weights=skew, minlength=n_i)}
     return HostPart(o[OP_COLUMNS], inst)
+
+
+def _per_op(ex: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """(one row per op of the executions ``ex``, in first-execution order: KEY, n, dur_sum, the first execution's
+    size_bytes, bound, start, host and device, gmax, devices, hosts, pred_sum, pred_n; each execution's op row).
+    ``ex`` is in (start, host, device) order: an op's first row is its first execution."""
+    cols = KEY + ["size_bytes", "bound", "host", "device"]
+    if any(ex[c].isna().any() for c in cols):  # (a missing value: pandas' groupby, which skips it)
+        g = ex.groupby(KEY, sort=False)
+        o = g.agg(n=("start_ps", "size"), dur_sum=("duration_ps", "sum"), size_bytes=("size_bytes", "first"),
+                  gmax=("group_size", "max"), bound=("bound", "first"), first_start=("start_ps", "first"),
+                  first_host=("host", "first"), first_device=("device", "first")).reset_index()
+        o["devices"] = [tuple(sorted(set(v))) for v in g["device"].agg(list)]
+        o["hosts"] = [tuple(sorted({str(h) for h in v})) for v in g["host"].agg(list)]
+        pred, inv = g["predicted_ps"], g.ngroup().to_numpy()
+    else:  # one grouping, then arrays (a groupby's aggregation costs ms on the few hundred rows of a host)
+        inv, first = group_index(ex, KEY)  # (groups in first-seen order, as groupby(sort=False) numbers them)
+        inv, n_op = inv.astype(np.int64), len(first)
+        o = pd.DataFrame({c: ex[c].take(first).reset_index(drop=True) for c in KEY})
+        o["n"] = np.bincount(inv, minlength=n_op).astype(np.int64)
+        o["dur_sum"] = int_sums(inv, ex["duration_ps"].to_numpy(np.int64), n_op)
+        o["size_bytes"] = ex["size_bytes"].take(first).reset_index(drop=True)
+        gmax = np.full(n_op, np.iinfo(np.int64).min)
+        np.maximum.at(gmax, inv, ex["group_size"].to_numpy(np.int64))
+        o["gmax"] = gmax
+        o["bound"] = ex["bound"].take(first).reset_index(drop=True)
+        o["first_start"] = ex["start_ps"].to_numpy(np.int64)[first]
+        o["first_host"] = ex["host"].take(first).reset_index(drop=True)
+        o["first_device"] = ex["device"].take(first).reset_index(drop=True)
+        o["devices"] = _distinct(inv, ex["device"].tolist(), n_op)
+        o["hosts"] = _distinct(inv, [str(h) for h in ex["host"].tolist()], n_op)  # (a trace of several hosts)
+        pred = pd.Series(ex["predicted_ps"].to_numpy(float)).groupby(inv)
+    o["pred_sum"] = pred.sum().to_numpy(float)  # (NaN skipped, as a mean skips them)
+    o["pred_n"] = pred.count().to_numpy(np.int64)
+    return o, inv
+
+
+def _distinct(inv: np.ndarray, values: list, n: int) -> list:
+    """Per group of ``inv`` (codes in [0, n)): its distinct ``values``, sorted, as a tuple."""
+    out: list = [set() for _ in range(n)]
+    for i, v in zip(inv.tolist(), values):
+        out[i].add(v)
+    return [tuple(sorted(x)) for x in out]
 
 
 def reduce(parts: list) -> pd.DataFrame:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import donation, hostcheck
+from tracekit.analysis.allocators import CURVE_POINTS, allocator_summary
 from tracekit.grouping import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
 
@@ -37,7 +38,6 @@ PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "ou
                    "live_peak_source", "largest_buffer_bytes", "largest_temp_bytes", "largest_temp_instruction",
                    "largest_temp_opcode", "largest_temp_source", "undonated_bytes", "undonated_parameters",
                    "executions", "hosts"]
-CURVE_POINTS = 200
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,15 @@ def live_curve(heap: pd.DataFrame, sizes: dict, keep) -> tuple[np.ndarray, np.nd
     """(seq, live bytes after each event, instruction) of one heap-simulator trace, counting only buffers for
     which ``keep(buffer_id)`` is true. A SHARE_WITH reuses its canonical buffer's memory: nothing new is live,
     and the memory is free only when every sharer has been freed."""
+    return _live(_records(heap[["seq", "kind", "buffer_id", "share_with", "instruction"]]), sizes, keep)
+
+
+def _live(events: list, sizes: dict, keep) -> tuple[np.ndarray, np.ndarray, list]:
+    """:func:`live_curve` of a trace's events as row dicts (seq, kind, buffer_id, share_with, instruction)."""
     canon, refs = {}, {}
     live, out = 0, []
-    for kind, b, c in zip(heap["kind"].to_numpy(), heap["buffer_id"].to_numpy(), heap["share_with"].to_numpy()):
-        b, c = int(b), int(c)
+    for e in events:
+        kind, b, c = e["kind"], int(e["buffer_id"]), int(e["share_with"])
         if kind == 0:
             canon[b], refs[b] = b, 1
             if keep(b):
@@ -79,7 +84,15 @@ def live_curve(heap: pd.DataFrame, sizes: dict, keep) -> tuple[np.ndarray, np.nd
                 if keep(root):
                     live -= sizes.get(root, 0)
         out.append(live)
-    return heap["seq"].to_numpy(), np.array(out, np.int64), heap["instruction"].tolist()
+    return np.array([e["seq"] for e in events], np.int64), np.array(out, np.int64), [e["instruction"] for e in events]
+
+
+def _traces(events: list) -> list:
+    """A program's heap-simulator events (row dicts, in table order) split by trace, traces in number order."""
+    out: dict = {}
+    for e in events:
+        out.setdefault(e["trace"], []).append(e)
+    return [out[t] for t in sorted(out)]
 
 
 def _downsample(seq, live, names, k: int = CURVE_POINTS) -> pd.DataFrame:
@@ -90,10 +103,17 @@ def _downsample(seq, live, names, k: int = CURVE_POINTS) -> pd.DataFrame:
                          "live_bytes": np.asarray(live)[keep]})
 
 
+def _records(df: pd.DataFrame) -> list[dict]:
+    """The rows of a small table as dicts of plain Python values (what ``to_dict("records")`` gives, in a tenth of
+    its time: one ``tolist`` per column)."""
+    cols = list(df.columns)
+    return [dict(zip(cols, r)) for r in zip(*(df[c].tolist() for c in cols))] if len(df) else []
+
+
 def _by_program(df: pd.DataFrame) -> dict:
     """(module, program_id) -> list of row dicts (the buffer tables are small: plain records beat pandas here)."""
     out: dict = {}
-    for r in df.to_dict("records"):
+    for r in _records(df):
         out.setdefault((r["module"], int(r["program_id"])), []).append(r)
     return out
 
@@ -120,10 +140,9 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
         temp_buf = {x["buffer_id"] for x in b if kind_of.get(x["allocation"]) == "temp"}
         shapes = donation.allocation_shapes(b)
         peaks: dict = {}
-        h = pd.DataFrame(hps.get(key, []), columns=["trace", "seq", "kind", "buffer_id", "share_with", "instruction"])
-        for _, ev in h.groupby("trace", sort=True):
-            for c in sorted({color.get(int(x), -1) for x in ev["buffer_id"]} - {-1}):
-                seq, live, names = live_curve(ev, sizes, lambda x, c=c: x in temp_buf and color.get(x) == c)
+        for ev in _traces(hps.get(key, [])):
+            for c in sorted({color.get(int(e["buffer_id"]), -1) for e in ev} - {-1}):
+                seq, live, names = _live(ev, sizes, lambda x, c=c: x in temp_buf and color.get(x) == c)
                 if len(live) and live.max() > 0:
                     peaks[c] = peaks.get(c, 0) + int(live.max())
                     if c == 0 and (key not in curves or live.max() > curves[key]["live_bytes"].max()):
@@ -148,9 +167,9 @@ def programs(tables: buf.BufferTables, module_aliases: dict | None = None) -> tu
                          if top and top["source_file"] else "",
                          "undonated_bytes": undonated, "undonated_parameters": params, "executions": 0,
                          "hosts": ""})
-    out = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
-    return out.astype({"program_id": "uint64", **{c: "int64" for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}), \
-        curves
+    types = {"program_id": np.uint64, **{c: np.int64 for c in PROGRAM_COLUMNS if c.endswith("_bytes")}}
+    return pd.DataFrame({c: np.array([r[c] for r in rows], types[c]) if c in types else [r[c] for r in rows]
+                         for c in PROGRAM_COLUMNS}), curves
 
 
 def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
@@ -163,26 +182,42 @@ def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
             "source_file", "source_line", "parameter_number", "allocation", "from_host"]
     if not len(al):
         return pd.DataFrame(columns=cols)
-    j = bu.merge(al[["module", "program_id", "allocation", "kind", "parameter_number", "memory_space"]],
-                 on=["module", "program_id", "allocation"], how="inner")
-    temp = j[j["kind"] == "temp"]
-    other = j[j["kind"] != "temp"].copy()
-    other["_p"] = other["opcode"] != "parameter"  # the parameter instruction owns an argument allocation
-    other = other.sort_values(["module", "program_id", "allocation", "_p", "size_bytes"],
-                              ascending=[True, True, True, True, False]).drop_duplicates(
-        ["module", "program_id", "allocation"])
-    # (dicts: a MultiIndex lookup per row costs ~30 µs, and a program has hundreds of allocations)
-    sizes = dict(zip(zip(al["module"], al["program_id"], al["allocation"]), al["size_bytes"]))
-    if len(sizes) < len(al):  # (an allocation listed twice: looked up as before, by its index)
-        sizes = al.set_index(["module", "program_id", "allocation"])["size_bytes"]
-    other["size_bytes"] = [int(sizes[k]) for k in zip(other["module"], other["program_id"], other["allocation"])]
-    out = pd.concat([temp, other.drop(columns="_p")], ignore_index=True)[cols]
-    out = out[out["size_bytes"] > 0]
+    # (plain lists: the tables are small, and a pandas merge, sort and de-duplication cost ms each on them)
+    akey = list(zip(al["module"].tolist(), al["program_id"].tolist(), al["allocation"].tolist()))
+    akind, asize = al["kind"].tolist(), al["size_bytes"].tolist()
+    of: dict = {}  # allocation -> its rows in the allocations table
+    for i, k in enumerate(akey):
+        of.setdefault(k, []).append(i)
+    bkey = list(zip(bu["module"].tolist(), bu["program_id"].tolist(), bu["allocation"].tolist()))
+    bsize, bop = bu["size_bytes"].tolist(), bu["opcode"].tolist()
+    temp, other = [], []  # (buffer row, allocation row): each buffer with its allocation, in buffer order
+    for j, k in enumerate(bkey):
+        for i in of.get(k, ()):
+            (temp if akind[i] == "temp" else other).append((j, i))
+    # an allocation that is not a temporary is listed once: the parameter instruction owns it, else its largest
+    # buffer (the first of equal ones), at the allocation's size
+    other.sort(key=lambda t: (bkey[t[0]], bop[t[0]] != "parameter", -bsize[t[0]]))
+    owners, seen = [], set()
+    for j, i in other:
+        if bkey[j] not in seen:
+            seen.add(bkey[j])
+            owners.append((j, i))
+    size = {k: asize[rows[0]] for k, rows in of.items()}
+    picked = [(j, i, bsize[j]) for j, i in temp] + [(j, i, size[bkey[j]]) for j, i in owners]
+    picked = [t for t in picked if t[2] > 0]
     # equal sizes: buffers of the program with the largest footprint first (the step, not a helper program)
-    foot = dict(al.groupby(["module", "program_id"], observed=True)["size_bytes"].sum().items())
-    out = out.assign(_f=[foot.get((m, p), 0) for m, p in zip(out["module"], out["program_id"])])
-    return out.sort_values(["size_bytes", "_f", "module", "instruction"], ascending=[False, False, True, True],
-                           kind="stable", ignore_index=True).drop(columns="_f")
+    foot: dict = {}
+    for (m, p, _), n in zip(akey, asize):
+        foot[(m, p)] = foot.get((m, p), 0) + n
+    inst = bu["instruction"].tolist()
+    picked.sort(key=lambda t: (-t[2], -foot[bkey[t[0]][:2]], bkey[t[0]][0], inst[t[0]]))
+    bj = np.array([t[0] for t in picked], np.int64)
+    ai = np.array([t[1] for t in picked], np.int64)
+    from_al = ("memory_space", "kind", "parameter_number")
+    out = {c: (al[c] if c in from_al else bu[c]).take(ai if c in from_al else bj).reset_index(drop=True)
+           for c in cols if c != "size_bytes"}
+    out["size_bytes"] = pd.Series(np.array([t[2] for t in picked], np.int64))
+    return pd.DataFrame({c: out[c] for c in cols})
 
 
 def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFrame, capacity: dict) -> pd.DataFrame:
@@ -245,76 +280,40 @@ def offload(progs: pd.DataFrame, tables: buf.BufferTables, capacity: float) -> p
             "capacity_bytes", "share", "fits"]
     host = progs[progs["memory_space"] == "host"]
     rows = []
-    for r in host.itertuples(index=False):
-        hb = int(r.argument_bytes + r.output_bytes - r.alias_bytes + r.temp_bytes)
+    if len(host):  # (the tables as records, by program: few programs keep arrays in host memory)
+        als, bus, hps = (_by_program(t) for t in (tables.allocations, tables.buffers, tables.heap))
+        dev = {}
+        for x in _records(progs[progs["memory_space"] == "device"]):
+            dev.setdefault((x["module"], int(x["program_id"])), x)  # (the first row, as iloc[0] takes it)
+    for r in (_records(host) if len(host) else ()):
+        hb = int(r["argument_bytes"] + r["output_bytes"] - r["alias_bytes"] + r["temp_bytes"])
         if hb <= 0:
             continue
-        d = progs[(progs["module"] == r.module) & (progs["program_id"] == r.program_id)
-                  & (progs["memory_space"] == "device")]
-        b = tables.buffers[(tables.buffers["module"] == r.module) & (tables.buffers["program_id"] == r.program_id)]
-        h = tables.heap[(tables.heap["module"] == r.module) & (tables.heap["program_id"] == r.program_id)]
-        al = tables.allocations[(tables.allocations["module"] == r.module)
-                                & (tables.allocations["program_id"] == r.program_id)]
-        temp_alloc = set(al.loc[al["kind"] == "temp", "allocation"])
-        dev_temp = b[(b["color"] == 0) & b["allocation"].isin(temp_alloc)]
-        staging = set(dev_temp.loc[dev_temp["from_host"], "buffer_id"])
-        sizes = dict(zip(b["buffer_id"], b["size_bytes"]))
-        keep_ids = set(dev_temp["buffer_id"]) - staging
+        key = (r["module"], int(r["program_id"]))
+        b = bus.get(key, [])
+        temp_alloc = {x["allocation"] for x in als.get(key, []) if x["kind"] == "temp"}
+        dev_temp = [x for x in b if x["color"] == 0 and x["allocation"] in temp_alloc]
+        staging = {x["buffer_id"] for x in dev_temp if x["from_host"]}
+        sizes = {x["buffer_id"]: x["size_bytes"] for x in b}
+        keep_ids = {x["buffer_id"] for x in dev_temp} - staging
         peak_wo = 0
-        for _, ev in h.groupby("trace", sort=True):
-            _, live, _ = live_curve(ev, sizes, lambda x: x in keep_ids)
+        for ev in _traces(hps.get(key, [])):
+            _, live, _ = _live(ev, sizes, lambda x: x in keep_ids)
             peak_wo += int(live.max()) if len(live) else 0
         base = 0
         dpeak = 0
-        if len(d):
-            x = d.iloc[0]
-            base = int(x.argument_bytes + x.output_bytes - x.alias_bytes + x.constant_bytes)
-            dpeak = int(x.live_peak_bytes)
-            if x.live_peak_source != "heap simulator":  # no simulator trace: the temp allocation, staging included
-                peak_wo = int(x.temp_bytes)
+        x = dev.get(key)
+        if x is not None:
+            base = int(x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"] + x["constant_bytes"])
+            dpeak = int(x["live_peak_bytes"])
+            if x["live_peak_source"] != "heap simulator":  # no simulator trace: the temp allocation, staging included
+                peak_wo = int(x["temp_bytes"])
         need = base + peak_wo + hb
-        rows.append({"module": r.module, "program_id": r.program_id, "host_bytes": hb, "device_peak_bytes": dpeak,
-                     "staging_bytes": int(sum(sizes[i] for i in staging)), "need_bytes": need,
-                     "capacity_bytes": capacity, "share": need / capacity if capacity == capacity and capacity else
-                     np.nan, "fits": bool(capacity == capacity and need <= capacity)})
+        rows.append({"module": r["module"], "program_id": r["program_id"], "host_bytes": hb,
+                     "device_peak_bytes": dpeak, "staging_bytes": int(sum(sizes[i] for i in staging)),
+                     "need_bytes": need, "capacity_bytes": capacity, "share": need / capacity if capacity == capacity
+                     and capacity else np.nan, "fits": bool(capacity == capacity and need <= capacity)})
     return pd.DataFrame(rows, columns=cols)
-
-
-def allocator_summary(events: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
-    """Per (host, allocator) from the allocator's events: events, first/last time, peak_in_trace_bytes (the most
-    bytes in use after any event), reported_peak_bytes (the allocator's own peak_bytes_in_use, which may predate
-    the trace), last_bytes; and a downsampled bytes-in-use curve per allocator."""
-    cols = ["host", "allocator", "events", "start_ps", "end_ps", "peak_in_trace_bytes", "reported_peak_bytes",
-            "last_bytes", "device"]
-    if events is None or not len(events):
-        return pd.DataFrame(columns=cols), {}
-    rows, curves = [], {}
-    for (h, a), g in events.groupby([events["host"].astype(str), events["allocator"].astype(str)], sort=True):
-        g = g.sort_values("start_ps", kind="stable")
-        use = g["bytes_in_use"].to_numpy(float)
-        ok = ~np.isnan(use)
-        if not ok.any():
-            continue
-        t, use = g["start_ps"].to_numpy(np.int64)[ok], use[ok]
-        rows.append({"host": h, "allocator": a, "events": int(ok.sum()), "start_ps": int(t[0]), "end_ps": int(t[-1]),
-                     "peak_in_trace_bytes": float(use.max()),
-                     "reported_peak_bytes": float(np.nanmax(g["peak_bytes_in_use"].to_numpy(float)))
-                     if g["peak_bytes_in_use"].notna().any() else np.nan,
-                     "last_bytes": float(use[-1]), "device": allocator_device(a)})
-        keep = np.arange(len(use)) if len(use) <= CURVE_POINTS else np.unique(
-            np.r_[np.linspace(0, len(use) - 1, CURVE_POINTS - 1).astype(int), np.argmax(use)])
-        curves[(h, a)] = pd.DataFrame({"start_ps": t[keep], "bytes_in_use": use[keep]})
-    return pd.DataFrame(rows, columns=cols), curves
-
-
-def allocator_device(name: str) -> str:
-    """'GPU_4_bfc' -> 'GPU:4'; 'device 2' -> ':2' (the index on the host; the caller knows the family); else ''."""
-    import re
-    m = re.match(r"^(GPU|TPU|CPU)_(\d+)_", name)
-    if m:
-        return f"{m.group(1)}:{m.group(2)}"
-    m = re.match(r"^device (\d+)$", name)
-    return f":{m.group(1)}" if m else ""
 
 
 def aliases(modules: list) -> dict:

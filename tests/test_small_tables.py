@@ -1,0 +1,167 @@
+"""The memory view's buffer tables and the per-device step statistics are computed on plain lists and arrays (a
+pandas merge, group or sort costs milliseconds on tables of tens of rows). Each is checked here against the same
+quantity written with pandas (merge, groupby, sort_values, quantile) as an independent oracle, on real traces (the
+shared v6e trace: host offload, allocator events, heap-simulator traces) and on random tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import cpu_fixture, shared_trace
+
+import tracekit
+from tracekit.analysis import memory, stepstats
+from tracekit.ingest import buffers as buf
+from tracekit.model import roofline
+
+
+def _traces():
+    yield pytest.param(lambda: shared_trace("tpu/v6e-4_jax_inference.xplane.pb"), id="v6e")
+    yield pytest.param(lambda: shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb"), id="mi300x8")
+    for case in ("train_step", "allreduce_exposed", "attention"):
+        yield pytest.param(lambda case=case: cpu_fixture(case), id=case)
+
+
+@pytest.fixture(scope="module", params=list(_traces()))
+def loaded(request):
+    tr = tracekit.load(request.param())
+    return tr, buf.tables(tr.hlo_modules)
+
+
+def _largest_buffers_by_pandas(t: buf.BufferTables) -> pd.DataFrame:
+    al, bu = t.allocations, t.buffers
+    cols = ["module", "program_id", "memory_space", "kind", "size_bytes", "instruction", "opcode", "shape",
+            "source_file", "source_line", "parameter_number", "allocation", "from_host"]
+    j = bu.merge(al[["module", "program_id", "allocation", "kind", "parameter_number", "memory_space"]],
+                 on=["module", "program_id", "allocation"], how="inner")
+    temp, other = j[j["kind"] == "temp"], j[j["kind"] != "temp"].copy()
+    other["_p"] = other["opcode"] != "parameter"
+    other = other.sort_values(["module", "program_id", "allocation", "_p", "size_bytes"],
+                              ascending=[True, True, True, True, False]).drop_duplicates(
+        ["module", "program_id", "allocation"])
+    size = al.set_index(["module", "program_id", "allocation"])["size_bytes"]
+    other["size_bytes"] = size.loc[list(zip(other["module"], other["program_id"], other["allocation"]))].to_numpy()
+    out = pd.concat([temp, other.drop(columns="_p")], ignore_index=True)[cols]
+    out = out[out["size_bytes"] > 0]
+    foot = al.groupby(["module", "program_id"])["size_bytes"].sum()
+    out = out.assign(_f=foot.loc[list(zip(out["module"], out["program_id"]))].to_numpy())
+    return out.sort_values(["size_bytes", "_f", "module", "instruction"], ascending=[False, False, True, True],
+                           kind="stable", ignore_index=True).drop(columns="_f")
+
+
+def test_largest_buffers_equal_a_pandas_merge(loaded):
+    _, t = loaded
+    got, want = memory.largest_buffers(t), _largest_buffers_by_pandas(t)
+    assert len(got) > 0
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_program_rows_and_offload_equal_pandas_selections(loaded):
+    tr, t = loaded
+    progs, _ = memory.programs(t, memory.aliases(tr.hlo_modules))
+    assert len(progs) > 0
+    for (mod, pid, space), row in progs.set_index(["module", "program_id", "memory_space"]).iterrows():
+        al = t.allocations[(t.allocations["module"] == mod) & (t.allocations["program_id"] == pid)
+                           & (t.allocations["memory_space"] == space)]
+        by_kind = al.groupby("kind")["size_bytes"].sum()
+        assert row["argument_bytes"] == by_kind.get("argument", 0) + by_kind.get("argument+output", 0)
+        assert row["temp_bytes"] == by_kind.get("temp", 0)
+        bu = t.buffers[(t.buffers["module"] == mod) & (t.buffers["program_id"] == pid)
+                       & t.buffers["allocation"].isin(al["allocation"])]
+        assert row["largest_buffer_bytes"] == (bu["size_bytes"].max() if len(bu) else 0)
+    off = memory.offload(progs, t, 32 * 2**30)
+    host = progs[(progs["memory_space"] == "host") & (progs["argument_bytes"] + progs["output_bytes"]
+                                                      - progs["alias_bytes"] + progs["temp_bytes"] > 0)]
+    assert off[["module", "program_id"]].values.tolist() == host[["module", "program_id"]].values.tolist()
+    for r in off.itertuples():
+        b = t.buffers[(t.buffers["module"] == r.module) & (t.buffers["program_id"] == r.program_id)]
+        al = t.allocations[(t.allocations["module"] == r.module) & (t.allocations["program_id"] == r.program_id)]
+        dev_temp = b[(b["color"] == 0) & b["allocation"].isin(al.loc[al["kind"] == "temp", "allocation"])]
+        assert r.staging_bytes == int(dev_temp.loc[dev_temp["from_host"], "size_bytes"].sum())
+
+
+def test_allocator_summary_equals_a_pandas_groupby(loaded):
+    tr, _ = loaded
+    ev = tr.memory_events
+    if ev is None or not len(ev):
+        pytest.skip("no allocator events in this trace")
+    got, curves = memory.allocator_summary(ev)
+    rows = []
+    for (h, a), g in ev.groupby([ev["host"].astype(str), ev["allocator"].astype(str)], sort=True):
+        g = g.sort_values("start_ps", kind="stable")
+        g = g[g["bytes_in_use"].notna()]
+        rows.append((h, a, len(g), int(g["start_ps"].iloc[0]), int(g["start_ps"].iloc[-1]),
+                     float(g["bytes_in_use"].max()), float(g["bytes_in_use"].iloc[-1])))
+    assert [tuple(r) for r in got[["host", "allocator", "events", "start_ps", "end_ps", "peak_in_trace_bytes",
+                                   "last_bytes"]].itertuples(index=False)] == rows
+    assert set(curves) == {(h, a) for h, a, *_ in rows}
+
+
+def _step_stats_by_pandas(steps: pd.DataFrame, column: str) -> pd.DataFrame:
+    st = stepstats.closed_steps(steps)
+    g = st.assign(host=st["host"].astype(str), device=st["device"].astype(str)).groupby(["host", "device"])[column]
+    return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
+                 min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
+
+
+def _random_steps(rng, n: int, scale: int) -> pd.DataFrame:
+    return pd.DataFrame({"host": rng.choice(["h1", "h0", "host10"], n),
+                         "device": pd.Categorical(rng.choice(["TPU:0", "TPU:1", "TPU:10"], n)),
+                         "step": rng.integers(0, 30, n), "step_ps": rng.integers(1, 6, n) * scale,
+                         "busy_ps": rng.integers(0, 100, n), "open_end": rng.random(n) < 0.2})
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_step_stats_equal_a_pandas_groupby(seed):
+    rng = np.random.default_rng(seed)
+    for scale in (1, 10**9, 7 * 10**11):  # (small values: ties in median and mean; large: picosecond steps)
+        steps = _random_steps(rng, int(rng.integers(1, 80)), scale)
+        pd.testing.assert_frame_equal(stepstats.step_stats(steps, "step_ps"),
+                                      _step_stats_by_pandas(steps, "step_ps"), check_exact=True)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_slowest_device_equals_a_pandas_ranking(seed):
+    rng = np.random.default_rng(100 + seed)
+    for scale in (1, 10**9):
+        steps = _random_steps(rng, int(rng.integers(1, 80)), scale)
+        st = stepstats.closed_steps(steps)
+        g = st["step_ps"].groupby([st["host"].astype(str).to_numpy(), st["device"].astype(str).to_numpy()])
+        rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
+        key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
+        t = st["step_ps"][(st["host"].astype(str) == key[0]) & (st["device"].astype(str) == key[1])].astype(float)
+        median, mean, host, device, stats = stepstats.summary(steps).slowest
+        assert (median, mean, host, device) == (rank.loc[key, "median"], rank.loc[key, "mean"], key[0], key[1])
+        assert stats == {"timed_steps": len(t), "mean_ps": t.mean(), "p50_ps": t.quantile(0.5),
+                         "p90_ps": t.quantile(0.9), "min_ps": t.min(), "max_ps": t.max()}
+
+
+def test_step_stats_of_a_real_trace_equal_a_pandas_groupby():
+    from tracekit.analysis import timeline
+    tr = tracekit.load(cpu_fixture("async_dp8"))
+    steps = timeline.step_breakdown(roofline.join(tr), tr.steps)
+    assert len(steps) > 8
+    pd.testing.assert_frame_equal(stepstats.step_stats(steps, "step_ps"), _step_stats_by_pandas(steps, "step_ps"),
+                                  check_exact=True)
+
+
+@pytest.mark.parametrize("case", ["collectives/mesh2x8", "collectives/ring16", "cpu/async_dp8"])
+def test_collective_ops_per_host_equal_a_pandas_groupby(case):
+    """Per collective op of one host (interconnect.host_part): its counts, sums and first execution against a
+    pandas groupby of the same executions."""
+    from conftest import FIXTURES
+    from tracekit.analysis import collectives, interconnect
+    tr = tracekit.load(FIXTURES / case)
+    j = roofline.joined(tr)
+    ex = collectives.executions(j.ops, j.model, instances=True)
+    assert len(ex) > 0
+    got = interconnect.host_part(j.ops, j.model).ops
+    g = ex.groupby(interconnect.KEY, sort=False)
+    want = g.agg(n=("start_ps", "size"), dur_sum=("duration_ps", "sum"), size_bytes=("size_bytes", "first"),
+                 gmax=("group_size", "max"), bound=("bound", "first"), first_start=("start_ps", "first"),
+                 first_host=("host", "first"), first_device=("device", "first")).reset_index()
+    want["devices"] = [tuple(sorted(set(v))) for v in g["device"].agg(list)]
+    want["pred_sum"] = g["predicted_ps"].sum().to_numpy(float)
+    want["pred_n"] = g["predicted_ps"].count().to_numpy(np.int64)
+    pd.testing.assert_frame_equal(got[list(want.columns)], want, check_exact=True)
