@@ -105,3 +105,51 @@ def test_pairing_device_by_device_pairs_as_the_whole_frame(v6e, monkeypatch):
     mixed = ops.take(shuffled).reset_index(drop=True)
     got = _pairs(*execution.pair_done_windows(mixed, done[shuffled], d2s))
     assert {(int(shuffled[a]), int(shuffled[b])) for a, b in got} == whole
+
+
+def _pairs_by_hand(ops, done, d2s) -> list:
+    """The pairing rule written out: per (host, device, program, -start name), the -dones in time order each take
+    the latest window of their -start that starts at or before them, unless the -done before took it."""
+    rows = ops.reset_index(drop=True)
+    win: dict = {}
+    for i, r in enumerate(rows.itertuples(index=False)):
+        if r.is_async:
+            win.setdefault((str(r.host), str(r.device), int(r.program_id), str(r.op)), []).append(i)
+    dones: dict = {}
+    for i in np.flatnonzero(done).tolist():
+        r = rows.iloc[i]
+        p, o = int(r["program_id"]), str(r["op"])
+        key = (str(r["host"]), str(r["device"]), p, d2s.get((p, o), o.replace("-done", "-start", 1)))
+        if key in win:
+            dones.setdefault(key, []).append(i)
+    start = rows["start_ps"].to_numpy(np.int64)
+    out = []
+    for key in dones:
+        ws = sorted(win[key], key=lambda i: (start[i], i))
+        last = None
+        for d in sorted(dones[key], key=lambda i: (start[i], i)):
+            before = [w for w in ws if start[w] <= start[d]]
+            w = before[-1] if before else None
+            if w is not None and w != last:
+                out.append((d, w))
+            last = w
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pairing_equals_the_rule_written_out(seed):
+    """Random -start windows and -dones on two devices, several ops, equal start times: each -done's window as the
+    pairing rule says, found by hand one key at a time."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    op = rng.choice(["copy-start", "copy-start.1", "all-gather-start"], n)
+    is_async = rng.random(n) < 0.5
+    name = np.where(is_async, op, np.char.replace(op.astype(str), "-start", "-done"))
+    ops = pd.DataFrame({"host": "h", "device": pd.Categorical(rng.choice(["TPU:0", "TPU:1"], n)),
+                        "program_id": rng.choice([7, 9], n).astype(np.uint64), "op": name,
+                        "start_ps": rng.integers(0, 40, n) * 1000, "is_async": is_async})
+    done = ~is_async & (rng.random(n) < 0.9)
+    d2s = {(9, "all-gather-done"): "all-gather-start"}
+    d, w = execution.pair_done_windows(ops, done, d2s)
+    assert len(d) > 20
+    assert sorted(zip(d.tolist(), w.tolist())) == _pairs_by_hand(ops, done, d2s)

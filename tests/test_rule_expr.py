@@ -319,7 +319,8 @@ def test_numpy_columns_give_what_pandas_series_give():
     exprs = [f"{a} {op} {b}" for a in terms for b in terms
              for op in ("+", "-", "*", "/", "//", "%", "**", "<", "==", "!=", ">=", "&", "|", "and", "or")]
     exprs += [f"{u}{c}" for u in ("-", "+", "not ", "~") for c in terms[:8]]
-    exprs += [f"{c} in [0, 1, 2.0]" for c in terms[:8]] + [f"{c} != 'x'" for c in terms[:8] + ["s", "k"]]
+    exprs += [f"{c} in [0, 1, 2.0]" for c in terms[:8]] + [f"{c} {op} {t}" for c in terms[:8] + ["s", "k"] for op in ("!=", "==")
+                                                         for t in ("'x'", "'q'", "''")] + ["'x' == k", "'y' != k & b"]
     exprs += [f"{fn}({c})" for fn in ("abs", "sqrt", "log", "floor", "isna") for c in terms[:8]]
     exprs += [f"{fn}({a}, {b})" for fn in ("min", "max") for a in terms[:8] for b in ("f", "1")]
     exprs += [f"where({a}, {b}, 0)" for a in ("b", "i > 0", "nb", "f") for b in terms[:8]]

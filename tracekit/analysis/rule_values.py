@@ -1,7 +1,8 @@
 """What a rule expression (:mod:`tracekit.analysis.rule_expr`) reads and how its operators run at evaluation: a
 frame's numeric and boolean columns as NumPy arrays, the others as Series, and each operator on arrays where the
-result is pandas' own, through Series where pandas' semantics differ (methods, ``in``, text, ``//``, ``%``, ``**``,
-logical operators on anything but booleans). ``tests/test_rule_expr.py`` holds the two paths to each other."""
+result is pandas' own, through Series where pandas' semantics differ (methods, ``in``, text other than a text or
+categorical column equal to a text, ``//``, ``%``, ``**``, logical operators on anything but booleans).
+``tests/test_rule_expr.py`` holds the two paths to each other."""
 from __future__ import annotations
 
 import operator
@@ -68,7 +69,26 @@ def logical(op, values: Columns, x, y):
 
 
 def comparison(f, values: Columns, x, y):
-    """A comparison: on arrays and numbers as NumPy does it (pandas' own), with text through Series."""
+    """A comparison: on arrays and numbers as NumPy does it (pandas' own), with text through Series, but a
+    categorical or text column of a frame equal or not to a text (:func:`_text_equal`)."""
     if isinstance(x, str) or isinstance(y, str):
+        col, text = (x, y) if isinstance(y, str) else (y, x)
+        if (f is operator.eq or f is operator.ne) and values.index is not None and isinstance(col, pd.Series) \
+                and isinstance(text, str):
+            hit = _text_equal(col, text)
+            if hit is not None:
+                return hit if f is operator.eq else ~hit
         return f(values.series(x), values.series(y))
     return f(x, y)
+
+
+def _text_equal(col: pd.Series, text: str) -> np.ndarray | None:
+    """Which rows of a categorical or text (``str``) column equal ``text``, as pandas compares them (a missing
+    value equals nothing), without a Series per operation; None for any other column."""
+    dt = col.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        cats = col.cat.categories
+        return col.array.codes == cats.get_loc(text) if text in cats else np.zeros(len(col), bool)
+    if isinstance(dt, pd.StringDtype) and dt.na_value is np.nan:
+        return np.asarray(col.to_numpy(dtype=object) == text, bool)  # (NaN == text is False, as pandas has it)
+    return None

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import gather, held_once
-from tracekit.grouping import codes_of, group_index, row_parts, rows_per_code, unique_rows
+from tracekit.grouping import codes_of, group_index, row_parts, rows_per_code, unique, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -196,14 +196,6 @@ def _split(dur: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.divide(dur, tot[group], out=1.0 / count[group], where=tot[group] > 0)
 
 
-def _groups(codes: np.ndarray) -> dict:
-    """code -> the (ascending) positions holding it."""
-    o = np.argsort(codes, kind="stable")
-    sc = codes[o]
-    cut = np.r_[0, np.nonzero(sc[1:] != sc[:-1])[0] + 1, len(sc)]
-    return {int(sc[a]): o[a:b] for a, b in zip(cut[:-1], cut[1:]) if b > a}
-
-
 def pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tuple[np.ndarray, np.ndarray]:
     """(done rows, their window rows): each sync ``-done`` row (``done`` mask) paired with the async window of
     its ``-start`` (``start_of``: (program_id, done op) -> start op) on the same host and device: the latest one
@@ -238,22 +230,26 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
                      for h, d, p, o in drows], np.int64)
     dk = dmap[dinv] if len(dmap) else np.zeros(0, np.int64)
     start = ops["start_ps"].to_numpy(np.int64)
-    out_d, out_w = [], []
-    wgroups, dgroups = _groups(winv), _groups(dk)  # one sort each, not a pass over the rows per key
-    for k in sorted(k for k in dgroups if k >= 0):
-        ws = w_idx[wgroups[k]] if k in wgroups else w_idx[:0]
-        ws = ws[np.argsort(start[ws], kind="stable")]
-        ds = d_idx[dgroups[k]]
-        ds = ds[np.argsort(start[ds], kind="stable")]
-        pos = np.searchsorted(start[ws], start[ds], "right") - 1
-        ok = pos >= 0
-        ok[1:] &= pos[1:] != pos[:-1]  # a window completes one -done: a later one without its own start is unpaired
-        w = ws[np.where(ok, pos, 0)]
-        out_d.append(ds[ok])
-        out_w.append(w[ok])
-    if not out_d:
+    has = dk >= 0
+    d_idx, dk = d_idx[has], dk[has]
+    if not len(d_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(out_d), np.concatenate(out_w)
+    # every key at once: windows and -dones in (key, start, row) order, each -done's latest window of its key
+    # starting at or before it found by one search on (key, start rank)
+    ws, ds = start[w_idx], start[d_idx]
+    wo, do = np.lexsort((ws, winv)), np.lexsort((ds, dk))
+    times = unique(np.concatenate([ws, ds]))
+    span = len(times) + 1
+    wkey, dkey = winv[wo].astype(np.int64), dk[do].astype(np.int64)
+    pos = np.searchsorted(wkey * span + np.searchsorted(times, ws[wo]), dkey * span + np.searchsorted(times, ds[do]),
+                          "right") - 1
+    ok = pos >= 0
+    # a window completes one -done: a later one of its key without its own start is unpaired (the -done before
+    # found the same window; one of another key never finds a window of this key)
+    ok[1:] &= pos[1:] != pos[:-1]
+    pos = np.where(ok, pos, 0)
+    ok &= wkey[pos] == dkey
+    return d_idx[do][ok].astype(np.int64), w_idx[wo][pos][ok].astype(np.int64)
 
 
 def done_roofline(ops: pd.DataFrame, d_idx: np.ndarray, w_idx: np.ndarray, window_roof: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.grouping import codes_of
+from tracekit.grouping import cat_apply, codes_of
 
 OP, WIN, DONE = 0, 1, 2
 
@@ -34,10 +34,9 @@ def done_windows(ops: pd.DataFrame, rows: np.ndarray, kind: np.ndarray, start: n
     window = np.full(n, -1, np.int64)
     if not n or not (kind == WIN).any():
         return window, np.zeros(n, bool)
-    opn = ops["op"].astype(str).to_numpy()
     mask = np.zeros(len(ops), bool)
     sync_rows = rows[kind == OP]
-    mask[sync_rows] = [("-done" in o) for o in opn[sync_rows]]
+    mask[sync_rows] = cat_apply(ops["op"], lambda o: "-done" in str(o))[sync_rows]  # (once per distinct name)
     if not mask.any():
         return window, np.zeros(n, bool)
     d_rows, w_rows = pair_done_windows(ops, mask, d2s)
