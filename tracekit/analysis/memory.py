@@ -214,9 +214,11 @@ def largest_buffers(tables: buf.BufferTables) -> pd.DataFrame:
     bj = np.array([t[0] for t in picked], np.int64)
     ai = np.array([t[1] for t in picked], np.int64)
     from_al = ("memory_space", "kind", "parameter_number")
-    out = {c: (al[c] if c in from_al else bu[c]).take(ai if c in from_al else bj).reset_index(drop=True)
-           for c in cols if c != "size_bytes"}
-    out["size_bytes"] = pd.Series(np.array([t[2] for t in picked], np.int64))
+    out = {"size_bytes": np.array([t[2] for t in picked], np.int64)}
+    for c in cols:  # (arrays, each column's own type: a frame of Series would align their indexes)
+        if c != "size_bytes":
+            col, at = (al[c], ai) if c in from_al else (bu[c], bj)
+            out[c] = col.to_numpy()[at] if isinstance(col.dtype, np.dtype) else col.array.take(at)
     return pd.DataFrame({c: out[c] for c in cols})
 
 

@@ -6,10 +6,12 @@ import functools
 import hashlib
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 from google.protobuf.message import DecodeError
 
 from tracekit import schema
+from tracekit.grouping import cat_apply
 from tracekit.ingest import backend_config, hloshape
 from tracekit.proto import hlo_pb2, xplane_pb2
 from tracekit.ingest.xspace import parse_module_label, stat_names
@@ -228,8 +230,9 @@ def _i64(v: int) -> int:
 
 def done_to_start(h: pd.DataFrame) -> dict:
     """(program_id, '-done' instruction) -> the '-start' instruction it completes (its first operand)."""
-    d = h[h["opcode"].astype(str).str.endswith("-done")]
-    return {(int(p), n): o.split(",")[0] for p, n, o in zip(d["program_id"], d["name"], d["operands"])}
+    rows = np.flatnonzero(cat_apply(h["opcode"], lambda v: str(v).endswith("-done")))  # (once per opcode)
+    return {(int(p), n): o.split(",")[0] for p, n, o in zip(h["program_id"].to_numpy()[rows].tolist(),
+                                                          h["name"].to_numpy()[rows], h["operands"].to_numpy()[rows])}
 
 
 def hlo_frame(modules: list[Module]) -> pd.DataFrame:
