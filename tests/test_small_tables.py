@@ -165,3 +165,37 @@ def test_collective_ops_per_host_equal_a_pandas_groupby(case):
     want["pred_sum"] = g["predicted_ps"].sum().to_numpy(float)
     want["pred_n"] = g["predicted_ps"].count().to_numpy(np.int64)
     pd.testing.assert_frame_equal(got[list(want.columns)], want, check_exact=True)
+
+
+def _device_steps_by_pandas(steps: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in steps.columns if c.endswith("_ps") and c not in ("step_ps", "start_ps")]
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(["host", "device"])
+    closed = stepstats.closed_steps(steps)
+    times = closed.assign(host=closed["host"].astype(str), device=closed["device"].astype(str)).groupby(
+        ["host", "device"])["step_ps"].agg(step_ps_mean="mean", step_ps_median="median", step_ps_max="max")
+    out = g["step_ps"].agg(steps="size", step_ps_sum="sum").join(times)
+    return out.join(g[cols].sum()).reset_index()
+
+
+@pytest.mark.parametrize("case", ["async_dp8", "train_step", "allreduce_exposed"])
+def test_per_device_step_sums_equal_a_pandas_groupby(case):
+    from tracekit.analysis import timeline
+    from tracekit.report.engine.steps import device_steps
+    tr = tracekit.load(cpu_fixture(case))
+    steps = timeline.step_breakdown(roofline.join(tr), tr.steps)
+    got = device_steps(steps)
+    want = _device_steps_by_pandas(steps)[list(got.columns)]
+    assert len(got) > 0 and "compute_ps" in got and "idle_ps" in got
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_per_device_step_sums_of_random_steps(seed):
+    from tracekit.report.engine.steps import device_steps
+    rng = np.random.default_rng(300 + seed)
+    steps = _random_steps(rng, int(rng.integers(1, 80)), 10**9)
+    steps["compute_ps"] = rng.integers(0, 10**9, len(steps))
+    steps["idle_ps"] = rng.integers(0, 10**6, len(steps))
+    got = device_steps(steps)
+    want = _device_steps_by_pandas(steps.drop(columns=["busy_ps"]))[list(got.columns)]
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

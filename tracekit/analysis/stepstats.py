@@ -36,7 +36,7 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
     # group per device; sums of picosecond integers are exact in float64 below 2**53 ps (2.5 hours per device)
     v = steps[column].to_numpy(np.int64)
     keys, stats = [], []
-    for k, rows in _devices(steps):
+    for k, rows in device_rows(steps):
         f = v[rows].astype(np.float64)  # (in frame order: the deviations are summed in pandas' order)
         mean = f.sum() / len(f)
         keys.append(k)
@@ -49,7 +49,7 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
     return pd.DataFrame(out)
 
 
-def _devices(steps: pd.DataFrame) -> list:
+def device_rows(steps: pd.DataFrame) -> list:
     """((host, device) as text, its rows) per device of ``steps``, in text order (a row without a host or
     device name is in none, as a groupby leaves it out)."""
     out: dict = {}
@@ -84,7 +84,7 @@ def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
     closed = closed_steps(steps)
     if closed[column].dtype.kind in "iu":  # (integer step times: see step_stats)
         v = closed[column].to_numpy(np.int64)
-        per = [(float(np.median(f)), f.sum() / len(f), k, f) for k, rows in _devices(closed)
+        per = [(float(np.median(f)), f.sum() / len(f), k, f) for k, rows in device_rows(closed)
                for f in [v[rows].astype(np.float64)]]
         median, mean, key, f = min(per, key=lambda x: (-x[0], -x[1]))  # (the first of equals, in text order)
         stats = {"timed_steps": int(len(f)), "mean_ps": float(mean), "p50_ps": float(np.quantile(f, 0.5)),

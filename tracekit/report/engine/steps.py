@@ -82,11 +82,37 @@ def device_steps(steps: pd.DataFrame) -> pd.DataFrame:
     if not len(steps):
         return pd.DataFrame(columns=["host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
                                      "step_ps_sum", *cols])
+    present = [c for c in cols if c in steps.columns]
+    closed = closed_steps(steps)
+    if all(steps[c].dtype.kind in "iu" for c in ("step_ps", *present)):  # (every trace's: integer picoseconds)
+        return _device_sums(steps, closed, present)
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
         ["host", "device"], sort=True)
     out = g["step_ps"].agg(steps="size", step_ps_sum="sum")
-    closed = closed_steps(steps)
     times = closed.assign(host=closed["host"].astype(str), device=closed["device"].astype(str)).groupby(
         ["host", "device"], sort=True)["step_ps"].agg(step_ps_mean="mean", step_ps_median="median", step_ps_max="max")
     out = out.join(times)[["steps", "step_ps_mean", "step_ps_median", "step_ps_max", "step_ps_sum"]]
-    return out.join(g[[c for c in cols if c in steps.columns]].sum()).reset_index()
+    return out.join(g[present].sum()).reset_index()
+
+
+def _device_sums(steps: pd.DataFrame, closed: pd.DataFrame, cols: list) -> pd.DataFrame:
+    """:func:`device_steps` of integer columns, a device's rows at a time (sums exact; the step time's mean of its
+    closed steps exact below 2**53 ps), instead of two groupbys and two joins."""
+    from tracekit.analysis.stepstats import device_rows
+    step = steps["step_ps"].to_numpy(np.int64)
+    sums = {c: steps[c].to_numpy(np.int64) for c in cols}
+    done = closed["step_ps"].to_numpy(np.int64)
+    timed = dict(device_rows(closed))  # (every device has rows there: closed_steps keeps a device's only run)
+    out: dict = {c: [] for c in ("host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
+                                 "step_ps_sum", *cols)}
+    for (h, d), rows in device_rows(steps):
+        t = done[timed[(h, d)]]
+        f = t.astype(np.float64)
+        for c, v in (("host", h), ("device", d), ("steps", len(rows)), ("step_ps_mean", f.sum() / len(f)),
+                     ("step_ps_median", np.median(f)), ("step_ps_max", t.max()), ("step_ps_sum", step[rows].sum())):
+            out[c].append(v)
+        for c in cols:
+            out[c].append(sums[c][rows].sum())
+    types = {"steps": np.int64, "step_ps_mean": np.float64, "step_ps_median": np.float64, "step_ps_max": np.int64}
+    return pd.DataFrame({c: np.array(v, types.get(c, np.int64)) if c not in ("host", "device") else v
+                         for c, v in out.items()})
