@@ -159,42 +159,53 @@ def reduce(parts: list) -> pd.DataFrame:
                         allo["first_start"].to_numpy(np.int64)))
     _, at = np.unique(gid[order], return_index=True)
     first = order[at]
-    out = allo.iloc[first].reset_index(drop=True)[KEY + ["size_bytes", "bound", "groups", "span", "phases",
-                                                         "reason", "pattern", "global_bytes", "first_start",
-                                                         "first_host", "first_device"]]
+    # (the columns as arrays, the frame made once at the end: a column set on a frame costs more than its sums)
+    out = {c: allo[c].take(first).to_numpy() for c in KEY + ["size_bytes", "bound", "groups", "span", "phases",
+                                                          "reason", "pattern", "global_bytes", "first_start",
+                                                          "first_host", "first_device"]}
     out["executions"] = int_sums(gid, allo["n"].to_numpy(np.int64), n_op)
     out["total_ps"] = int_sums(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
-    out["group_size"] = pd.Series(allo["gmax"].to_numpy(np.int64)).groupby(gid).max().to_numpy()
-    out["devices"] = [len(set().union(*d)) for d in pd.Series(list(allo["devices"])).groupby(gid).agg(list)]
-    out["hosts"] = [",".join(sorted({x for v in h if isinstance(v, tuple) for x in v}))  # (unknown: none named)
-                    for h in pd.Series(list(allo["hosts"])).groupby(gid).agg(list)]
+    gmax = np.full(n_op, np.iinfo(np.int64).min)
+    np.maximum.at(gmax, gid, allo["gmax"].to_numpy(np.int64))
+    out["group_size"] = gmax
+    devs: list = [set() for _ in range(n_op)]
+    hosts: list = [set() for _ in range(n_op)]
+    for g, d, h in zip(gid.tolist(), allo["devices"].tolist(), allo["hosts"].tolist()):
+        devs[g].update(d)
+        if isinstance(h, tuple):  # (unknown: none named)
+            hosts[g].update(h)
+    out["devices"] = [len(d) for d in devs]
+    out["hosts"] = [",".join(sorted(h)) for h in hosts]
     pred_n = int_sums(gid, allo["pred_n"].to_numpy(np.int64), n_op)
     pred_sum = np.bincount(gid, weights=allo["pred_sum"].to_numpy(float), minlength=n_op)
     skew_sum, skew_n = _skews(parts, offs, gid, n_op)
-    n = out["executions"].to_numpy(float)
-    dur_sum = out["total_ps"].to_numpy(float)
+    n = out["executions"].astype(float)
+    dur_sum = out["total_ps"].astype(float)
+    size = pd.Series(out["size_bytes"]).to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["time_ps"] = dur_sum / n
         out["skew_ps"] = np.where(skew_n > 0, skew_sum / np.maximum(skew_n, 1), np.nan)
-        out["transfer_ps"] = (dur_sum - skew_sum) / n
+        tr = out["transfer_ps"] = (dur_sum - skew_sum) / n
         out["predicted_ps"] = np.where(pred_n > 0, pred_sum / np.maximum(pred_n, 1), np.nan)
-        tr = out["transfer_ps"]
-        out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"] / (tr / 1e12), np.nan)
-        out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * [busbw_factor(k, int(g)) for k, g in
-                                                               zip(out["kind"], out["group_size"])]
+        out["algbw_bytes_per_s"] = np.where(tr > 0, size / (tr / 1e12), np.nan)
+        out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * np.array(
+            [busbw_factor(k, int(g)) for k, g in zip(out["kind"], out["group_size"])], float)
         out["efficiency"] = np.where(tr > 0, out["predicted_ps"] / tr, np.nan)
     notes = []
-    for r in out.itertuples(index=False):
+    for eff, skew, gs, reason in zip(out["efficiency"].tolist(), out["skew_ps"].tolist(), out["group_size"].tolist(),
+                                     out["reason"]):
         note = []
-        if np.isfinite(r.efficiency) and r.efficiency > 1.05:
+        if np.isfinite(eff) and eff > 1.05:
             note.append("faster than the model allows: check --topology and the chip's link figures")
-        if not np.isfinite(r.skew_ps):
-            note.append(f"skew unknown: the trace holds one device of each {r.group_size}-device group (skew compares "
+        if not np.isfinite(skew):
+            note.append(f"skew unknown: the trace holds one device of each {gs}-device group (skew compares "
                         "the members' start times)")
-        if r.reason:
-            note.append(r.reason)
+        if reason:
+            note.append(reason)
         notes.append("; ".join(note))
     out["note"] = notes
+    out = pd.DataFrame({c: (allo[c].take(first).reset_index(drop=True) if c in allo.columns and c not in
+                            ("devices", "hosts") else out[c]) for c in out})
     # (the pod's ops in first-execution order, then by total time: ties as one host's groupby leaves them)
     out = out.sort_values(["first_start", "first_host", "first_device"], kind="stable")
     return out.sort_values(["total_ps", "module", "op"], ascending=[False, True, True],

@@ -372,8 +372,14 @@ def rule_frames(mv: MemoryView, per_device: pd.DataFrame, devices: pd.DataFrame)
     (the overview's device rows)."""
     md = mv.devices if mv.devices is not None else pd.DataFrame()
     if len(md) and devices is not None and len(devices):
-        span = devices.assign(host=devices["host"].astype(str), device=devices["device"].astype(str))
-        md = md.merge(span[["host", "device", "span_ps"]], on=["host", "device"], how="left")
+        keys = list(zip(devices["host"].astype(str).tolist(), devices["device"].astype(str).tolist()))
+        span = dict(zip(keys, devices["span_ps"].tolist()))
+        mine = [span.get(k) for k in zip(md["host"].tolist(), md["device"].tolist())]
+        if len(span) == len(keys) and None not in mine:  # (each device once, every one found: a left merge's column)
+            md = md.assign(span_ps=np.array(mine, devices["span_ps"].dtype))
+        else:
+            span = devices.assign(host=devices["host"].astype(str), device=devices["device"].astype(str))
+            md = md.merge(span[["host", "device", "span_ps"]], on=["host", "device"], how="left")
     progs = mv.programs[(mv.programs["memory_space"] == "device") & (mv.programs["footprint_bytes"] > 0)]
     progs = progs.assign(capacity_bytes=mv.capacity_bytes, live_peak_share=progs["live_peak_bytes"] /
                          mv.capacity_bytes if mv.capacity_bytes == mv.capacity_bytes else np.nan, time_ps=0)
