@@ -199,3 +199,25 @@ def test_per_device_step_sums_of_random_steps(seed):
     got = device_steps(steps)
     want = _device_steps_by_pandas(steps.drop(columns=["busy_ps"]))[list(got.columns)]
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("case", ["collectives/mesh2x8", "collectives/mesh4x4x4", "cpu/async_dp8"])
+def test_collective_instances_equal_a_pandas_groupby(case):
+    """Each collective execution's k (its op's k-th execution on the device, in time order), its instance's
+    traced participants and its wait for the last of them, against pandas' sort, cumcount and transform."""
+    from conftest import FIXTURES
+    from tracekit.analysis import collectives
+    tr = tracekit.load(FIXTURES / case)
+    j = roofline.joined(tr)
+    ex = collectives.executions(j.ops, j.model, instances=True)
+    assert len(ex) > 0 and (ex["traced_participants"] > 1).any()
+    assert ex[["start_ps", "host", "device"]].equals(
+        ex[["start_ps", "host", "device"]].sort_values(["start_ps", "host", "device"], kind="stable"))
+    by_op = ex.sort_values(["host", "device", "program_id", "op", "is_async", "start_ps"], kind="stable")
+    k = by_op.groupby(["host", "device", "program_id", "op", "is_async"], sort=False).cumcount()
+    assert (k.sort_index() == ex["_k"]).all()
+    inst = ex.groupby(["program_id", "op", "is_async", "_group", "_k"])["start_ps"]
+    assert (inst.transform("size") == ex["traced_participants"]).all()
+    wait = np.minimum(np.maximum(inst.transform("max") - ex["start_ps"], 0), ex["duration_ps"]).astype(float)
+    wait[ex["traced_participants"] < 2] = np.nan
+    pd.testing.assert_series_equal(wait, ex["skew_ps"], check_names=False, check_exact=True)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.grouping import cat_apply, unique_rows
+from tracekit.grouping import cat_apply, group_index, unique_rows
 from tracekit.model import predictions
 
 #: an async collective's ``-done`` op named as its ``-start`` (the model knows collectives by their start)
@@ -80,17 +80,18 @@ def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataF
     rows, oinv = rows[known], oinv[known]
     if not len(rows):
         return pd.DataFrame(columns=cols)
-    out = pd.DataFrame({
-        "host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
-        "module": rows["module"].astype(str).to_numpy(),
-        "program_id": rows["program_id"].to_numpy().astype(np.uint64), "op": np.array(okey, object)[oinv],
-        "step": rows["step"].to_numpy() if "step" in rows else -1,
-        "start_ps": rows["start_ps"].to_numpy(np.int64), "duration_ps": rows["duration_ps"].to_numpy(np.int64),
-        "is_async": rows["is_async"].to_numpy(bool),
-        "predicted_ps": predictions.values(rows, "network_ps").astype(float) if predictions.has(rows, "network_ps")
-        else np.nan,
-        "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else "",
-    })
+    # (columns as arrays, the frame made once at the end: a small trace's collectives are a few hundred rows,
+    # where each pandas sort, group or column set costs more than its arithmetic)
+    n = len(rows)
+    out = {"host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
+           "module": rows["module"].astype(str).to_numpy(),
+           "program_id": rows["program_id"].to_numpy().astype(np.uint64), "op": np.array(okey, object)[oinv],
+           "step": rows["step"].to_numpy() if "step" in rows else np.full(n, -1),
+           "start_ps": rows["start_ps"].to_numpy(np.int64), "duration_ps": rows["duration_ps"].to_numpy(np.int64),
+           "is_async": rows["is_async"].to_numpy(bool),
+           "predicted_ps": predictions.values(rows, "network_ps").astype(float) if predictions.has(rows, "network_ps")
+           else np.full(n, np.nan),
+           "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else np.full(n, "", object)}
     dinv, devs = unique_rows(rows, ["host", "device"])
     dgid = np.array([model.ids.get((_text(h), _text(d)), -1) for h, d in devs], np.int64)
     # each execution's replica group: per distinct (op, device group id)
@@ -100,26 +101,37 @@ def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataF
     gkind = [omodel[oinv[i]].kind for i in gfirst.tolist()]
     gsize = np.array([len(m) if m else -1 for m in groups], np.int64)
     ginv = ginv.ravel()  # (flat whatever NumPy's version)
-    out["kind"] = [gkind[i] for i in ginv.tolist()]
-    out["size_bytes"] = [omodel[i].size_bytes for i in oinv.tolist()]
+    out["kind"] = np.array(gkind + [""], object)[ginv]
+    out["size_bytes"] = np.array([omodel[i].size_bytes for i in oinv.tolist()])
     out["group_size"] = gsize[ginv]
     out["_group"] = np.array([hash(m) for m in groups], np.int64)[ginv]
-    out["_factor"] = np.array([busbw_factor(k, int(x)) for k, x in zip(gkind, gsize)], float)[ginv]
+    factor = np.array([busbw_factor(k, int(x)) for k, x in zip(gkind, gsize)], float)[ginv]
     # the k-th execution of an op on each device (in time order) is the k-th execution of the collective
-    out = out.sort_values(["host", "device", "program_id", "op", "is_async", "start_ps"], kind="stable")
-    out["_k"] = out.groupby(["host", "device", "program_id", "op", "is_async"], sort=False).cumcount()
-    inst = out.groupby(["program_id", "op", "is_async", "_group", "_k"], sort=False)["start_ps"]
-    last = inst.transform("max").to_numpy()
-    out["traced_participants"] = inst.transform("size").to_numpy()
-    dur = out["duration_ps"].to_numpy()
-    skew = np.minimum(np.maximum(last - out["start_ps"].to_numpy(), 0), dur).astype(float)
-    skew[out["traced_participants"].to_numpy() < 2] = np.nan
+    text = {c: pd.factorize(out[c], sort=True)[0] for c in ("host", "device", "op")}  # (ranks in text order)
+    pid = pd.factorize(out["program_id"], sort=True)[0]
+    order = np.lexsort((out["start_ps"], out["is_async"], text["op"], pid, text["device"], text["host"]))
+    out = {c: v[order] for c, v in out.items()}
+    text, pid, factor = {c: v[order] for c, v in text.items()}, pid[order], factor[order]
+    key = np.stack([text["host"], text["device"], pid, text["op"], out["is_async"]], axis=1)
+    new = np.ones(n, bool)
+    new[1:] = (key[1:] != key[:-1]).any(axis=1)
+    run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    out["_k"] = np.arange(n, dtype=np.int64) - run_start
+    inst, _ = group_index(pd.DataFrame({"p": pid, "o": text["op"], "a": out["is_async"], "g": out["_group"],
+                                        "k": out["_k"]}), ["p", "o", "a", "g", "k"])
+    m = int(inst.max()) + 1 if n else 0
+    last = np.full(m, np.iinfo(np.int64).min)
+    np.maximum.at(last, inst, out["start_ps"])
+    out["traced_participants"] = np.bincount(inst, minlength=m).astype(np.int64)[inst]
+    dur = out["duration_ps"]
+    skew = np.minimum(np.maximum(last[inst] - out["start_ps"], 0), dur).astype(float)
+    skew[out["traced_participants"] < 2] = np.nan
     out["skew_ps"] = skew
     out["transfer_ps"] = dur - np.nan_to_num(skew)
-    factor = out["_factor"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        tr = out["transfer_ps"].to_numpy().astype(float)
-        out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"].to_numpy(float) / (tr / 1e12), np.nan)
+        tr = out["transfer_ps"].astype(float)
+        out["algbw_bytes_per_s"] = np.where(tr > 0, out["size_bytes"].astype(float) / (tr / 1e12), np.nan)
         out["busbw_bytes_per_s"] = out["algbw_bytes_per_s"] * factor
-        out["efficiency"] = np.where(tr > 0, out["predicted_ps"].to_numpy(float) / tr, np.nan)
-    return out.sort_values(["start_ps", "host", "device"], kind="stable")[cols].reset_index(drop=True)
+        out["efficiency"] = np.where(tr > 0, out["predicted_ps"].astype(float) / tr, np.nan)
+    last_order = np.lexsort((text["device"], text["host"], out["start_ps"]))  # (stable: ties as sorted above)
+    return pd.DataFrame({c: out[c][last_order] for c in cols})
