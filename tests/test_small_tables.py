@@ -221,3 +221,46 @@ def test_collective_instances_equal_a_pandas_groupby(case):
     wait = np.minimum(np.maximum(inst.transform("max") - ex["start_ps"], 0), ex["duration_ps"]).astype(float)
     wait[ex["traced_participants"] < 2] = np.nan
     pd.testing.assert_series_equal(wait, ex["skew_ps"], check_names=False, check_exact=True)
+
+
+def test_modified_z_equals_the_formula_on_series():
+    """Iglewicz-Hoaglin's modified z (outliers.modified_z, on arrays) against the formula written with pandas
+    Series (median, abs, mean skipping NaN): constant values, a zero MAD, NaNs, an index of its own."""
+    from tracekit.analysis.outliers import modified_z
+
+    def by_series(x):
+        med = x.median()
+        dev = (x - med).abs()
+        mad = dev.median()
+        if mad > 0:
+            return (0.6745 * (x - med) / mad).rename("z")
+        mean_ad = dev.mean()
+        return ((x - med) / (1.253314 * mean_ad) if mean_ad > 0 else (x - med) * 0.0).rename("z")
+    rng = np.random.default_rng(7)
+    cases = [[], [np.nan], [1.0], [5, 5, 5, 5], [1, 1, 1, 9], [1, 2, np.nan, 4, 100], [3, 3, 3, np.nan]]
+    cases += [rng.integers(0, 5, rng.integers(1, 12)).astype(float) for _ in range(100)]
+    cases += [np.where(rng.random(300) < 0.2, np.nan, rng.normal(1e12, 1e9, 300)) for _ in range(20)]
+    for c in cases:
+        x = pd.Series(c, index=np.arange(len(c)) * 3 + 7, dtype="float64")
+        pd.testing.assert_series_equal(modified_z(x), by_series(x), check_exact=True)
+
+
+def test_step_rows_of_devices_without_a_level_equal_a_pandas_concat():
+    """The step breakdown's rows of several devices, one of them without a collective level's column (its exposed
+    time there is 0), against a frame per device concatenated by pandas, the missing level filled and typed."""
+    from tracekit.analysis import timeline
+    rng = np.random.default_rng(11)
+    parts = []
+    for d, levels in ((0, ("ici",)), (1, ()), (2, ("dcn", "ici"))):
+        n = int(rng.integers(1, 6))
+        row = {c: "h0" if c == "host" else f"TPU:{d}" if c == "device" else rng.random(n) < 0.3 if t == bool else
+               rng.integers(0, 10**9, n) for c, t in timeline._BREAKDOWN.items()}  # (in the breakdown's order)
+        row.update({f"collective_exposed_{lv}_ps": rng.integers(0, 10**6, n) for lv in levels})
+        parts.append((n, row))
+    got = timeline._breakdown_frame(parts)
+    want = pd.concat([pd.DataFrame(row) for _, row in parts], ignore_index=True)
+    lv = [c for c in want.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
+    want = want.fillna({c: 0 for c in lv}).astype({c: "int64" for c in lv})
+    assert lv == ["collective_exposed_ici_ps", "collective_exposed_dcn_ps"]
+    pd.testing.assert_frame_equal(got, want[list(got.columns)], check_exact=True)
+    assert list(got.columns) == list(want.columns)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tracekit import schema
 from tracekit.analysis import gaps as idle, timeline as tl
+from tracekit.analysis import outliers as ol
 from tracekit.analysis import stepstats
 
 
@@ -153,24 +154,24 @@ def test_op_classifiers():
 
 
 def test_modified_z_and_outliers():
-    z = tl.modified_z(pd.Series([100, 102, 98, 101, 99, 100, 150]))
+    z = ol.modified_z(pd.Series([100, 102, 98, 101, 99, 100, 150]))
     assert z.iloc[6] == pytest.approx(0.6745 * 50) and z.iloc[1] == pytest.approx(0.6745 * 2)
     # MAD = 0: mean absolute deviation 20 stands in.
-    z0 = tl.modified_z(pd.Series([100, 100, 100, 100, 200]))
+    z0 = ol.modified_z(pd.Series([100, 100, 100, 100, 200]))
     assert z0.iloc[4] == pytest.approx(100 / (1.253314 * 20))
-    assert (tl.modified_z(pd.Series([7, 7, 7])) == 0).all()
-    o = tl.outliers(pd.Series([100, 102, 98, 101, 99, 100, 150]))
+    assert (ol.modified_z(pd.Series([7, 7, 7])) == 0).all()
+    o = ol.outliers(pd.Series([100, 102, 98, 101, 99, 100, 150]))
     assert o["is_outlier"].tolist() == [False] * 6 + [True]
-    assert np.isnan(tl.modified_z(pd.Series([1.0, np.nan, 3.0, 2.0])).iloc[1])
+    assert np.isnan(ol.modified_z(pd.Series([1.0, np.nan, 3.0, 2.0])).iloc[1])
 
 
 def test_stragglers():
     dev = pd.DataFrame({"host": ["a"] * 4 + ["b"] * 4, "device": [f"TPU:{i}" for i in range(8)],
                         "busy_ps": [100, 101, 99, 100, 100, 101, 99, 400]})
-    s = tl.straggler_devices(dev)
+    s = ol.straggler_devices(dev)
     assert s["is_straggler"].tolist() == [False] * 7 + [True]
     assert s["busy_ps_median"].iloc[0] == 100
-    h = tl.straggler_hosts(dev)
+    h = ol.straggler_hosts(dev)
     assert h["host"].tolist() == ["a", "b"] and not h["is_straggler"].any()  # two hosts: z is +-0.6745
 
 
@@ -245,7 +246,7 @@ def test_properties(frames):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(-10**15, 10**15), min_size=1, max_size=30))  # times are integer ps
 def test_modified_z_finite(values):
-    z = tl.modified_z(pd.Series(values))
+    z = ol.modified_z(pd.Series(values))
     assert np.isfinite(z).all()
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import gaps as idle, timeline as tl
+from tracekit.analysis.outliers import modified_z
 from tracekit.analysis.intervals import DeviceIndex, covered, device_index, merge, rows_view
 from tracekit.analysis import kernelprof
 from tracekit.analysis.opstats import finish, op_stats
@@ -161,10 +162,10 @@ def frames_for_rules(ops: pd.DataFrame, steps: pd.DataFrame | None = None, host_
     devices = done["devices"]
     if len(devices) and devices["device_kind"].notna().all() and devices["device_kind"].nunique() == 1:
         # (one kind: one group, in frame order)
-        devices["busy_ps_z"] = tl.modified_z(devices["busy_ps"]).to_numpy()
+        devices["busy_ps_z"] = modified_z(devices["busy_ps"]).to_numpy()
     else:
         devices["busy_ps_z"] = devices.groupby("device_kind")["busy_ps"].transform(
-            lambda s: tl.modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
+            lambda s: modified_z(s).to_numpy()) if len(devices) else pd.Series(dtype="float64")
     profiled = float(devices["span_ps"].sum()) if len(devices) else np.nan
     stats = kernelprof.annotate(done["op_stats"], kernel_profile)  # MXU counters, Mosaic stages
     stats["share"] = stats["total_ps"] / profiled
@@ -252,12 +253,12 @@ def _straggler(frames: dict, p: dict) -> pd.DataFrame:
     kind = dev["device_kind"].astype(str) if "device_kind" in dev.columns else pd.Series("", index=dev.index)
     kinds = kind.to_numpy()
     if (kinds == kinds[0]).all():  # one kind of device (the common case): the one group, without a groupby
-        dev["busy_ps_z"] = tl.modified_z(dev["busy_ps"]).to_numpy()
+        dev["busy_ps_z"] = modified_z(dev["busy_ps"]).to_numpy()
         dev["busy_ps_median"] = np.full(len(dev), dev["busy_ps"].astype("float64").median())
         size = len(dev)
     else:
         g = dev.groupby(kind)["busy_ps"]
-        dev["busy_ps_z"] = g.transform(lambda s: tl.modified_z(s).to_numpy())
+        dev["busy_ps_z"] = g.transform(lambda s: modified_z(s).to_numpy())
         dev["busy_ps_median"] = g.transform("median")
         size = g.transform("size")
     # a robust z-score alone flags tiny spreads when the other devices agree to the microsecond: the straggler

@@ -246,19 +246,30 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         for r, lv in enumerate(levels or ()):  # the levels of this device's collectives, in text order
             if (x := m["levels"].get(r)) is not None:
                 row[f"collective_exposed_{lv}_ps"] = x
-        parts.append(pd.DataFrame(row))
-    cols = dict(_BREAKDOWN)
-    if parts:
-        # per-level columns: a device without a level's collectives lacks its column (NaN after the concat): typed after
-        cols.update({c: object for p in parts for c in p.columns if c.startswith("collective_exposed_")
-                     and c != "collective_exposed_ps"})
-    out = _frame(parts, cols)
-    levels_cols = [c for c in cols if c.startswith("collective_exposed_")]
-    if levels_cols:
-        out = out.fillna({c: 0 for c in levels_cols}).astype({c: "int64" for c in levels_cols})
+        parts.append((len(a), row))
+    out = _breakdown_frame(parts)
     if len(parts) == 1 and len(out) and (out["start_ps"].to_numpy()[1:] >= out["start_ps"].to_numpy()[:-1]).all():
         return out  # (one device, its steps in order: the sort below would change nothing)
     return out.sort_values(["host", "device", "start_ps"], ignore_index=True)
+
+
+def _breakdown_frame(parts: list) -> pd.DataFrame:
+    """The step rows of every device (``parts``: (rows, {column: array or one value}) per device) as one frame,
+    its columns concatenated once (a frame per device and their concat cost more than the rows' arithmetic). A
+    level's exposed time (``collective_exposed_<level>_ps``) is 0 on a device without that level's collectives."""
+    if not parts:
+        return _frame([], dict(_BREAKDOWN))
+    levels = [c for _, row in parts for c in row
+              if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
+    data = {}
+    for c in [*_BREAKDOWN, *dict.fromkeys(levels)]:
+        chunks = [np.zeros(n, np.int64) if c not in row else np.full(n, row[c], object) if isinstance(row[c], str)
+                  else np.asarray(row[c]) for n, row in parts]
+        data[c] = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+        t = _BREAKDOWN.get(c, "int64")
+        if t != object and data[c].dtype != t:
+            data[c] = data[c].astype(t)
+    return pd.DataFrame(data)
 
 
 #: the row classes of :func:`step_breakdown` (disjoint): compute ops by bound, -start/-done waits and async
@@ -385,41 +396,3 @@ def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: f
         vals = cops[c].astype(str).to_numpy() if c in cops.columns else np.full(len(cops), "", object)
         out[c] = np.where(vals == "", "not priced", vals) if c == "net_level" else vals
     return out
-
-
-def modified_z(values: pd.Series) -> pd.Series:
-    """Modified z-score ``0.6745·(x − median) / MAD`` (Iglewicz–Hoaglin). When MAD is 0 the mean absolute
-    deviation is used instead, ``(x − median) / (1.253314·meanAD)``; when that is 0 too every z is 0. NaN in, NaN
-    out (NaNs are ignored for the median and MAD)."""
-    x = pd.Series(values, dtype="float64")
-    med = x.median()
-    dev = (x - med).abs()
-    mad = dev.median()
-    if mad > 0:
-        z = 0.6745 * (x - med) / mad
-    else:
-        mean_ad = dev.mean()
-        z = (x - med) / (1.253314 * mean_ad) if mean_ad > 0 else (x - med) * 0.0
-    return z.rename("z")
-
-
-def outliers(values: pd.Series, threshold: float = 3.5) -> pd.DataFrame:
-    """``value``, modified ``z`` and ``is_outlier`` (|z| > threshold) for each element of ``values``."""
-    z = modified_z(values)
-    return pd.DataFrame({"value": pd.Series(values, dtype="float64"), "z": z, "is_outlier": z.abs() > threshold})
-
-
-def straggler_devices(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
-    """``devices`` (e.g. :func:`device_summary`) with ``{metric}_z`` (modified z across all devices),
-    ``{metric}_median`` and ``is_straggler`` (z > threshold: slower, i.e. larger, than the rest)."""
-    out = devices.copy()
-    out[f"{metric}_z"] = modified_z(out[metric]).to_numpy()
-    out[f"{metric}_median"] = out[metric].median()
-    out["is_straggler"] = out[f"{metric}_z"] > threshold
-    return out
-
-
-def straggler_hosts(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
-    """Per host: the mean of ``metric`` over its devices, its modified z across hosts, and ``is_straggler``."""
-    per = devices.assign(host=devices["host"].astype(str)).groupby("host")[metric].mean().rename(metric).reset_index()
-    return straggler_devices(per, metric, threshold)

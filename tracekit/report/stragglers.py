@@ -12,7 +12,7 @@ def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:
     """One row per host from a report (or its ``data`` dict): devices, steps, step_ps_mean / step_ps_median /
     step_ps_max (over its devices' steps), busy_ps and span_ps (mean over its devices), the modified z-scores of
     step_ps_mean and busy_ps across hosts, and ``is_straggler`` (either z above ``threshold``). Sorted by host."""
-    from tracekit.analysis import timeline as tl
+    from tracekit.analysis.outliers import modified_z
     data = getattr(report, "data", report)
     dev = pd.DataFrame(data.get("devices") or [], columns=["host", "device", "busy_ps", "span_ps"])
     st = pd.DataFrame(data.get("device_steps") or [],
@@ -31,7 +31,7 @@ def host_summary(report, threshold: float = STRAGGLER_Z) -> pd.DataFrame:
     per["devices"] = per["devices"].fillna(0).astype("int64")
     few = len(per) < 3
     for c in ("step_ps_mean", "busy_ps"):
-        per[f"{c}_z"] = np.nan if few else tl.modified_z(per[c]).to_numpy()
+        per[f"{c}_z"] = np.nan if few else modified_z(per[c]).to_numpy()
     per["is_straggler"] = (per["step_ps_mean_z"] > threshold) | (per["busy_ps_z"] > threshold)
     return per[["host", "devices", "steps", "step_ps_mean", "step_ps_median", "step_ps_max", "busy_ps", "span_ps",
                 "step_ps_mean_z", "busy_ps_z", "is_straggler"]]

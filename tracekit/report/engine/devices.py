@@ -13,14 +13,15 @@ def summarize(hv) -> pd.DataFrame:
 
 
 def reduce(parts: list, ctx) -> dict:
-    from tracekit.analysis import evidence, timeline as tl
+    from tracekit.analysis import evidence
+    from tracekit.analysis.outliers import modified_z
     from tracekit.report.envelope import records
     from tracekit.columns import stack
     rows = [p for p in parts if len(p)]
     dev = stack(rows) if len(rows) > 1 else (rows[0].copy() if rows else parts[0].iloc[:0].copy())
     dev = dev.sort_values(["host", "device"], kind="stable", ignore_index=True)
     dev["busy_ps_z"] = dev.groupby("device_kind")["busy_ps"].transform(
-        lambda s: tl.modified_z(s).to_numpy()) if len(dev) else pd.Series(dtype="float64")
+        lambda s: modified_z(s).to_numpy()) if len(dev) else pd.Series(dtype="float64")
     ctx.devices = ctx.frames["devices"] = dev
     ctx.span, ctx.profiled = evidence.spans(dev)
     return {"devices": records(dev)}

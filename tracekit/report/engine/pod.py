@@ -164,7 +164,7 @@ def arrivals(hosts: list, parts: list) -> tuple[pd.DataFrame, dict]:
 
 def step_spread(hosts: list, spreads: list) -> pd.DataFrame:
     """Per host: its step time statistics and the modified z of the mean across hosts."""
-    from tracekit.analysis.timeline import modified_z
+    from tracekit.analysis.outliers import modified_z
     cols = ["host", *SPREAD_COLUMNS[:-1], "step_ps_max", "spread_ps", "step_ps_mean_z"]
     rows = [{"host": h, **s} for h, s in zip(hosts, spreads) if s]
     if not rows:
@@ -178,7 +178,7 @@ def step_spread(hosts: list, spreads: list) -> pd.DataFrame:
 def op_mix(hosts: list, sums: list) -> pd.DataFrame:
     """Per host: mix_distance from the pod's median op-time shares, its modified z, ``differs``, and the op whose
     share differs most (``top_op``, ``top_op_share``, ``pod_share``)."""
-    from tracekit.analysis.timeline import modified_z
+    from tracekit.analysis.outliers import modified_z
     cols = ["host", "mix_distance", "mix_distance_z", "differs", "top_op", "top_op_share", "pod_share"]
     hs, mods, ops, tot = [], [], [], []
     for h, o in zip(hosts, sums):  # (one frame of every host's op times: one groupby, not one per host)
