@@ -264,3 +264,25 @@ def test_step_rows_of_devices_without_a_level_equal_a_pandas_concat():
     assert lv == ["collective_exposed_ici_ps", "collective_exposed_dcn_ps"]
     pd.testing.assert_frame_equal(got, want[list(got.columns)], check_exact=True)
     assert list(got.columns) == list(want.columns)
+
+
+@pytest.mark.parametrize("case", ["v6e", "cpu/async_dp8", "gpu-mi300x8"])
+def test_hlo_frame_typed_as_put_in_equals_conform(case, monkeypatch):
+    """The HLO frame built with its columns typed as they are put in (schema.frame_of) against conform() of the
+    frame pandas infers from the same lists: values, dtypes and the categoricals' categories."""
+    from conftest import FIXTURES
+    from tracekit import schema
+    from tracekit.ingest import hlo
+    path = {"v6e": lambda: shared_trace("tpu/v6e-4_jax_inference.xplane.pb"),
+            "gpu-mi300x8": lambda: shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb")}.get(
+        case, lambda: FIXTURES / case)()
+    mods = tracekit.load(path).hlo_modules
+    got = hlo.hlo_frame(mods)
+    monkeypatch.setattr(schema, "frame_of", lambda cols, sch: schema.conform(pd.DataFrame(cols), sch))
+    want = hlo.hlo_frame(mods)
+    assert len(got) > 10
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    for c in got.columns:
+        if isinstance(got[c].dtype, pd.CategoricalDtype):
+            assert got[c].cat.categories.equals(want[c].cat.categories)
+            assert got[c].cat.categories.dtype == want[c].cat.categories.dtype

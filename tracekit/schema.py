@@ -264,6 +264,26 @@ def _empty_of(columns: tuple) -> pd.DataFrame:
                          for c, d in columns}, copy=False)
 
 
+def frame_of(columns: dict, schema: dict) -> pd.DataFrame:
+    """The frame of ``columns`` (one list of values per column of ``schema``, in any order) with the schema's
+    dtypes, each column typed as it is put in: what ``conform(pd.DataFrame(columns), schema)`` gives, without a
+    frame of inferred types cast column by column afterwards (~0.1 ms a column)."""
+    data = {}
+    for c, (d, _) in schema.items():
+        v = columns[c]
+        if d == CAT and c not in CATEGORIES:
+            data[c] = pd.Categorical([str(x) for x in v])  # (conform: astype(str), then category)
+        elif d == "object":
+            data[c] = pd.Series(v, dtype=object)  # (a frame would infer text from an object array)
+        elif d == "uint64":
+            data[c] = pd.Series(v, dtype=None if len(v) else "int64").astype(d)  # (as conform casts it)
+        elif d in ("int64", "bool", "float64"):
+            data[c] = np.array(v, dtype=d)
+        else:
+            data[c] = v
+    return conform(pd.DataFrame(data), schema)
+
+
 def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:
     """Coerce ``df`` to ``schema``: missing columns are filled with the unknown value, dtypes are cast, and the
     schema's columns come first in order. Columns not in the schema are kept at the end when ``extra``."""

@@ -279,7 +279,7 @@ def hlo_frame(modules: list[Module]) -> pd.DataFrame:
                 cols["dot_m"].append(_i64(dm))
                 cols["dot_n"].append(_i64(dn))
                 cols["dot_k"].append(_i64(dk))
-    return schema.conform(pd.DataFrame(cols), schema.HLO)
+    return schema.frame_of(cols, schema.HLO)
 
 
 @functools.lru_cache(maxsize=1)
