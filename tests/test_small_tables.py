@@ -286,3 +286,27 @@ def test_hlo_frame_typed_as_put_in_equals_conform(case, monkeypatch):
         if isinstance(got[c].dtype, pd.CategoricalDtype):
             assert got[c].cat.categories.equals(want[c].cat.categories)
             assert got[c].cat.categories.dtype == want[c].cat.categories.dtype
+
+
+def test_take_rows_equals_pandas_take_on_every_rule_frame():
+    """columns.take_rows (a rule's narrowed evidence rows, from arrays) against pandas' column and row takes and
+    assign, on every rule frame of the v6e trace (categorical, text, boolean, integer and float columns, and objects)."""
+    from tracekit.columns import take_rows
+    from tracekit.analysis import rule_checks
+    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
+    fr = rule_checks.frames_for_rules(roofline.join(tr), tr.steps, tr.host_events, modules=tr.modules)
+    rng = np.random.default_rng(5)
+    kinds = set()
+    for name in ("ops", "op_stats", "collectives", "steps", "devices", "gaps"):
+        df = fr[name]
+        assert len(df) > 0, name
+        kinds |= {str(t) for t in df.dtypes}
+        for n in (0, 1, min(len(df), 17)):
+            rows = np.sort(rng.choice(len(df), n, replace=False))
+            cols = list(df.columns[rng.permutation(len(df.columns))[:8]])
+            extra = {"x": pd.Series(rng.random(len(df)), index=df.index), cols[0]: df[cols[-1]],
+                     "o": pd.Series([("t", i) for i in range(len(df))], dtype=object, index=df.index)}
+            want = df.take(df.columns.get_indexer(cols), axis=1).take(rows)
+            want = want.assign(**{k: v.iloc[rows] for k, v in extra.items()}).reset_index(drop=True)
+            pd.testing.assert_frame_equal(take_rows(df, cols, rows, extra), want, check_exact=True)
+    assert {"category", "bool", "int64", "float64", "float32", "str"} <= kinds, kinds

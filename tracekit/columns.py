@@ -140,6 +140,21 @@ def with_columns(df: pd.DataFrame, new: dict) -> pd.DataFrame:
     return pd.DataFrame(cols, index=df.index, copy=False)
 
 
+def take_rows(df: pd.DataFrame, cols: list, rows: np.ndarray, extra: dict | None = None) -> pd.DataFrame:
+    """Rows ``rows`` (positions) of the columns ``cols`` of ``df``, then of the row-aligned Series ``extra``
+    (name -> Series; a name of ``cols`` replaced where it is, as ``assign`` does), as a new frame on a fresh
+    0..n-1 index, each column its own type: ``df.take(cols, axis=1).take(rows)`` without pandas' two block
+    selections (on a small frame they cost more than the rows copied)."""
+    data = {}
+    for c, s in [*((c, df[c]) for c in cols), *(extra or {}).items()]:
+        if isinstance(s.dtype, np.dtype):
+            a = s.to_numpy()[rows]
+            data[c] = pd.Series(a, dtype=object, copy=False) if a.dtype == object else a  # (not inferred as text)
+        else:
+            data[c] = s.array.take(rows)
+    return pd.DataFrame(data, copy=False)
+
+
 def without_columns(df: pd.DataFrame, cols) -> pd.DataFrame:
     """``df`` less ``cols`` (those it has), as one new frame that shares every other column array: the dropped
     arrays are freed once nothing else holds them. ``df`` itself is left unchanged."""
