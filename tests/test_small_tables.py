@@ -310,3 +310,21 @@ def test_take_rows_equals_pandas_take_on_every_rule_frame():
             want = want.assign(**{k: v.iloc[rows] for k, v in extra.items()}).reset_index(drop=True)
             pd.testing.assert_frame_equal(take_rows(df, cols, rows, extra), want, check_exact=True)
     assert {"category", "bool", "int64", "float64", "float32", "str"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("case", ["v6e", "cpu/async_dp8", "collectives/mesh2x8"])
+def test_op_rows_equal_the_names_compared_row_by_row(case):
+    """The replay's rows of the ops a finding names (``op`` or ``module/op``), found once per distinct op, against
+    each row's names compared as text."""
+    from conftest import FIXTURES
+    from tracekit.analysis.replay import fixes
+    path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb") if case == "v6e" else FIXTURES / case
+    ops = tracekit.load(path).ops
+    rng = np.random.default_rng(3)
+    o, m = ops["op"].astype(str).to_numpy(), ops["module"].astype(str).to_numpy()
+    for _ in range(20):
+        pick = rng.choice(len(ops), 3)
+        names = [o[pick[0]], f"{m[pick[1]]}/{o[pick[1]]}", f"{m[pick[2]]}/nothing", "no-such-op"]
+        want = np.array([a in names or f"{b}/{a}" in names for a, b in zip(o, m)])
+        got = fixes.op_rows(ops, names)
+        assert got.dtype == bool and (got == want).all() and want.any()

@@ -363,10 +363,16 @@ def _memory_line(line, names, host, mem_ids: dict, mem_keys: np.ndarray, acc, od
     has_a, alloc = stat_strings(line, ids["allocator_name"], names, odd, "allocator_name")
     has_i, index = stat_ints(line, ids["index_on_host"], odd, "index_on_host")
     has_a, has_i = has_a[m], has_i[m]  # (only the allocator's events: a host thread's line holds many others)
-    names_ = np.array([str(c) for c in alloc.categories] + [""], dtype=object)[np.where(has_a, alloc.codes[m], -1)]
-    label = np.where(has_a, names_, np.where(has_i, np.char.add("device ", index[m].astype(str)).astype(object),
-                                             "allocator"))
-    u, inv = np.unique(label.astype(str), return_inverse=True)
+    # each event's allocator: its name, else "device <index on host>", else "allocator" (labels made per distinct
+    # name and index, not per event)
+    names_, idx = [str(c) for c in alloc.categories], index[m]
+    base, lo = len(names_), int(idx.min(initial=0))
+    key = np.where(has_a, alloc.codes[m], np.where(has_i, base + 1 + (idx - lo), base))
+    kinv, kuniq = pd.factorize(key)
+    label = [names_[k] if 0 <= k < base else "" if k < 0 else "allocator" if k == base else
+             f"device {k - base - 1 + lo}" for k in kuniq.tolist()]
+    u, uinv = np.unique(np.array(label, dtype=str), return_inverse=True)
+    inv = uinv.ravel()[kinv]
     free = np.fromiter((MEMORY_EVENTS[mem_ids[int(k)]] == "free" for k in line.metadata_id[m]), bool)
     acc["memory_events"].add(
         host=host, allocator=intern(list(u), inv), kind=Cat(free.astype(np.int32), ["alloc", "free"]),

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import member_mask
-from tracekit.grouping import codes_of
+from tracekit.grouping import codes_of, unique_rows
 
 OVERLAP_RULES = frozenset({"unoverlapped-collective", "collective-bound-step"})
 ROOFLINE_FRAMES = frozenset({"op_stats", "ops", "collectives"})
@@ -88,10 +88,12 @@ def evidence_rows(ops: pd.DataFrame, frame: str, ev: pd.DataFrame) -> np.ndarray
 def op_rows(ops: pd.DataFrame, names) -> np.ndarray:
     """Mask of the rows of the ops named (``op`` or ``module/op``)."""
     names = set(map(str, names))
-    o = ops["op"].astype(str).to_numpy()
-    m = ops["module"].astype(str).to_numpy()
-    full = np.char.add(np.char.add(m.astype(str), "/"), o.astype(str)) if len(o) else o
-    return np.isin(o, list(names)) | np.isin(full, list(names))
+    if not len(ops):
+        return np.zeros(0, bool)
+    inv, pairs = unique_rows(ops, ["module", "op"])  # (each distinct op once, not a text per row)
+    hit = np.array([o is not None and (str(o) in names or f"{'nan' if m is None else m}/{o}" in names)
+                    for m, o in pairs], bool)
+    return hit[inv]
 
 
 def roofline_cap(ops: pd.DataFrame, own_link: np.ndarray) -> np.ndarray:
