@@ -31,8 +31,8 @@ def outliers(values: pd.Series, threshold: float = 3.5) -> pd.DataFrame:
 
 
 def straggler_devices(devices: pd.DataFrame, metric: str = "busy_ps", threshold: float = 3.5) -> pd.DataFrame:
-    """``devices`` (e.g. :func:`tracekit.analysis.timeline.device_summary`) with ``{metric}_z`` (modified z across all devices),
-    ``{metric}_median`` and ``is_straggler`` (z > threshold: slower, i.e. larger, than the rest)."""
+    """``devices`` (e.g. :func:`tracekit.analysis.timeline.device_summary`) with ``{metric}_z`` (modified z across
+    all devices), ``{metric}_median`` and ``is_straggler`` (z > threshold: slower, i.e. larger, than the rest)."""
     out = devices.copy()
     out[f"{metric}_z"] = modified_z(out[metric]).to_numpy()
     out[f"{metric}_median"] = out[metric].median()
