@@ -328,3 +328,24 @@ def test_op_rows_equal_the_names_compared_row_by_row(case):
         want = np.array([a in names or f"{b}/{a}" in names for a, b in zip(o, m)])
         got = fixes.op_rows(ops, names)
         assert got.dtype == bool and (got == want).all() and want.any()
+
+
+@pytest.mark.parametrize("case", ["v6e", "cpu/train_step", "collectives/mesh2x8"])
+def test_instruction_extras_per_identity_equal_a_left_merge(case):
+    """Each op identity's host-memory, transfer and dot figures from its HLO instruction (identity._hlo_extras,
+    by a dict) against pandas' left merge on (program_id, op), filled and typed."""
+    from conftest import FIXTURES
+    from tracekit.model import identity
+    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb") if case == "v6e" else FIXTURES / case)
+    u = tr.ops.drop_duplicates(["program_id", "op"])
+    key = pd.DataFrame({"program_id": u["program_id"].astype(np.uint64).to_numpy(),
+                        "op": u["op"].astype(str).to_numpy(dtype=object).astype(str)})
+    cols = ["host_memory", "to_host", "transfer_bytes", "dot_m", "dot_n", "dot_k"]
+    h = tr.hlo[~tr.hlo["is_fusion_computation"]][["program_id", "name"] + cols]
+    h = h.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"]).astype({"op": str})
+    fill = {"host_memory": False, "to_host": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1, "dot_k": -1}
+    want = key.merge(h, on=["program_id", "op"], how="left").fillna(fill).astype(
+        {"host_memory": bool, "to_host": bool, **{c: np.int64 for c in cols[2:]}})
+    got = identity._hlo_extras(tr, key)
+    assert len(got) > 10 and (got["dot_m"] > 0).any() or (got["transfer_bytes"] > 0).any()
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

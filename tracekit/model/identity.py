@@ -180,13 +180,24 @@ def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"host_memory": False, "to_host": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1,
                              "dot_k": -1},
                             index=range(len(key)))
-    h = tr.hlo[~tr.hlo["is_fusion_computation"]][["program_id", "name"] + cols]
-    h = h.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
-    h["op"] = h["op"].astype(str)
-    j = key.merge(h, on=["program_id", "op"], how="left")
-    return j.fillna({"host_memory": False, "to_host": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1,
-                     "dot_k": -1}).astype({"host_memory": bool, "to_host": bool, "transfer_bytes": np.int64,
-                                           "dot_m": np.int64, "dot_n": np.int64, "dot_k": np.int64})
+    # each identity's instruction (outside fused computations; the first of a name) by a dict, its columns taken
+    # by position: a left merge's values without the merge, the fill and the casts on a few hundred identities
+    h = tr.hlo
+    outside = np.flatnonzero(~h["is_fusion_computation"].to_numpy(bool))
+    at: dict = {}
+    for i, k in zip(outside.tolist(), zip(h["program_id"].to_numpy(np.uint64)[outside].tolist(),
+                                          h["name"].astype(str).to_numpy()[outside].tolist())):
+        at.setdefault(k, i)
+    rows = np.array([at.get(k, -1) for k in zip(key["program_id"].to_numpy(np.uint64).tolist(),
+                                                key["op"].tolist())], np.int64)
+    found = rows >= 0
+    out = {"program_id": key["program_id"].to_numpy(), "op": key["op"].to_numpy()}
+    for c, fill, dt in (("host_memory", False, bool), ("to_host", False, bool), ("transfer_bytes", 0, np.int64),
+                        ("dot_m", -1, np.int64), ("dot_n", -1, np.int64), ("dot_k", -1, np.int64)):
+        v = np.full(len(rows), fill, dt)
+        v[found] = h[c].to_numpy()[rows[found]]
+        out[c] = v
+    return pd.DataFrame(out)
 
 
 def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame, key_op: np.ndarray,
