@@ -330,7 +330,7 @@ def test_op_rows_equal_the_names_compared_row_by_row(case):
         assert got.dtype == bool and (got == want).all() and want.any()
 
 
-@pytest.mark.parametrize("case", ["v6e", "cpu/train_step", "collectives/mesh2x8"])
+@pytest.mark.parametrize("case", ["v6e", "cpu/train_step", "cpu/attention"])
 def test_instruction_extras_per_identity_equal_a_left_merge(case):
     """Each op identity's host-memory, transfer and dot figures from its HLO instruction (identity._hlo_extras,
     by a dict) against pandas' left merge on (program_id, op), filled and typed."""
@@ -347,5 +347,5 @@ def test_instruction_extras_per_identity_equal_a_left_merge(case):
     want = key.merge(h, on=["program_id", "op"], how="left").fillna(fill).astype(
         {"host_memory": bool, "to_host": bool, **{c: np.int64 for c in cols[2:]}})
     got = identity._hlo_extras(tr, key)
-    assert len(got) > 10 and (got["dot_m"] > 0).any() or (got["transfer_bytes"] > 0).any()
+    assert len(got) >= 5 and ((got["dot_m"] > 0).any() or (got["transfer_bytes"] > 0).any())
     pd.testing.assert_frame_equal(got, want, check_exact=True)
