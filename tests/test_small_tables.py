@@ -245,27 +245,6 @@ def test_modified_z_equals_the_formula_on_series():
         pd.testing.assert_series_equal(modified_z(x), by_series(x), check_exact=True)
 
 
-def test_step_rows_of_devices_without_a_level_equal_a_pandas_concat():
-    """The step breakdown's rows of several devices, one of them without a collective level's column (its exposed
-    time there is 0), against a frame per device concatenated by pandas, the missing level filled and typed."""
-    from tracekit.analysis import timeline
-    rng = np.random.default_rng(11)
-    parts = []
-    for d, levels in ((0, ("ici",)), (1, ()), (2, ("dcn", "ici"))):
-        n = int(rng.integers(1, 6))
-        row = {c: "h0" if c == "host" else f"TPU:{d}" if c == "device" else rng.random(n) < 0.3 if t == bool else
-               rng.integers(0, 10**9, n) for c, t in timeline._BREAKDOWN.items()}  # (in the breakdown's order)
-        row.update({f"collective_exposed_{lv}_ps": rng.integers(0, 10**6, n) for lv in levels})
-        parts.append((n, row))
-    got = timeline._breakdown_frame(parts)
-    want = pd.concat([pd.DataFrame(row) for _, row in parts], ignore_index=True)
-    lv = [c for c in want.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
-    want = want.fillna({c: 0 for c in lv}).astype({c: "int64" for c in lv})
-    assert lv == ["collective_exposed_ici_ps", "collective_exposed_dcn_ps"]
-    pd.testing.assert_frame_equal(got, want[list(got.columns)], check_exact=True)
-    assert list(got.columns) == list(want.columns)
-
-
 @pytest.mark.parametrize("case", ["v6e", "cpu/async_dp8", "gpu-mi300x8"])
 def test_hlo_frame_typed_as_put_in_equals_conform(case, monkeypatch):
     """The HLO frame built with its columns typed as they are put in (schema.frame_of) against conform() of the

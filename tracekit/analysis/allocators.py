@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.grouping import rows_by_text
+
 #: points kept of a curve (an allocator's bytes in use, a program's live bytes): the peak and both ends among them
 CURVE_POINTS = 200
 
@@ -19,15 +21,12 @@ def allocator_summary(events: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
     if events is None or not len(events):
         return pd.DataFrame(columns=cols), {}
     rows, curves = [], {}
-    hosts, names = events["host"].astype(str).tolist(), events["allocator"].astype(str).tolist()
     start = events["start_ps"].to_numpy(np.int64)
     in_use, peak = events["bytes_in_use"].to_numpy(float), events["peak_bytes_in_use"].to_numpy(float)
-    groups: dict = {}  # (host, allocator) -> its events' rows (arrays, not a pandas group per allocator)
-    for i, k in enumerate(zip(hosts, names)):
-        if isinstance(k[0], str) and isinstance(k[1], str):  # (a missing name is no group, as in a groupby)
-            groups.setdefault(k, []).append(i)
+    # (host, allocator) as text -> its events' rows, in frame order (a missing name is no group, as in a groupby)
+    groups = rows_by_text(events, ["host", "allocator"])
     for (h, a) in sorted(groups):
-        g = np.array(groups[(h, a)], np.int64)
+        g = groups[(h, a)]
         g = g[np.argsort(start[g], kind="stable")]
         use = in_use[g]
         ok = ~np.isnan(use)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import KEYS
-from tracekit.grouping import group_index
+from tracekit.grouping import group_index, rows_by_text
 
 
 def closed_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -52,11 +52,8 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
 def device_rows(steps: pd.DataFrame) -> list:
     """((host, device) as text, its rows) per device of ``steps``, in text order (a row without a host or
     device name is in none, as a groupby leaves it out)."""
-    out: dict = {}
-    for i, k in enumerate(zip(steps["host"].astype(str).tolist(), steps["device"].astype(str).tolist())):
-        if isinstance(k[0], str) and isinstance(k[1], str):
-            out.setdefault(k, []).append(i)
-    return [(k, np.array(out[k], np.int64)) for k in sorted(out)]
+    out = rows_by_text(steps, ["host", "device"])
+    return [(k, out[k]) for k in sorted(out)]
 
 
 @dataclass(frozen=True)

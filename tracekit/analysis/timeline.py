@@ -246,30 +246,19 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         for r, lv in enumerate(levels or ()):  # the levels of this device's collectives, in text order
             if (x := m["levels"].get(r)) is not None:
                 row[f"collective_exposed_{lv}_ps"] = x
-        parts.append((len(a), row))
-    out = _breakdown_frame(parts)
+        parts.append(pd.DataFrame(row))
+    cols = dict(_BREAKDOWN)
+    if parts:
+        # per-level columns: a device without a level's collectives lacks its column (NaN after the concat): typed after
+        cols.update({c: object for p in parts for c in p.columns if c.startswith("collective_exposed_")
+                     and c != "collective_exposed_ps"})
+    out = _frame(parts, cols)
+    levels_cols = [c for c in cols if c.startswith("collective_exposed_")]
+    if levels_cols:
+        out = out.fillna({c: 0 for c in levels_cols}).astype({c: "int64" for c in levels_cols})
     if len(parts) == 1 and len(out) and (out["start_ps"].to_numpy()[1:] >= out["start_ps"].to_numpy()[:-1]).all():
         return out  # (one device, its steps in order: the sort below would change nothing)
     return out.sort_values(["host", "device", "start_ps"], ignore_index=True)
-
-
-def _breakdown_frame(parts: list) -> pd.DataFrame:
-    """The step rows of every device (``parts``: (rows, {column: array or one value}) per device) as one frame,
-    its columns concatenated once (a frame per device and their concat cost more than the rows' arithmetic). A
-    level's exposed time (``collective_exposed_<level>_ps``) is 0 on a device without that level's collectives."""
-    if not parts:
-        return _frame([], dict(_BREAKDOWN))
-    levels = [c for _, row in parts for c in row
-              if c.startswith("collective_exposed_") and c != "collective_exposed_ps"]
-    data = {}
-    for c in [*_BREAKDOWN, *dict.fromkeys(levels)]:
-        chunks = [np.zeros(n, np.int64) if c not in row else np.full(n, row[c], object) if isinstance(row[c], str)
-                  else np.asarray(row[c]) for n, row in parts]
-        data[c] = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-        t = _BREAKDOWN.get(c, "int64")
-        if t != object and data[c].dtype != t:
-            data[c] = data[c].astype(t)
-    return pd.DataFrame(data)
 
 
 #: the row classes of :func:`step_breakdown` (disjoint): compute ops by bound, -start/-done waits and async

@@ -114,7 +114,10 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
             out[c].append(v)
     if not out["step"]:
         return schema.empty(schema.STEPS)
-    return pd.DataFrame({c: np.concatenate(v) for c, v in out.items()})
+    data = {}
+    for c in list(out):  # (each column's per-device arrays let go once it is made; the frame takes them as they are)
+        data[c] = np.concatenate(out.pop(c))
+    return pd.DataFrame(data)
 
 
 def _label(steps: pd.DataFrame, host_steps: pd.DataFrame, name: str, host: str, warnings: list[str]) -> pd.DataFrame:
