@@ -96,9 +96,7 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
     if by_id:
         first = pd.Series(start).groupby(run).min().sort_values(kind="stable")
         rank = dict(zip(first.index.to_numpy().tolist(), range(len(first))))
-    hosts = m["host"].astype(str).to_numpy() if "host" in m.columns else None
-    out: dict = {c: [] for c in ("host", "device", "step", "start_ps", "duration_ps", "step_source", "open_end",
-                                 "run_ps")}  # (each column's arrays of every device, concatenated once)
+    out = []
     for d in sorted(set(dev.tolist()), key=_dev_key):
         idx = np.nonzero(dev == d)[0]
         idx = idx[np.argsort(start[idx], kind="stable")]
@@ -107,17 +105,10 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
         open_end = np.zeros(len(idx), bool)
         open_end[-1] = True
         number = np.array([rank[int(r)] for r in run[idx]], np.int64) if by_id else np.arange(len(idx))
-        for c, v in (("host", hosts[idx] if hosts is not None else np.full(len(idx), "", object)),
-                     ("device", np.full(len(idx), d, object)), ("step", number), ("start_ps", s),
-                     ("duration_ps", step_ps), ("step_source", np.full(len(idx), "module_execution", object)),
-                     ("open_end", open_end), ("run_ps", e - s)):
-            out[c].append(v)
-    if not out["step"]:
-        return schema.empty(schema.STEPS)
-    data = {}
-    for c in list(out):  # (each column's per-device arrays let go once it is made; the frame takes them as they are)
-        data[c] = np.concatenate(out.pop(c))
-    return pd.DataFrame(data)
+        out.append(pd.DataFrame({"host": m["host"].astype(str).to_numpy()[idx] if "host" in m.columns else "",
+                                 "device": d, "step": number, "start_ps": s, "duration_ps": step_ps,
+                                 "step_source": "module_execution", "open_end": open_end, "run_ps": e - s}))
+    return pd.concat(out, ignore_index=True) if out else schema.empty(schema.STEPS)
 
 
 def _label(steps: pd.DataFrame, host_steps: pd.DataFrame, name: str, host: str, warnings: list[str]) -> pd.DataFrame:
