@@ -175,7 +175,6 @@ def _expanded_control_flow(u: pd.DataFrame, opc: np.ndarray, j: pd.DataFrame) ->
 
 
 def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
-    cols = ["host_memory", "to_host", "transfer_bytes", "dot_m", "dot_n", "dot_k"]
     if not tr.has_hlo:
         return pd.DataFrame({"host_memory": False, "to_host": False, "transfer_bytes": 0, "dot_m": -1, "dot_n": -1,
                              "dot_k": -1},
