@@ -160,9 +160,9 @@ def reduce(parts: list) -> pd.DataFrame:
     _, at = np.unique(gid[order], return_index=True)
     first = order[at]
     # (the columns as arrays, the frame made once at the end: a column set on a frame costs more than its sums)
-    out = {c: allo[c].take(first).to_numpy() for c in KEY + ["size_bytes", "bound", "groups", "span", "phases",
-                                                          "reason", "pattern", "global_bytes", "first_start",
-                                                          "first_host", "first_device"]}
+    out = {c: allo[c].take(first).reset_index(drop=True) for c in KEY + [
+        "size_bytes", "bound", "groups", "span", "phases", "reason", "pattern", "global_bytes", "first_start",
+        "first_host", "first_device"]}  # (Series: each keeps its type in the frame)
     out["executions"] = int_sums(gid, allo["n"].to_numpy(np.int64), n_op)
     out["total_ps"] = int_sums(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
     gmax = np.full(n_op, np.iinfo(np.int64).min)
@@ -181,7 +181,7 @@ def reduce(parts: list) -> pd.DataFrame:
     skew_sum, skew_n = _skews(parts, offs, gid, n_op)
     n = out["executions"].astype(float)
     dur_sum = out["total_ps"].astype(float)
-    size = pd.Series(out["size_bytes"]).to_numpy(float)
+    size = out["size_bytes"].to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["time_ps"] = dur_sum / n
         out["skew_ps"] = np.where(skew_n > 0, skew_sum / np.maximum(skew_n, 1), np.nan)
@@ -204,8 +204,7 @@ def reduce(parts: list) -> pd.DataFrame:
             note.append(reason)
         notes.append("; ".join(note))
     out["note"] = notes
-    out = pd.DataFrame({c: (allo[c].take(first).reset_index(drop=True) if c in allo.columns and c not in
-                            ("devices", "hosts") else out[c]) for c in out})
+    out = pd.DataFrame(out)
     # (the pod's ops in first-execution order, then by total time: ties as one host's groupby leaves them)
     out = out.sort_values(["first_start", "first_host", "first_device"], kind="stable")
     return out.sort_values(["total_ps", "module", "op"], ascending=[False, True, True],
