@@ -275,13 +275,19 @@ def frame_of(columns: dict, schema: dict) -> pd.DataFrame:
             data[c] = pd.Categorical([str(x) for x in v])  # (conform: astype(str), then category)
         elif d == "object":
             data[c] = pd.Series(v, dtype=object)  # (a frame would infer text from an object array)
-        elif d == "uint64":
-            data[c] = pd.Series(v, dtype=None if len(v) else "int64").astype(d)  # (as conform casts it)
-        elif d in ("int64", "bool", "float64"):
-            data[c] = np.array(v, dtype=d)
+        elif d in ("uint64", "int64", "bool", "float64"):
+            data[c] = typed_array(v, d)
         else:
             data[c] = v
     return conform(pd.DataFrame(data), schema)
+
+
+def typed_array(values: list, dtype) -> np.ndarray:
+    """``values`` as an array of ``dtype``. Program ids (unsigned) go through pandas' inference and cast, as a
+    frame's column does (and :func:`conform`): a negative id of a damaged module wraps around instead of raising."""
+    if dtype == "uint64":
+        return pd.Series(values, dtype=None if len(values) else "int64").astype(dtype).to_numpy()
+    return np.asarray(values, dtype=dtype)
 
 
 def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
+from tracekit import schema
 from tracekit.ingest import hloshape
 from tracekit.ingest.hlo import HOST_MEMORY_SPACE, source_location
 
@@ -118,15 +118,8 @@ _HEAP_TYPES = {"program_id": "uint64", "trace": _I64, "seq": _I64, "kind": _I64,
 def _frame(columns: dict, types: dict) -> pd.DataFrame:
     """One table of column lists, its numeric columns made arrays of their type as they are put in (a frame of
     lists typed afterwards builds every column twice: a few ms per table, asked for a few times per analysis)."""
-    return pd.DataFrame({k: _typed(v, types[k]) if k in types else v for k, v in columns.items()}, copy=False)
-
-
-def _typed(values: list, dtype) -> np.ndarray:
-    """``values`` as an array of ``dtype``. Program ids (unsigned) go through pandas' inference and cast, as a
-    frame's column does: a negative id of a damaged module wraps around instead of raising."""
-    if dtype == "uint64":
-        return pd.Series(values, dtype=None if values else "int64").astype(dtype).to_numpy()
-    return np.asarray(values, dtype=dtype)
+    return pd.DataFrame({k: schema.typed_array(v, types[k]) if k in types else v for k, v in columns.items()},
+                        copy=False)
 
 
 def _module_rows(mod) -> tuple[dict, dict, dict]:
