@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import gather, held_once
-from tracekit.grouping import codes_of, group_index, row_parts, rows_per_code, unique, unique_rows
+from tracekit.grouping import codes_of, group_index, row_parts, rows_per_code, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -234,22 +234,22 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
     d_idx, dk = d_idx[has], dk[has]
     if not len(d_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    # every key at once: windows and -dones in (key, start, row) order, each -done's latest window of its key
-    # starting at or before it found by one search on (key, start rank)
-    ws, ds = start[w_idx], start[d_idx]
-    wo, do = np.lexsort((ws, winv)), np.lexsort((ds, dk))
-    times = unique(np.concatenate([ws, ds]))
-    span = len(times) + 1
-    wkey, dkey = winv[wo].astype(np.int64), dk[do].astype(np.int64)
-    pos = np.searchsorted(wkey * span + np.searchsorted(times, ws[wo]), dkey * span + np.searchsorted(times, ds[do]),
-                          "right") - 1
+    # every key at once: windows and -dones in one (key, start) order, a window before a -done of its start, ties
+    # in row order; each -done's candidate is the last window sorted before it (kept where its key is the -done's)
+    nw = len(w_idx)
+    key = np.concatenate([winv.astype(np.int64), dk.astype(np.int64)])
+    order = np.lexsort((np.arange(nw + len(d_idx)) >= nw, np.concatenate([start[w_idx], start[d_idx]]), key))
+    is_win = order < nw
+    last = np.maximum.accumulate(np.where(is_win, np.arange(len(order)), -1))
+    at = np.flatnonzero(~is_win)
+    pos = last[at]
     ok = pos >= 0
     # a window completes one -done: a later one of its key without its own start is unpaired (the -done before
     # found the same window; one of another key never finds a window of this key)
     ok[1:] &= pos[1:] != pos[:-1]
     pos = np.where(ok, pos, 0)
-    ok &= wkey[pos] == dkey
-    return d_idx[do][ok].astype(np.int64), w_idx[wo][pos][ok].astype(np.int64)
+    ok &= key[order[pos]] == key[order[at]]
+    return d_idx[order[at][ok] - nw].astype(np.int64), w_idx[order[pos][ok]].astype(np.int64)
 
 
 def done_roofline(ops: pd.DataFrame, d_idx: np.ndarray, w_idx: np.ndarray, window_roof: np.ndarray) -> np.ndarray:
