@@ -328,3 +328,61 @@ def test_instruction_extras_per_identity_equal_a_left_merge(case):
     got = identity._hlo_extras(tr, key)
     assert len(got) >= 5 and ((got["dot_m"] > 0).any() or (got["transfer_bytes"] > 0).any())
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def _choose_steps_by_pandas(steps: pd.DataFrame, ops_rows: int, max_nodes: int) -> list:
+    """The capped step choice written with pandas: the device with the largest median step time (text order
+    first among equal ones), its steps present on every device, the ``cap`` nearest its median (frame order
+    among equal distances)."""
+    closed = steps[~steps["open_end"].to_numpy(bool)]
+    ndev = closed.groupby(["host", "device"], observed=True).ngroups
+    per = closed.groupby("step")["device"].size()
+    common = per[per == ndev].index.to_numpy(np.int64)
+    if not len(common):
+        common = per.index.to_numpy(np.int64)
+    cap = max(int(max_nodes // max(ops_rows / max(int(steps["step"].nunique()), 1), 1.0)), 1)
+    if len(common) <= cap:
+        return sorted(common.tolist())
+    dev = closed.assign(h=closed["host"].astype(str), d=closed["device"].astype(str))
+    h, d = dev.groupby(["h", "d"])["duration_ps"].median().idxmax()
+    mine = dev[(dev["h"] == h) & (dev["d"] == d) & dev["step"].isin(common)]
+    near = (mine["duration_ps"] - mine["duration_ps"].median()).abs().sort_values(kind="stable")
+    return sorted(mine.loc[near.index[:cap], "step"].astype(int).tolist())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_replayed_steps_equal_the_choice_written_with_pandas(seed):
+    """Which steps a capped replay takes (tracekit.analysis.replay.inputs.choose_steps, on arrays) equals the
+    pandas formulation, on random step frames: devices missing steps, equal medians, equal distances, open ends."""
+    from tracekit.analysis.replay import inputs
+    rng = np.random.default_rng(seed)
+    rows = []
+    for h in ("h1", "h0"):
+        for d in ("TPU:1", "TPU:0", "TPU:10"):
+            n = int(rng.integers(5, 40))
+            for s in sorted(rng.choice(60, n, replace=False).tolist()):
+                rows.append((h, d, s, int(rng.integers(1, 6)) * 1000, bool(rng.random() < 0.1)))
+    rng.shuffle(rows)
+    steps = pd.DataFrame(rows, columns=["host", "device", "step", "duration_ps", "open_end"])
+    steps[["host", "device"]] = steps[["host", "device"]].astype("category")
+    for max_nodes in (1, 7, 50, 10 ** 6):
+        got, _ = inputs.choose_steps(steps, 500, max_nodes)
+        assert got == _choose_steps_by_pandas(steps, 500, max_nodes)
+
+
+@pytest.mark.parametrize("case", ["train_step", "allreduce_exposed"])
+def test_step_breakdown_host_and_device_are_its_text_in_text_order(case):
+    """The step breakdown's host and device are categories in text order (grouped again and again downstream):
+    each row's text is its device's, and the rows are in (host, device, start) text order."""
+    from tracekit.analysis import timeline
+    tr = tracekit.load(cpu_fixture(case))
+    ops = roofline.join(tr)
+    out = timeline.step_breakdown(ops, tr.steps, tr.modules)
+    assert len(out) and all(isinstance(out[c].dtype, pd.CategoricalDtype) for c in ("host", "device"))
+    assert list(out["device"].cat.categories) == sorted(out["device"].astype(str).unique())
+    by_text = out.assign(host=out["host"].astype(str), device=out["device"].astype(str))
+    assert by_text.equals(by_text.sort_values(["host", "device", "start_ps"], kind="stable", ignore_index=True))
+    # every row is a step of the loader's on its own device (the text each code stands for is the row's)
+    mine = set(zip(by_text["host"], by_text["device"], by_text["start_ps"].tolist()))
+    assert len(mine) == len(out) and mine <= set(zip(tr.steps["host"].astype(str), tr.steps["device"].astype(str),
+                                                     tr.steps["start_ps"].tolist()))

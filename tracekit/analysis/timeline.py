@@ -30,7 +30,8 @@ import pandas as pd
 from tracekit.analysis.textmatch import Matcher, cat_mask
 from tracekit.model import predictions
 from tracekit.options import DEFAULTS
-from tracekit.analysis.intervals import covered, device_index, merge, rows_view, sync_rows, union
+from tracekit.analysis.intervals import KEYS, covered, device_index, merge, rows_view, sync_rows, union
+from tracekit.columns import code_dtype
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -221,7 +222,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     st = ops["start_ps"].to_numpy(np.int64)
     sst, sdur, sno = (steps[c].to_numpy(np.int64) for c in ("start_ps", "duration_ps", "step"))
     sopen = steps["open_end"].to_numpy(bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
-    parts = []
+    parts, keys = [], []
     for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
         a = sst[si]
@@ -237,7 +238,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         inside = (b - a) - act - outside
         host_launched = bool(rows_view(launched, oi).any()) and programs is not None
         zero = np.zeros_like(inside)
-        row = {"host": h, "device": d, "step": sno[si], "start_ps": a, "step_ps": b - a,
+        row = {"step": sno[si], "start_ps": a, "step_ps": b - a,
                "compute_ps": c, "collective_ps": k, "collective_exposed_ps": u - c, "collective_hidden_ps": c + k - u,
                "wait_ps": act - u, "idle_ps": (b - a) - act, "compute_bound_ps": cb, "memory_bound_ps": cbm - cb,
                "compute_other_ps": c - cbm, "offload_wait_ps": off - u, "async_wait_ps": act - off,
@@ -247,12 +248,21 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
             if (x := m["levels"].get(r)) is not None:
                 row[f"collective_exposed_{lv}_ps"] = x
         parts.append(pd.DataFrame(row))
-    cols = dict(_BREAKDOWN)
+        keys.append((h, d))
+    cols = {k: v for k, v in _BREAKDOWN.items() if k not in KEYS}
     if parts:
         # per-level columns: a device without a level's collectives lacks its column (NaN after the concat): typed after
         cols.update({c: object for p in parts for c in p.columns if c.startswith("collective_exposed_")
                      and c != "collective_exposed_ps"})
     out = _frame(parts, cols)
+    # host and device as categories in text order (the steps are grouped by them again and again: codes, where
+    # text would be hashed at every grouping), each device's rows one run of codes
+    for i, (c, vals) in enumerate(zip(KEYS, zip(*keys) if keys else ((), ()))):
+        cats = sorted(set(vals))
+        code = {v: j for j, v in enumerate(cats)}
+        out.insert(i, c, pd.Categorical.from_codes(
+            np.repeat(np.array([code[v] for v in vals], code_dtype(len(cats))), [len(p) for p in parts]), cats)
+            if keys else pd.Series(dtype=object))
     levels_cols = [c for c in cols if c.startswith("collective_exposed_")]
     if levels_cols:
         out = out.fillna({c: 0 for c in levels_cols}).astype({c: "int64" for c in levels_cols})

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import stepstats
 from tracekit.analysis.replay import graph
 
 _DONE = re.compile(r"-done(\.\d+)?$")
@@ -34,12 +35,18 @@ def choose_steps(steps: pd.DataFrame, ops_rows: int, max_nodes: int = MAX_NODES)
     cap = max(int(max_nodes // per_step), 1)
     if len(common) <= cap:
         return sorted(common.tolist()), f"all {len(common)} closed step(s)"
-    dev = closed.assign(h=closed["host"].astype(str), d=closed["device"].astype(str))
-    med = dev.groupby(["h", "d"])["duration_ps"].median()
-    h, d = med.idxmax()
-    mine = dev[(dev["h"] == h) & (dev["d"] == d) & dev["step"].isin(common)]
-    near = (mine["duration_ps"] - mine["duration_ps"].median()).abs().sort_values(kind="stable")
-    pick = sorted(mine.loc[near.index[:cap], "step"].astype(int).tolist())
+    # the slowest device (largest median step time; the first in text order among equal ones), its steps of
+    # ``common`` in frame order, the ``cap`` nearest its median (ties in frame order)
+    dur = closed["duration_ps"].to_numpy(np.float64)
+    step = closed["step"].to_numpy(np.int64)
+    per_device = [rows for _, rows in stepstats.device_rows(closed)]
+    meds = [float(np.median(dur[rows])) for rows in per_device]
+    mine = per_device[meds.index(max(meds))]
+    mine = mine[np.isin(step[mine], common)]
+    if not len(mine):
+        return [], "no closed step of the slowest device is on every device"
+    near = np.argsort(np.abs(dur[mine] - np.median(dur[mine])), kind="stable")
+    pick = sorted(step[mine][near[:cap]].tolist())
     return pick, (f"{len(pick)} of {len(common)} closed steps, those nearest the median step time of the slowest "
                   f"device (the replay is capped at {max_nodes:,} op executions)")
 
