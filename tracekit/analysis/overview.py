@@ -164,12 +164,16 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     if by_codes:
         dcodes = ops[dcol].array.codes
         dnames = [str(c) for c in ops[dcol].cat.categories]
-    srows = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
-    groups = list(srows.groupby(["host", "device"], sort=True))
-    sharing = shared_chips(device_chips, [k for k, _ in groups])
+    # each device's steps (text order, as a groupby of the names sorts them) read from arrays: its closed steps'
+    # mean (stepstats.closed_steps: every step where none is closed)
+    per_device = stepstats.device_rows(steps)
+    step_ps = steps["step_ps"].to_numpy()
+    open_end = steps["open_end"].to_numpy(bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
+    offload = steps["offload_wait_ps"].to_numpy() if "offload_wait_ps" in steps.columns else None
+    sharing = shared_chips(device_chips, [k for k, _ in per_device])
     rows = []
-    for (h, d), g in groups:
-        n = len(g)
+    for (h, d), srow in per_device:
+        n = len(srow)
         ix = dev_rows.get((h, d), slice(0, 0))
         ch = device_chips.get((h, d))
         w, o = work[ix], once[ix]
@@ -226,18 +230,22 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
                 ch.host_link_bw_bytes_per_s else 0.0  # both directions
             for k in ("bw", "egress", "hostw"):
                 tot[k] /= nsh
-        mean = float(closed_steps(g)["step_ps"].mean())  # (the last run's own execution is not a step time)
+        closed = srow[~open_end[srow]]  # (the last run's own execution is not a step time)
+        closed = closed if len(closed) else srow
+        mean = _mean(step_ps[closed])
         unknown = work_ps > 0 and not known["flops"]  # compute ran, none of it with a FLOP count
         f_step = np.nan if unknown else fl.sum() / n
         no_roof = work_ps > 0 and not known["roof"]  # the "possible" step would be measured time, not a roofline
-        rows.append({"host": h, "device": d, "steps": n, "step_mean_ps": mean, "step_total_ps": int(g["step_ps"].sum()),
+        step_total = step_ps[srow]
+        step_total = int(step_total.sum()) if step_total.dtype.kind in "iu" else int(pd.Series(step_total).sum())
+        rows.append({"host": h, "device": d, "steps": n, "step_mean_ps": mean, "step_total_ps": step_total,
                      "flops_per_step": f_step, "model_flops_per_step": np.nansum(mf) / n if np.isfinite(mf).any()
                      else np.nan, "peak_flops_per_s": peak,
                      "mfu": f_step / (peak * mean / 1e12) if peak == peak and peak > 0 and mean > 0 else np.nan,
                      "possible_step_ps": np.nan if no_roof else parts[bound] / n, "bound_by": "" if no_roof else bound,
                      "roofline_known_share": known["roof"] / work_ps if work_ps else np.nan,
-                     "host_link_per_step_ps": hostt / n, "offload_wait_per_step_ps": float(g["offload_wait_ps"].mean())
-                     if "offload_wait_ps" in g.columns else 0.0,
+                     "host_link_per_step_ps": hostt / n, "offload_wait_per_step_ps": _mean(offload[srow])
+                     if offload is not None else 0.0,
                      **{f"tot_{k}": v for k, v in tot.items()}, "peak_source": psrc, "dominant_dtype": dtype})
     # devices sharing one chip run their work on it one after the other: each one's possible step is theirs added
     # up (unknown when any is)
@@ -251,13 +259,22 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
         flops = float(sum(at[k]["flops_per_step"] for k in members))
         peak = float(sum(at[k]["peak_flops_per_s"] for k in members))
         # the chip's step time: its slowest member's, as the overview reads it (slowest_device_steps)
-        mine = pd.MultiIndex.from_frame(srows[["host", "device"]]).isin(list(members))
-        chip_step = float(slowest_device_steps(srows[mine])[0].mean())
+        mine = np.sort(np.concatenate([r for k, r in per_device if k in members]))
+        chip_step = float(slowest_device_steps(steps.iloc[mine])[0].mean())
         for k in members:
             at[k]["possible_step_ps"] = total
             at[k]["mfu"] = _util(flops, peak, chip_step)
             at[k]["mfu_at_possible"] = _util(flops, peak, total)
     return pd.DataFrame(rows, columns=cols)
+
+
+def _mean(v: np.ndarray) -> float:
+    """``pd.Series(v).mean()``: integers (picoseconds, as the breakdown's columns are) summed as pandas sums them
+    (NumPy's sum into float64, the same rounding past 2**53) over their count; other values (missing ones skipped)
+    by pandas itself."""
+    if v.dtype.kind in "iu" and len(v):
+        return float(v.sum(dtype=np.float64) / len(v))
+    return float(pd.Series(v).mean())
 
 
 def _util(flops_per_step: float, peak: float, step_ps: float) -> float:

@@ -28,7 +28,7 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
     :func:`step_breakdown`) over its :func:`closed_steps`: steps, mean_ps, median_ps, p90_ps (linear
     interpolation), min_ps, max_ps, std_ps (population, ddof=0)."""
     steps = closed_steps(steps)
-    if steps[column].dtype.kind not in "iu":  # (missing values: pandas skips them statistic by statistic)
+    if not exact_sums(steps[column]):  # (floats, missing values, sums past 2**53: pandas itself)
         g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(KEYS)[column]
         return g.agg(steps="size", mean_ps="mean", median_ps="median", p90_ps=lambda s: s.quantile(0.9),
                      min_ps="min", max_ps="max", std_ps=lambda s: s.std(ddof=0)).reset_index()
@@ -40,13 +40,23 @@ def step_stats(steps: pd.DataFrame, column: str = "duration_ps") -> pd.DataFrame
         f = v[rows].astype(np.float64)  # (in frame order: the deviations are summed in pandas' order)
         mean = f.sum() / len(f)
         keys.append(k)
-        stats.append((len(f), mean, float(np.median(f)), float(np.quantile(f, 0.9)), v[rows].min(), v[rows].max(),
-                      float(np.sqrt(((mean - f) ** 2).sum() / len(f)))))
+        stats.append((len(f), mean, float(np.median(f)), float(np.quantile(v[rows], 0.9)), v[rows].min(),
+                      v[rows].max(), float(np.sqrt(((mean - f) ** 2).sum() / len(f)))))
     cols = ["steps", "mean_ps", "median_ps", "p90_ps", "min_ps", "max_ps", "std_ps"]
     types = [np.int64, np.float64, np.float64, np.float64, v.dtype, v.dtype, np.float64]
     out = {"host": [k[0] for k in keys], "device": [k[1] for k in keys]}
     out.update({c: np.array([s[i] for s in stats], dt) for i, (c, dt) in enumerate(zip(cols, types))})
     return pd.DataFrame(out)
+
+
+def exact_sums(col: pd.Series) -> bool:
+    """Whether ``col`` holds integers whose sums (any subset, in any order) are exact in float64: their absolute
+    values add up to less than 2**53 (2.5 hours of picoseconds). Then the statistics worked out on arrays equal
+    pandas' to the bit, whatever order each adds in; past it pandas' own (compensated) sums are taken."""
+    if col.dtype.kind not in "iu":
+        return False
+    v = col.to_numpy()
+    return not len(v) or float(np.abs(v.astype(np.float64)).sum()) < 2.0 ** 53 * (1 - 1e-9)
 
 
 def device_rows(steps: pd.DataFrame) -> list:
@@ -79,7 +89,7 @@ def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
     if steps is None or not len(steps):
         return StepSummary(np.zeros((0, 2), np.int64), 0, None, {})
     closed = closed_steps(steps)
-    if closed[column].dtype.kind in "iu":  # (integer step times: see step_stats)
+    if exact_sums(closed[column]):  # (integer step times: see step_stats)
         v = closed[column].to_numpy(np.int64)
         per = [(float(np.median(f)), f.sum() / len(f), k, f) for k, rows in device_rows(closed)
                for f in [v[rows].astype(np.float64)]]
