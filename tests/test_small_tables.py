@@ -115,8 +115,10 @@ def _random_steps(rng, n: int, scale: int) -> pd.DataFrame:
 @pytest.mark.parametrize("seed", range(8))
 def test_step_stats_equal_a_pandas_groupby(seed):
     rng = np.random.default_rng(seed)
-    for scale in (1, 10**9, 7 * 10**11):  # (small values: ties in median and mean; large: picosecond steps)
-        steps = _random_steps(rng, int(rng.integers(1, 80)), scale)
+    for scale in (1, 10**9, 7 * 10**11, 10**17):  # (small values: ties in median and mean; large: picosecond
+        steps = _random_steps(rng, int(rng.integers(1, 80)), scale)  # steps; past 2**53: float64 rounds them)
+        if scale > 2 ** 53:
+            steps["step_ps"] += rng.integers(0, 999, len(steps))
         pd.testing.assert_frame_equal(stepstats.step_stats(steps, "step_ps"),
                                       _step_stats_by_pandas(steps, "step_ps"), check_exact=True)
 
@@ -124,8 +126,10 @@ def test_step_stats_equal_a_pandas_groupby(seed):
 @pytest.mark.parametrize("seed", range(8))
 def test_slowest_device_equals_a_pandas_ranking(seed):
     rng = np.random.default_rng(100 + seed)
-    for scale in (1, 10**9):
+    for scale in (1, 10**9, 10**17):
         steps = _random_steps(rng, int(rng.integers(1, 80)), scale)
+        if scale > 2 ** 53:  # (float64 rounds these: the sums as pandas adds them)
+            steps["step_ps"] += rng.integers(0, 999, len(steps))
         st = stepstats.closed_steps(steps)
         g = st["step_ps"].groupby([st["host"].astype(str).to_numpy(), st["device"].astype(str).to_numpy()])
         rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
@@ -386,3 +390,66 @@ def test_step_breakdown_host_and_device_are_its_text_in_text_order(case):
     mine = set(zip(by_text["host"], by_text["device"], by_text["start_ps"].tolist()))
     assert len(mine) == len(out) and mine <= set(zip(tr.steps["host"].astype(str), tr.steps["device"].astype(str),
                                                      tr.steps["start_ps"].tolist()))
+
+
+@pytest.mark.parametrize("case", ["train_step", "async_dp8", "blocking_dp8", "v6e", "v6e-long"])
+def test_device_parts_step_columns_equal_a_pandas_groupby(case):
+    """The overview's per-device step columns (read from arrays per device) equal a pandas groupby of the step
+    breakdown by the device names: steps, total, the closed steps' mean, the host-offload wait per step; on XLA:CPU
+    traces (virtual devices sharing one chip: the chip's step time), the v6e trace, and the v6e trace's steps made
+    a million times longer (sums past 2**53 ps, where float64 rounds: the mean as pandas rounds it)."""
+    from tracekit.analysis import overview, rule_checks
+    v6e = case.startswith("v6e")
+    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb") if v6e else cpu_fixture(case))
+    ops = roofline.join(tr)
+    steps = rule_checks.frames_for_rules(ops, tr.steps, tr.host_events, modules=tr.modules).steps
+    if case == "v6e-long":  # (over 8192 steps a device: NumPy sums a cast in blocks, so the order shows)
+        steps = pd.concat([steps] * (8192 // len(steps) * 4 + 4), ignore_index=True)
+        steps = steps.assign(step_ps=steps["step_ps"] * 10 ** 6 + np.arange(len(steps)) * 7,
+                             offload_wait_ps=steps["offload_wait_ps"] * 10 ** 6 + 3)
+        per = steps.groupby("device", observed=True)["step_ps"].agg(["sum", "size"])
+        assert per["sum"].min() > 2 ** 53 and per["size"].min() > 8192
+    parts = overview.device_parts(ops, steps, roofline.device_chips(tr))
+    g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str))
+    want = []
+    for (h, d), rows in g.groupby(["host", "device"], sort=True):
+        closed = rows[~rows["open_end"]] if (~rows["open_end"]).any() else rows
+        want.append((h, d, len(rows), int(rows["step_ps"].sum()), float(closed["step_ps"].mean()),
+                     float(rows["offload_wait_ps"].mean())))
+    got = list(zip(parts["host"], parts["device"], parts["steps"].tolist(), parts["step_total_ps"].tolist(),
+                   parts["step_mean_ps"].tolist(), parts["offload_wait_per_step_ps"].tolist()))
+    assert len(want) >= (1 if case == "train_step" else 4) and got == want
+
+
+def _instruction_costs_by_records(module) -> pd.DataFrame:
+    """instruction_costs as a frame of records cast afterwards (the oracle: pandas infers the text columns)."""
+    from tracekit.model import cost
+    model = cost._Model(module, None)
+    runs, recs = model.executions(), []
+    for cid in model.executable():
+        n, parent = runs.get(cid, (float("nan"), ""))
+        for inst, c in model.rows(cid):
+            dt = cost.first_dtype(inst.shape)
+            cdt = c.compute_dtype if inst.opcode not in cost._CONTROL else ""
+            recs.append((module.name, model.comps[cid].name, inst.name, inst.opcode, dt,
+                         cdt or cost.result_compute_dtype(dt), c.flops, c.transcendentals, c.bytes_read,
+                         c.bytes_written, c.bytes_read + c.bytes_written, c.net_bytes, c.group_size, c.collective,
+                         c.known, c.reason, c.note, c.model, n, parent, c.flops_hi, c.stated_flops, c.stated_source))
+    return pd.DataFrame.from_records(recs, columns=cost.COLUMNS).astype(
+        {"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
+         "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool, "executions": float,
+         "flops_hi": float, "stated_flops": float})
+
+
+@pytest.mark.parametrize("case", ["cpu/train_step", "cpu/while_dynamic", "cpu/async_dp8", "gpu", "v6e"])
+def test_instruction_costs_equal_a_frame_of_records(case):
+    """The per-instruction cost frame, built a typed column at a time, equals the frame of records cast
+    afterwards: values and dtypes (text inferred as pandas infers it), every module of the trace."""
+    from tracekit.model import cost
+    path = shared_trace("tpu/v6e-4_jax_inference.xplane.pb") if case == "v6e" else \
+        shared_trace("gpu/mi300x8_jax_conv3d.xplane.pb") if case == "gpu" else cpu_fixture(case.split("/")[1])
+    mods = tracekit.load(path).hlo_modules
+    assert mods
+    for m in mods:
+        pd.testing.assert_frame_equal(cost.instruction_costs(m.proto), _instruction_costs_by_records(m.proto),
+                                      check_exact=True)

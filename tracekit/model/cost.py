@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
 from tracekit.model import custom_calls
@@ -295,11 +296,17 @@ def _frame(module, num_devices) -> tuple[pd.DataFrame, str | None]:
                          float(c.bytes_read + c.bytes_written), float(c.net_bytes), int(c.group_size),
                          c.collective, bool(c.known), c.reason, c.note, c.model, n, parent, float(c.flops_hi),
                          float(c.stated_flops), c.stated_source))
-    df = pd.DataFrame.from_records(recs, columns=COLUMNS)
-    df = df.astype({"flops": float, "transcendentals": float, "bytes_read": float, "bytes_written": float,
-                    "bytes_accessed": float, "net_bytes": float, "group_size": int, "cost_known": bool,
-                    "executions": float, "flops_hi": float, "stated_flops": float})
+    # a column at a time, the numbers typed as they go in (a frame of records cast afterwards: 2 ms a module)
+    values = list(zip(*recs)) if recs else [()] * len(COLUMNS)
+    df = pd.DataFrame({c: np.array(v, _TYPES[c]) if c in _TYPES else list(v) if v else np.array([], object)
+                       for c, v in zip(COLUMNS, values)})
     return df, (model.entry.name if model.entry is not None else None)
+
+
+#: the numeric columns of :func:`instruction_costs` and their types (the others hold text)
+_TYPES = {**dict.fromkeys(("flops", "transcendentals", "bytes_read", "bytes_written", "bytes_accessed", "net_bytes",
+                           "executions", "flops_hi", "stated_flops"), np.float64),
+          "group_size": np.int64, "cost_known": np.bool_}
 
 
 def instruction_costs(module: hlo_pb2.HloModuleProto, *, num_devices: int | None = None) -> pd.DataFrame:
