@@ -453,3 +453,40 @@ def test_instruction_costs_equal_a_frame_of_records(case):
     for m in mods:
         pd.testing.assert_frame_equal(cost.instruction_costs(m.proto), _instruction_costs_by_records(m.proto),
                                       check_exact=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_key_codes_equal_values_equal_numbers(seed):
+    """grouping.key_codes: two chosen rows get the same number exactly when their values in the columns are
+    equal (missing values included, categorical and plain columns), compared value tuple by value tuple."""
+    from tracekit.grouping import key_codes
+    rng = np.random.default_rng(seed)
+    n = 400
+    df = pd.DataFrame({"host": pd.Categorical(rng.choice(["h0", "h1"], n)),
+                       "device": pd.Categorical(rng.choice(["TPU:0", "TPU:1", None], n)),
+                       "program_id": rng.choice([7, 9, 2 ** 63], n).astype(np.uint64),
+                       "op": rng.choice(["copy-start", "all-gather-start", "fusion"], n)})
+    rows = rng.choice(n, 150)
+    key, space = key_codes(df, list(df.columns), rows)
+    assert key.min() >= 0 and key.max() < space
+    tuples = [tuple(None if pd.isna(v) else v for v in df.iloc[r]) for r in rows.tolist()]
+    for i in range(len(rows)):
+        for j in range(len(rows)):
+            assert (key[i] == key[j]) == (tuples[i] == tuples[j])
+
+
+def test_start_codes_name_each_done_as_written_out():
+    """hlo.start_codes: each -done row's -start op code equals the name worked out row by row (the program's
+    done_to_start entry, else -done made -start) looked up among the op names; -1 where none has it."""
+    from tracekit.ingest import hlo
+    tr = tracekit.load(shared_trace("tpu/v6e-4_jax_inference.xplane.pb"))
+    ops, d2s = tr.ops, hlo.done_to_start(tr.hlo)
+    d2s = {**d2s, next(iter(d2s)): "no-such-start"}  # (one -done whose -start is missing)
+    rows = np.flatnonzero(ops["op"].astype(str).str.contains("-done").to_numpy())
+    got = hlo.start_codes(ops, rows, d2s)
+    cats = list(ops["op"].cat.categories)
+    want = []
+    for p, o in zip(ops["program_id"].to_numpy()[rows].tolist(), ops["op"].astype(str).to_numpy()[rows]):
+        name = d2s.get((int(p), o), o.replace("-done", "-start", 1))
+        want.append(cats.index(name) if name in cats else -1)
+    assert len(rows) > 100 and got.tolist() == want and -1 in want and max(want) >= 0

@@ -1,5 +1,6 @@
 """Work once per distinct value instead of once per row: the codes and distinct values of a column
-(:func:`codes_of`), group keys and inverse indexes (:func:`group_index`, :func:`unique_rows`, :func:`distinct_rows`),
+(:func:`codes_of`), group keys and inverse indexes (:func:`group_index`, :func:`unique_rows`, :func:`distinct_rows`;
+of chosen rows, :func:`key_codes`),
 the rows of each group (:func:`runs`, :func:`rows_per_code`, :func:`row_parts`, :func:`rows_by_text`), sorted distinct values
 (:func:`unique`, :func:`distinct_values`), exact integer sums per group (:func:`int_sums`) and values computed per
 distinct value spread to the rows (:func:`cat_from`, :func:`cat_apply`; of plain arrays, :func:`per_value`, :func:`per_pair`)."""
@@ -140,6 +141,22 @@ def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
     order."""
     key, space, _ = _key(df, cols)
     return _factorize(key, space)
+
+
+def key_codes(df: pd.DataFrame, cols, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """(one int64 number per row of ``rows`` (positions) combining the codes of ``cols``, how many numbers there
+    can be): equal values, equal numbers, within ``df`` (mixed radix over code + 1: a missing value is a value of
+    its own). Only ``rows``' codes are read, no frame of them is made. Over 2**62 numbers: ValueError."""
+    key, space = np.zeros(len(rows), np.int64), 1
+    for c in cols:
+        codes, uniq = codes_of(df[c], compact=True)
+        space *= len(uniq) + 1
+        if space >= 1 << 62:
+            raise ValueError(f"the codes of {list(cols)} do not fit one int64")
+        key *= len(uniq) + 1
+        key += gather(codes, rows)
+        key += 1
+    return key, space
 
 
 def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:

@@ -11,7 +11,8 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from tracekit import schema
-from tracekit.grouping import cat_apply
+from tracekit.columns import gather
+from tracekit.grouping import cat_apply, codes_of
 from tracekit.ingest import backend_config, hloshape
 from tracekit.proto import hlo_pb2, xplane_pb2
 from tracekit.ingest.xspace import parse_module_label, stat_names
@@ -233,6 +234,20 @@ def done_to_start(h: pd.DataFrame) -> dict:
     rows = np.flatnonzero(cat_apply(h["opcode"], lambda v: str(v).endswith("-done")))  # (once per opcode)
     return {(int(p), n): o.split(",")[0] for p, n, o in zip(h["program_id"].to_numpy()[rows].tolist(),
                                                           h["name"].to_numpy()[rows], h["operands"].to_numpy()[rows])}
+
+
+def start_codes(ops: pd.DataFrame, rows: np.ndarray, start_of: dict) -> np.ndarray:
+    """The code (in ``ops``' ``op`` column) of the ``-start`` op each ``-done`` row of ``rows`` completes: its
+    program's :func:`done_to_start` entry (``start_of``), else its own name with ``-done`` made ``-start``; -1
+    where no op of the frame has that name (or the row has no program or op). Named once per distinct (program,
+    op)."""
+    (pc, pu), (oc, ou) = (codes_of(ops[c], compact=True) for c in ("program_id", "op"))
+    no = len(ou) + 1
+    inv, pairs = pd.factorize(gather(pc, rows).astype(np.int64) * no + gather(oc, rows) + 1)
+    names = [start_of.get((int(pu[q // no]), str(ou[q % no - 1])), str(ou[q % no - 1]).replace("-done", "-start", 1))
+             if q >= 0 and q % no else None for q in pairs.tolist()]
+    index = ops["op"].cat.categories if isinstance(ops["op"].dtype, pd.CategoricalDtype) else pd.Index(ou)
+    return gather(index.get_indexer(names), inv) if len(rows) else np.zeros(0, np.int64)
 
 
 def hlo_frame(modules: list[Module]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.columns import gather, held_once
-from tracekit.grouping import codes_of, group_index, row_parts, rows_per_code, unique_rows
+from tracekit.grouping import codes_of, group_index, key_codes, row_parts, rows_per_code, unique_rows
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -221,23 +221,22 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
     w_idx = np.nonzero(ops["is_async"].to_numpy(bool))[0]
     if not len(d_idx) or not len(w_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    cols = ["host", "device", "program_id", "op"]
-    winv, wrows = unique_rows(ops[cols].iloc[w_idx], cols)
-    keys = {(str(h), str(d), int(p), str(o)): i for i, (h, d, p, o) in enumerate(wrows)}
-    dinv, drows = unique_rows(ops[cols].iloc[d_idx], cols)
-    dmap = np.array([keys.get((str(h), str(d), int(p), start_of.get((int(p), str(o)),
-                                                                    str(o).replace("-done", "-start", 1))), -1)
-                     for h, d, p, o in drows], np.int64)
-    dk = dmap[dinv] if len(dmap) else np.zeros(0, np.int64)
-    start = ops["start_ps"].to_numpy(np.int64)
-    has = dk >= 0
-    d_idx, dk = d_idx[has], dk[has]
+    # each row's (host, device, program, op) as one number from the columns' codes; a -done's is its -start's
+    # (named once per distinct program and -done: no op of that name in the frame, no window to pair)
+    from tracekit.ingest.hlo import start_codes
+    first = ["host", "device", "program_id"]
+    dstart = start_codes(ops, d_idx, start_of)
+    d_idx, dstart = d_idx[dstart >= 0], dstart[dstart >= 0]
     if not len(d_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    wkey, space = key_codes(ops, [*first, "op"], w_idx)
+    dplace, place_space = key_codes(ops, first, d_idx)
+    dk = dplace * (space // place_space) + dstart + 1  # (the op's digit last, as in the windows' numbers)
+    start = ops["start_ps"].to_numpy(np.int64)
     # every key at once: windows and -dones in one (key, start) order, a window before a -done of its start, ties
     # in row order; each -done's candidate is the last window sorted before it (kept where its key is the -done's)
     nw = len(w_idx)
-    key = np.concatenate([winv.astype(np.int64), dk.astype(np.int64)])
+    key = np.concatenate([wkey, dk])
     order = np.lexsort((np.arange(nw + len(d_idx)) >= nw, np.concatenate([start[w_idx], start[d_idx]]), key))
     is_win = order < nw
     last = np.maximum.accumulate(np.where(is_win, np.arange(len(order)), -1))
