@@ -466,8 +466,9 @@ def test_key_codes_equal_values_equal_numbers(seed):
                        "device": pd.Categorical(rng.choice(["TPU:0", "TPU:1", None], n)),
                        "program_id": rng.choice([7, 9, 2 ** 63], n).astype(np.uint64),
                        "op": rng.choice(["copy-start", "all-gather-start", "fusion"], n)})
-    rows = rng.choice(n, 150)
-    key, space = key_codes(df, list(df.columns), rows)
+    a, b = rng.choice(n, 90), rng.choice(n, 60)  # (two sets of rows: their numbers agree)
+    (ka, kb), space = key_codes(df, list(df.columns), a, b)
+    key, rows = np.concatenate([ka, kb]), np.concatenate([a, b])
     assert key.min() >= 0 and key.max() < space
     tuples = [tuple(None if pd.isna(v) else v for v in df.iloc[r]) for r in rows.tolist()]
     for i in range(len(rows)):

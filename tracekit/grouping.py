@@ -143,20 +143,41 @@ def group_index(df: pd.DataFrame, cols) -> tuple[np.ndarray, np.ndarray]:
     return _factorize(key, space)
 
 
-def key_codes(df: pd.DataFrame, cols, rows: np.ndarray) -> tuple[np.ndarray, int]:
-    """(one int64 number per row of ``rows`` (positions) combining the codes of ``cols``, how many numbers there
-    can be): equal values, equal numbers, within ``df`` (mixed radix over code + 1: a missing value is a value of
-    its own). Only ``rows``' codes are read, no frame of them is made. Over 2**62 numbers: ValueError."""
-    key, space = np.zeros(len(rows), np.int64), 1
+def key_codes(df: pd.DataFrame, cols, *rows: np.ndarray) -> tuple[list, int]:
+    """(for each of ``rows`` (position arrays), one int64 number per row combining the values of ``cols``; how many
+    numbers there can be): equal values, equal numbers, across every array of ``rows`` (mixed radix over code + 1:
+    a missing value is a value of its own). Only the chosen rows are read: a categorical or boolean column's codes
+    are gathered, another column's values gathered and factorized together (never a code per row of ``df``).
+    Over 2**62 numbers: ValueError."""
+    keys, space = [np.zeros(len(r), np.int64) for r in rows], 1
     for c in cols:
-        codes, uniq = codes_of(df[c], compact=True)
-        space *= len(uniq) + 1
+        s = df[c]
+        if isinstance(s.dtype, pd.CategoricalDtype) or s.dtype == bool:
+            codes, uniq = codes_of(s, compact=True)  # (the column's own codes, or a view of the booleans)
+            parts, radix = [gather(codes, r) for r in rows], len(uniq) + 1
+        else:  # the rows' values, factorized run by run (a program id changes rarely from row to row)
+            parts, radix = _run_codes([gather(s.to_numpy(), r) for r in rows])
+        space *= radix
         if space >= 1 << 62:
-            raise ValueError(f"the codes of {list(cols)} do not fit one int64")
-        key *= len(uniq) + 1
-        key += gather(codes, rows)
-        key += 1
-    return key, space
+            raise ValueError(f"the values of {list(cols)} do not fit one int64")
+        for k, p in zip(keys, parts):
+            k *= radix
+            k += p
+            k += 1
+    return keys, space
+
+
+def _run_codes(arrays: list) -> tuple[list, int]:
+    """(int32 codes of each array's values, -1 missing, one numbering across the arrays; distinct values + 1):
+    only the first value of each run of equal values is factorized."""
+    heads = [np.flatnonzero(np.r_[True, x[1:] != x[:-1]]) if len(x) else np.zeros(0, np.int64) for x in arrays]
+    codes, uniq = pd.factorize(np.concatenate([x[h] for x, h in zip(arrays, heads)]) if arrays else np.zeros(0))
+    codes = codes.astype(np.int32)
+    out, at = [], 0
+    for x, h in zip(arrays, heads):
+        out.append(np.repeat(codes[at:at + len(h)], np.diff(np.r_[h, len(x)])))
+        at += len(h)
+    return out, len(uniq) + 1
 
 
 def unique_rows(df: pd.DataFrame, cols) -> tuple[np.ndarray, list[tuple]]:

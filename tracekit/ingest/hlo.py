@@ -241,9 +241,10 @@ def start_codes(ops: pd.DataFrame, rows: np.ndarray, start_of: dict) -> np.ndarr
     program's :func:`done_to_start` entry (``start_of``), else its own name with ``-done`` made ``-start``; -1
     where no op of the frame has that name (or the row has no program or op). Named once per distinct (program,
     op)."""
-    (pc, pu), (oc, ou) = (codes_of(ops[c], compact=True) for c in ("program_id", "op"))
+    pc, pu = pd.factorize(gather(ops["program_id"].to_numpy(), rows))  # (the rows' own: no code per row of ops)
+    oc, ou = codes_of(ops["op"], compact=True)
     no = len(ou) + 1
-    inv, pairs = pd.factorize(gather(pc, rows).astype(np.int64) * no + gather(oc, rows) + 1)
+    inv, pairs = pd.factorize(pc.astype(np.int64) * no + gather(oc, rows) + 1)
     names = [start_of.get((int(pu[q // no]), str(ou[q % no - 1])), str(ou[q % no - 1]).replace("-done", "-start", 1))
              if q >= 0 and q % no else None for q in pairs.tolist()]
     index = ops["op"].cat.categories if isinstance(ops["op"].dtype, pd.CategoricalDtype) else pd.Index(ou)

@@ -20,7 +20,7 @@ from tracekit.ingest import steps as steps_mod
 from tracekit.ingest import paths as _load
 from tracekit.ingest import xspace
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
-from tracekit.grouping import cat_apply, cat_from, codes_of, key_codes, runs, unique_rows
+from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
 from tracekit.options import DEFAULT_MAX_BYTES
 
@@ -353,19 +353,21 @@ def _paired_starts(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> 
     d_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-done")).astype(bool))[0]
     if not len(s_idx) or not len(d_idx):
         return None
-    # each row's (device, program, op) as one number from the columns' codes; a -done's is its -start's (-1: no
-    # op of that name)
-    dstart = hlo.start_codes(ops, d_idx, hlo.done_to_start(h) if len(h) else {})
-    skey, space = key_codes(ops, ["device", "program_id", "op"], s_idx)
-    dplace, place_space = key_codes(ops, ["device", "program_id"], d_idx)
-    dkey = np.where(dstart >= 0, dplace * (space // place_space) + dstart + 1, -1)
+    done_to_start = hlo.done_to_start(h) if len(h) else {}
+    names: dict = {}
+    key_cols = ops[["device", "program_id", "op"]]  # a narrow view: the row selections below copy three columns
+    sinv, srows = unique_rows(key_cols.iloc[s_idx], ["device", "program_id", "op"])
+    skey = np.array([names.setdefault((d, int(p), o), len(names)) for d, p, o in srows], np.int64)[sinv]
+    dinv, drows = unique_rows(key_cols.iloc[d_idx], ["device", "program_id", "op"])
+    dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
+                     for d, p, o in drows], np.int64)[dinv]
     t = ops["start_ps"].to_numpy()
     st, dt = t[s_idx], t[d_idx]
     de = dt + ops["duration_ps"].to_numpy()[d_idx]  # (the ends of the -done rows only)
     keep_s, keep_end = [], []
     dorder = np.lexsort((dt, dkey))
     dk_sorted = dkey[dorder]
-    for k in pd.unique(skey).tolist():  # (in any order: each start is of one key; rows sorted below)
+    for k in unique(skey):
         rows = np.nonzero(skey == k)[0]
         lo, hi = np.searchsorted(dk_sorted, k, "left"), np.searchsorted(dk_sorted, k, "right")
         if lo == hi:

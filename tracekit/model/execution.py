@@ -229,9 +229,10 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
     d_idx, dstart = d_idx[dstart >= 0], dstart[dstart >= 0]
     if not len(d_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    wkey, space = key_codes(ops, [*first, "op"], w_idx)
-    dplace, place_space = key_codes(ops, first, d_idx)
-    dk = dplace * (space // place_space) + dstart + 1  # (the op's digit last, as in the windows' numbers)
+    (wplace, dplace), place_space = key_codes(ops, first, w_idx, d_idx)
+    oc, ou = codes_of(ops["op"], compact=True)  # (the codes start_codes gives: the op column's own)
+    wkey = wplace * (len(ou) + 1) + gather(oc, w_idx) + 1
+    dk = dplace * (len(ou) + 1) + dstart + 1
     start = ops["start_ps"].to_numpy(np.int64)
     # every key at once: windows and -dones in one (key, start) order, a window before a -done of its start, ties
     # in row order; each -done's candidate is the last window sorted before it (kept where its key is the -done's)
