@@ -44,3 +44,11 @@ def test_a_kept_verdict_is_not_changed_by_its_callers():
     first = cat_mask(col, m)
     first[:] = ~first  # the caller's own array: the kept verdicts are not it
     assert cat_mask(col, m).tolist() == [True, False]
+
+
+def test_texts_judged_as_pandas_string_methods_judge_them():
+    """A matcher on a list of texts (the kept verdicts' path, Python's re) gives what it gives on a Series of them
+    (pandas' string methods: the path of columns with too many distinct values to keep)."""
+    texts = OPCODES + ["All-Reduce-Done", "x-start-done", "copy-update", "gather-done.1", "send-start"]
+    for m in MATCHERS:
+        assert m.on_texts(texts).tolist() == np.asarray(m(pd.Series(texts)), bool).tolist(), m
