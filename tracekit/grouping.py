@@ -147,7 +147,8 @@ def key_codes(df: pd.DataFrame, cols, *rows: np.ndarray) -> tuple[list, int]:
     """(for each of ``rows`` (position arrays), one int64 number per row combining the values of ``cols``; how many
     numbers there can be): equal values, equal numbers, across every array of ``rows`` (mixed radix over code + 1:
     a missing value is a value of its own). Only the chosen rows are read: a categorical or boolean column's codes
-    are gathered, another column's values gathered and factorized together (never a code per row of ``df``).
+    are gathered, another column's values gathered and factorized run by run, one numbering for every array of
+    ``rows`` (never a code per row of ``df``: at 15 M rows that was 240 MB).
     Over 2**62 numbers: ValueError."""
     keys, space = [np.zeros(len(r), np.int64) for r in rows], 1
     for c in cols:

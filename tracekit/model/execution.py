@@ -22,6 +22,7 @@ import pandas as pd
 
 from tracekit.columns import gather, held_once
 from tracekit.grouping import codes_of, group_index, key_codes, row_parts, rows_per_code, unique_rows
+from tracekit.ingest.hlo import start_codes
 
 CONTROL_FLOW = ("while", "conditional", "call")
 
@@ -223,7 +224,6 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     # each row's (host, device, program, op) as one number from the columns' codes; a -done's is its -start's
     # (named once per distinct program and -done: no op of that name in the frame, no window to pair)
-    from tracekit.ingest.hlo import start_codes
     first = ["host", "device", "program_id"]
     dstart = start_codes(ops, d_idx, start_of)
     d_idx, dstart = d_idx[dstart >= 0], dstart[dstart >= 0]
@@ -231,6 +231,8 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     (wplace, dplace), place_space = key_codes(ops, first, w_idx, d_idx)
     oc, ou = codes_of(ops["op"], compact=True)  # (the codes start_codes gives: the op column's own)
+    if place_space * (len(ou) + 1) >= 1 << 62:
+        raise ValueError("the -done/window keys do not fit one int64")
     wkey = wplace * (len(ou) + 1) + gather(oc, w_idx) + 1
     dk = dplace * (len(ou) + 1) + dstart + 1
     start = ops["start_ps"].to_numpy(np.int64)
