@@ -46,9 +46,30 @@ def test_a_kept_verdict_is_not_changed_by_its_callers():
     assert cat_mask(col, m).tolist() == [True, False]
 
 
+def _by_pandas(m: Matcher, s: pd.Series) -> list:
+    """The match written with pandas' string methods (an oracle independent of Python's re row by row)."""
+    if m.kind == "has":
+        return s.str.contains(m.pattern, case=m.case, regex=True).tolist()
+    low = s.str.lower()
+    return (low.str.replace(r"-(start|done|update)$", "", regex=True) if m.strip else low).isin(m.names).tolist()
+
+
 def test_texts_judged_as_pandas_string_methods_judge_them():
-    """A matcher on a list of texts (the kept verdicts' path, Python's re) gives what it gives on a Series of them
-    (pandas' string methods: the path of columns with too many distinct values to keep)."""
+    """A matcher on texts, as a list (the kept verdicts' path) or a Series (columns with too many distinct values
+    to keep), gives what pandas' string methods give."""
     texts = OPCODES + ["All-Reduce-Done", "x-start-done", "copy-update", "gather-done.1", "send-start"]
     for m in MATCHERS:
-        assert m.on_texts(texts).tolist() == np.asarray(m(pd.Series(texts)), bool).tolist(), m
+        want = _by_pandas(m, pd.Series(texts))
+        assert m.on_texts(texts).tolist() == want, m
+        assert np.asarray(m(pd.Series(texts)), bool).tolist() == want, m
+
+
+def test_a_column_of_many_values_is_judged_as_a_kept_one():
+    """Past the values whose verdicts are kept, cat_mask asks the matcher on the Series of values: the same
+    verdicts as row by row."""
+    from tracekit.analysis import textmatch
+    values = [f"{o}.{i}" if i else o for i in range(textmatch.CACHED_VALUES // len(OPCODES) + 2) for o in OPCODES]
+    col = pd.Series(pd.Categorical(values))
+    assert len(col.cat.categories) > textmatch.CACHED_VALUES
+    for m in MATCHERS:
+        assert cat_mask(col, m).tolist() == [_oracle(m, v) for v in values], m

@@ -55,8 +55,8 @@ class Matcher:
     case: bool = False
 
     def on_texts(self, texts) -> np.ndarray:
-        """The verdict on each text of ``texts`` (strings), as :meth:`__call__` gives on a Series of them: Python's
-        ``re`` on each (a few dozen opcodes: pandas' string methods cost more per call than the matching)."""
+        """The verdict on each text of ``texts`` (strings): Python's ``re`` on each (a column's few dozen distinct
+        opcodes: pandas' string methods cost more per call than the matching)."""
         if self.kind == "has":
             rx = re.compile(self.pattern, 0 if self.case else re.IGNORECASE)
             return np.fromiter((rx.search(t) is not None for t in texts), bool, len(texts))
@@ -64,8 +64,6 @@ class Matcher:
         return np.fromiter(((sx.sub("", t.lower()) if self.strip else t.lower()) in self.names for t in texts),
                            bool, len(texts))
 
-    def __call__(self, s: pd.Series):
-        if self.kind == "has":
-            return s.str.contains(self.pattern, case=self.case, regex=True)
-        low = s.str.lower()
-        return (low.str.replace(SUFFIX, "", regex=True) if self.strip else low).isin(self.names)
+    def __call__(self, s: pd.Series) -> np.ndarray:
+        """The verdict on each text of a Series of texts (:meth:`on_texts`: one definition of the match)."""
+        return self.on_texts(s.astype(str).tolist())
