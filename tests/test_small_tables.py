@@ -197,12 +197,14 @@ def test_per_device_step_sums_equal_a_pandas_groupby(case):
 def test_per_device_step_sums_of_random_steps(seed):
     from tracekit.report.engine.steps import device_steps
     rng = np.random.default_rng(300 + seed)
-    steps = _random_steps(rng, int(rng.integers(1, 80)), 10**9)
-    steps["compute_ps"] = rng.integers(0, 10**9, len(steps))
-    steps["idle_ps"] = rng.integers(0, 10**6, len(steps))
-    got = device_steps(steps)
-    want = _device_steps_by_pandas(steps.drop(columns=["busy_ps"]))[list(got.columns)]
-    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    for scale in (10**9, 10**17):  # (past 2**53 ps float64 rounds the step times' sums: the mean as pandas takes it)
+        steps = _random_steps(rng, int(rng.integers(1, 80)), scale)
+        steps["step_ps"] += rng.integers(0, 999, len(steps))
+        steps["compute_ps"] = rng.integers(0, 10**9, len(steps))
+        steps["idle_ps"] = rng.integers(0, 10**6, len(steps))
+        got = device_steps(steps)
+        want = _device_steps_by_pandas(steps.drop(columns=["busy_ps"]))[list(got.columns)]
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
 
 
 @pytest.mark.parametrize("case", ["collectives/mesh2x8", "collectives/mesh4x4x4", "cpu/async_dp8"])

@@ -74,7 +74,7 @@ def first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:
 def device_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Per device, every step summed: steps, step time mean/median/max (of the steps with a step time: not a
     device's ``open_end`` last run), and the breakdown totals (every step)."""
-    from tracekit.analysis.stepstats import closed_steps
+    from tracekit.analysis.stepstats import closed_steps, exact_sums
     cols = ["compute_ps", "collective_exposed_ps", "collective_hidden_ps", "wait_ps", "idle_ps",
             *(c for c in steps.columns if c.startswith("collective_exposed_") and c != "collective_exposed_ps"),
             "compute_bound_ps", "memory_bound_ps", "compute_other_ps", "offload_wait_ps", "async_wait_ps",
@@ -84,7 +84,7 @@ def device_steps(steps: pd.DataFrame) -> pd.DataFrame:
                                      "step_ps_sum", *cols])
     present = [c for c in cols if c in steps.columns]
     closed = closed_steps(steps)
-    if all(steps[c].dtype.kind in "iu" for c in ("step_ps", *present)):  # (every trace's: integer picoseconds)
+    if exact_sums(closed["step_ps"]) and all(steps[c].dtype.kind in "iu" for c in present):  # (integer ps)
         return _device_sums(steps, closed, present)
     g = steps.assign(host=steps["host"].astype(str), device=steps["device"].astype(str)).groupby(
         ["host", "device"], sort=True)
@@ -97,7 +97,7 @@ def device_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 def _device_sums(steps: pd.DataFrame, closed: pd.DataFrame, cols: list) -> pd.DataFrame:
     """:func:`device_steps` of integer columns, a device's rows at a time (sums exact; the step time's mean of its
-    closed steps exact below 2**53 ps), instead of two groupbys and two joins."""
+    closed steps exact: :func:`tracekit.analysis.stepstats.exact_sums`), instead of two groupbys and two joins."""
     from tracekit.analysis.stepstats import device_rows
     step = steps["step_ps"].to_numpy(np.int64)
     sums = {c: steps[c].to_numpy(np.int64) for c in cols}
