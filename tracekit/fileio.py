@@ -25,9 +25,9 @@ import stat
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 from tracekit.errors import TraceError
+from tracekit.records import record
 
 #: Temporary files are named .tracekit-<pid>-<random>.tmp, next to their target. A process killed mid-write (SIGKILL
 #: cannot be caught) leaves its temporary; the next write into that folder removes the temporaries of processes that
@@ -41,7 +41,7 @@ STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 STDERR_PATHS = ("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """Where one output goes. ``kind``: "file" (a regular file, new or replaced through a temporary and a rename;
     ``path`` is what a symlink points to, so the link stays a link), "stdout" / "stderr", or "device" (a character

@@ -9,7 +9,9 @@ here (``DEFAULTS.hidden``); ``tests/test_architecture.py`` checks it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
+
+from tracekit.records import record
 
 #: the largest trace (decompressed) read without ``--max-size``: 8 GiB
 DEFAULT_MAX_BYTES = 8 << 30
@@ -21,7 +23,7 @@ MODELS = ("transformer",)
 WORKLOADS = ("training", "serving")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """What an analysis may be told. Frozen and picklable (it travels to the workers); ``params`` is held as sorted
     tuples (give a dict: ``{"TK003": {"min_gap_ps": 10**7}}``), the rule folders and selections as tuples of text."""

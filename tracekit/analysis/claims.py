@@ -11,7 +11,6 @@ share of the finding's savings): the union is exact for claims on the same rows 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,6 +19,7 @@ from tracekit.analysis.intervals import merge, union
 from tracekit.columns import gather, self_time, spread_mask
 from tracekit.grouping import distinct_rows, row_parts, rows_by_text
 from tracekit.model import predictions
+from tracekit.records import record
 
 
 def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = None,
@@ -201,7 +201,7 @@ def headline(findings: list, devices: pd.DataFrame, ops: pd.DataFrame) -> dict:
             "above_roofline_floor_ps": above_floor_ps(ops, devices)}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Atoms:
     """The claims of several rules on one host's devices, in a form the reduce unions for any set of rules:
     per device, each stretch of time labelled by the set of rules that claim it (a mask), the stretches of one

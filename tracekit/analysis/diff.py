@@ -30,12 +30,12 @@ only), and time outside ops (host work shows only through the step time).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis import diffstats as stats
+from tracekit.records import record
 
 DEFAULT_THRESHOLD = 0.1
 DEFAULT_MIN_TIME_PS = 100_000_000  # 100 µs of total time in NEW
@@ -230,7 +230,7 @@ def compare_steps(tb: np.ndarray, tn: np.ndarray, sb: dict, sn: dict, *, thresho
     return step
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Comparison:
     """What :func:`compare` found, before any rendering: ``ops`` one row per matched pair or leftover op (see
     :func:`classify`), ``step_time`` the step-time comparison (:func:`compare_steps`), the parameters used and
@@ -276,7 +276,7 @@ def compare_traces(tb, tn, *, threshold: float = DEFAULT_THRESHOLD, min_time_ps:
                       base_paths=tuple(tb.paths), new_paths=tuple(tn.paths), alpha=alpha)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _OpsView:
     ops: pd.DataFrame
     hlo: pd.DataFrame

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
@@ -24,13 +24,14 @@ from tracekit.columns import stack
 from tracekit.grouping import unique_rows
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
+from tracekit.records import record
 from tracekit.units import fmt_time
 
 AGGS = ("sum", "mean", "min", "max", "median")
 _AGG_WORD = re.compile(r"\b(?:t_)?(sum|mean|min|max|median)_(\w+)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Evidence:
     """One rule's evidence rows, summarized (see the module docstring)."""
 

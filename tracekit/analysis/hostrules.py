@@ -10,15 +10,15 @@ unions the claims of the rules that became findings, exactly as one process does
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from tracekit.analysis import claims as claims_mod
+from tracekit.records import record
 
 #: frames with a row per event (or per device and step): rules reading them run where the rows are, per host
 HOST_FRAMES = frozenset({"ops", "collectives", "gaps", "host_events", "steps"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostRules:
     """What the rules found on one host."""
 
@@ -30,7 +30,7 @@ class HostRules:
     pod: object = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PodRows:
     """The evidence rows a one-host run's host found for the rules on pod-wide frames, and the frames they read:
     the reduce evaluates those rules on its merged frames, which for one host hold the same rows; where a frame

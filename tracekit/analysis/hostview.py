@@ -9,18 +9,19 @@ trace is the one-host case: the report of one host is reduced from its one :clas
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import pandas as pd
 
 from tracekit.columns import without_columns
 from tracekit.options import Options
+from tracekit.records import record
 
 #: the trace's own model FLOPs per op (:data:`tracekit.schema.OPS`): only the overview's device parts read it
 MODEL_FLOPS = "trace_model_flops"
 
 
-@dataclass
+@record
 class HostView:
     """One host's analysis, as the sections' ``summarize`` read it (see the module docstring)."""
 

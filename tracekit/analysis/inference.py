@@ -27,13 +27,14 @@ decode.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis import serving_hlo, serving_kind
 from tracekit.model import predictions, serving as formulas
+from tracekit.records import record
 
 RUN_COLUMNS = ["host", "device", "module", "program_id", "kind", "start_ps", "step_ps", "run_ps", "gap_ps",
                "open_end", "prev_kind", "next_kind", "valid_len"]
@@ -44,7 +45,7 @@ DEVICE_COLUMNS = ["host", "device", "chip", "family", "hbm_bw_bytes_per_s", "cap
 SLOW_OPS = 3  #: ops named per decode program as not streaming at bandwidth
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostServing:
     """One host's part of the serving view (:func:`host_summary`)."""
 
@@ -191,7 +192,7 @@ PROGRAM_COLUMNS = [
     "interruptions", "interrupted_ps", "slow_ops", "chip", "rough", "evidence"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InferenceView:
     """The serving view of a trace (:func:`reduce`)."""
 

@@ -14,7 +14,6 @@ host's ends; that host's wait is then ``min(n L - sum(start), sum(duration))``. 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,7 @@ import pandas as pd
 from tracekit.analysis.collectives import busbw_factor, executions
 from tracekit.columns import stack
 from tracekit.grouping import group_index, int_sums
+from tracekit.records import record
 
 #: one row per collective op (module, op), executions aggregated
 SUMMARY_COLUMNS = ["module", "program_id", "op", "kind", "group_size", "groups", "span", "global_bytes",
@@ -38,7 +38,7 @@ INSTANCE_FIELDS = ("op", "is_async", "group", "k", "n", "arrival", "start_sum", 
                    "skew")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostPart:
     """One host's collective executions, summarized (see the module docstring)."""
 

@@ -23,7 +23,7 @@ the device would hold if the arrays stayed in HBM; ``fits`` = need_bytes <= the 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ from tracekit.analysis import donation, hostcheck
 from tracekit.analysis.allocators import CURVE_POINTS, allocator_summary
 from tracekit.grouping import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
+from tracekit.records import record
 
 PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "output_bytes", "alias_bytes",
                    "temp_bytes", "constant_bytes", "thread_local_bytes", "footprint_bytes", "live_peak_bytes",
@@ -40,7 +41,7 @@ PROGRAM_COLUMNS = ["module", "program_id", "memory_space", "argument_bytes", "ou
                    "executions", "hosts"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MemoryView:
     """The memory view of a trace: programs, buffers, live-bytes curves, device peaks, offload, allocators."""
 

@@ -31,7 +31,7 @@ step of its device: the ops frame's ``step`` >= 0):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,7 @@ from tracekit.analysis import stepstats
 from tracekit.analysis.stepstats import closed_steps
 from tracekit.model import precision, predictions
 from tracekit.model import sharing as host_sharing
+from tracekit.records import record
 
 BUCKETS = ("compute_bound_ps", "memory_bound_ps", "compute_other_ps", "collective_exposed_ps", "offload_wait_ps",
            "async_wait_ps", "host_idle_ps", "launch_idle_ps", "other_idle_ps")
@@ -59,7 +60,7 @@ DEVICE_COLUMNS = ["host", "device", "steps", "step_mean_ps", "step_total_ps", "f
                   "roofline_known_share", "host_link_per_step_ps", "offload_wait_per_step_ps"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Overview:
     """What the headline says; ``devices`` (columns :data:`DEVICE_COLUMNS`) feeds the rules."""
     step: dict = field(default_factory=dict)  #: steps, mean_ps, p50_ps, p90_ps, source

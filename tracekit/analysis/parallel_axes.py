@@ -25,17 +25,18 @@ other axes (then the evidence says so). Every role names the collectives and sha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import combinations
 
 from tracekit.analysis.parallel_hlo import ACT_DOT, DATA, GRAD_DOT, TINY_BYTES, WEIGHT, WEIGHT_DOT
+from tracekit.records import record
 
 ROLES = ("expert", "pipeline", "tensor", "fsdp", "data", "sequence", "unknown")
 #: roles whose axes split the batch (the book's X: per-device batch = B / X)
 BATCH_ROLES = ("data", "fsdp", "expert")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Evidence:
     """One collective operand's testimony: the role it points at and why, in words."""
 
@@ -48,7 +49,7 @@ class Evidence:
     weight: int = -1
 
 
-@dataclass
+@record
 class Axis:
     """A mesh axis: ``groups`` of device ids, ``size`` devices per group, its ``role`` and ``evidence`` (text,
     strongest first); ``direct``: evidence from collectives over this axis alone; ``spanning``: from collectives

@@ -22,12 +22,12 @@ count); custom-call matmuls (cuBLAS, Pallas kernels) are not dots here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from tracekit.analysis.hlo_flow import Index, dot_numbers, feeds, is_dot, origin
 from tracekit.ingest.hloshape import FLOAT_DTYPES, array_dims, dtype_name, elements, leaves, nbytes
 from tracekit.model import collective_hlo
 from tracekit.proto import hlo_pb2
+from tracekit.records import record
 
 #: a collective whose operand is this small (bytes) moves a scalar or a few numbers: a loss, a metric, a flag
 TINY_BYTES = 64
@@ -35,7 +35,7 @@ WEIGHT, DATA = "weight", "data"
 WEIGHT_DOT, GRAD_DOT, ACT_DOT = "weight dot", "gradient dot", "activations dot"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """An entry parameter: ``kind`` weight | data | other; ``dims`` local (this device's shard)."""
 
@@ -47,7 +47,7 @@ class Param:
     why: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dot:
     """A dot of the module. ``weight``: the parameter number of its weight operand (-1: none); ``weight_dims`` the
     weight operand as the dot reads it (after all-gathers: ``gathered``), with the positions of its contracting and
@@ -70,7 +70,7 @@ class Dot:
     dtype: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Operand:
     """One operand of a collective: its local ``dims`` (and the result's), bytes, where its data comes from
     (``source_kind`` weight | data | weight dot | gradient dot | activations dot | collective | computed, and
@@ -87,7 +87,7 @@ class Operand:
     weight: int = -1  #: the weight parameter the source dot reads, or whose shape the data has (-1: none)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Collective:
     """A collective instruction: ``groups`` of device ids (``pairs`` for a permute), ``global_bytes`` V."""
 
@@ -99,7 +99,7 @@ class Collective:
     operands: tuple
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProgramFacts:
     """What one module says (see the module docstring)."""
 

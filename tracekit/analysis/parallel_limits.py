@@ -24,14 +24,14 @@ devices (shared memory, no network) the same arithmetic runs with the host's mem
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from tracekit.records import record
 from tracekit.units import fmt_num
 
 BOOK = "How to Scale Your Model, part 5 (training)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limit:
     """One axis against its limit. ``kind`` batch | tensor | dcn | none; ``threshold``: tokens per device (batch),
     per slice (dcn) or the largest Y (tensor); ``value``: what the trace has; ``bound`` compute | communication |

@@ -19,7 +19,7 @@ batch split): the book's dense-transformer count without the attention term (12Â
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ import pandas as pd
 from tracekit.analysis import parallel_axes, parallel_dims, parallel_hlo, parallel_limits
 from tracekit.grouping import codes_of, distinct_rows, distinct_values, int_sums
 from tracekit.model import precision
+from tracekit.records import record
 
 #: the columns of the rule frame ``parallel_axes`` (one row per axis with a limit)
 FRAME_COLUMNS = ["axis", "size", "role", "limit_kind", "level", "bound", "value", "threshold", "intensity",
@@ -34,7 +35,7 @@ FRAME_COLUMNS = ["axis", "size", "role", "limit_kind", "level", "bound", "value"
                  "formula", "remedy", "time_ps"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostParallelism:
     """One host's part: the step program's facts (None without HLO or steps), its op time in steps, the steps."""
 
@@ -46,7 +47,7 @@ class HostParallelism:
     devices: int = 0  #: devices of this host that ran the step program
 
 
-@dataclass
+@record
 class Parallelism:
     """The parallelism of a trace (:func:`reduce`)."""
 

@@ -7,16 +7,16 @@ expectation, with a message whose fields all filled, non-negative savings per ro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import pandas as pd
 
 from tracekit.errors import TraceError
 from tracekit.analysis.rule_model import Rule
 from tracekit.analysis.rules import run_rules
+from tracekit.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CaseResult:
     """The outcome of one case of a rule file."""
 

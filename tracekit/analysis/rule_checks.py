@@ -19,7 +19,7 @@ evaluates the rule's ``savings`` expression on those rows. The columns each fram
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,7 @@ from tracekit.columns import with_columns
 from tracekit.grouping import cat_apply
 from tracekit.model import predictions
 from tracekit.options import DEFAULTS
+from tracekit.records import record
 
 CHECKS: dict = {}
 #: check name -> (columns: name -> (kind, meaning), replaces): what its evidence rows hold beyond the frame's own
@@ -90,7 +91,7 @@ TIMELINE_COLUMNS = ("host", "device", "device_kind", "module", "op", "opcode", "
                     "coll_pattern", "loop_trip_count")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuleFrames(Mapping):
     """What the timeline stage hands the rules: every frame a rule may name, by attribute or by name
     (``frames.steps`` or ``frames["steps"]``; a frame the analysis does not have, such as ``host_events`` without

@@ -45,7 +45,7 @@ import keyword
 import math
 import operator
 import tokenize
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
@@ -54,6 +54,7 @@ import pandas as pd
 from tracekit.analysis.rule_functions import FUNCTIONS, METHODS, STR_METHODS
 from tracekit.analysis.rule_safety import RegexError, compile_regex
 from tracekit.analysis.rule_values import PLAIN, Columns, comparison, is_bools, logical, negate
+from tracekit.records import record
 
 MAX_LENGTH = 4000
 MAX_DEPTH = 60
@@ -88,7 +89,7 @@ def grammar_summary() -> str:
 
 
 # ------------------------------------------------------------------------------------------------ compiled form
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expr:
     """A checked expression: its text, the names and parameters it reads, and the evaluator."""
     text: str

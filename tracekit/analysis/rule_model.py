@@ -14,7 +14,7 @@ import dataclasses
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from tracekit.analysis.rule_checks import CHECKS, check_columns
 from tracekit.analysis.rule_expr import ExprError, compile_expr, grammar_summary
 from tracekit.analysis.rule_fields import Refused, check_cases, check_template, value_names
 from tracekit.analysis.rule_safety import RegexError, compile_regex
+from tracekit.records import record
 from tracekit.units import parse_quantity
 
 #: The rule file format this tracekit reads and writes. 2: expressions in tracekit's own grammar, case names,
@@ -95,7 +96,7 @@ def infer_kind(name: str, default: Any) -> str:
     return "count" if isinstance(default, int) else "number"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """A rule parameter: its default and the bounds a value must keep."""
 
@@ -143,7 +144,7 @@ class Param:
         return value
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
     """One rule file, parsed: what it reads, its check, why, the fix, its cases."""
 
@@ -193,7 +194,7 @@ class Rule:
                 for k, p in self.params.items()}
 
 
-@dataclass
+@record
 class Finding:
     """What one rule found: its evidence, the time it claims, its message."""
 

@@ -21,9 +21,10 @@ A number the HLO does not give is -1, never 0.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tracekit.ingest import hloshape
+from tracekit.records import record
 
 #: ops that pass a buffer through unchanged (the cache is the same array after them)
 _SAME = frozenset({"bitcast", "copy", "get-tuple-element", "reshape", "convert", "transpose", "optimization-barrier"})
@@ -37,7 +38,7 @@ ATTENTION_KERNELS = re.compile(r"ragged_paged_attention|paged_attention|flash_de
 _LAYER = re.compile(r"(?<![a-zA-Z])(\d+)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProgramShape:
     """What the HLO of one program says (module docstring); -1: unknown."""
 

@@ -18,13 +18,13 @@ classes the trace's step program as serving of an unknown kind when nothing else
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis.serving_hlo import ATTENTION_KERNELS, ProgramShape
 from tracekit.grouping import distinct_rows
+from tracekit.records import record
 
 KINDS = ("prefill", "decode", "unknown")
 WORKLOADS = ("training", "serving")
@@ -33,7 +33,7 @@ _DECODE_NAME = re.compile(r"decode|generat|sample|next_token", re.IGNORECASE)
 _WRITE_OP = re.compile(r"dynamic[-_]update[-_]slice|scatter", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServingProgram:
     """One program classed as serving: its kind, where that came from (hlo | names | runs | given) and the
     evidence in words; ``shape``: what its HLO says (None without HLO)."""

@@ -3,13 +3,13 @@
 (:mod:`tracekit.ingest.steps`); a device's last run has no next start (``open_end``) and no step time."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import KEYS
 from tracekit.grouping import group_index, rows_by_text
+from tracekit.records import record
 
 
 def closed_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -66,7 +66,7 @@ def device_rows(steps: pd.DataFrame) -> list:
     return [(k, out[k]) for k in sorted(out)]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepSummary:
     """What the reduce reads of a steps breakdown (:func:`tracekit.analysis.timeline.step_breakdown`) beyond its
     per-device rows: the distinct step numbers, the slowest device's step times (the device with the largest

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracekit.columns import spread_mask
+from tracekit.records import record
 
 #: what :class:`Matcher` ``"in"`` strips from an opcode before the lookup (an async op's parts)
 SUFFIX = r"-(start|done|update)$"
@@ -42,7 +42,7 @@ def _verdicts(matcher: "Matcher", values: tuple) -> np.ndarray:
     return hit
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Matcher:
     """A text matcher ``cat_mask`` may keep verdicts of (hashable, pure): ``kind`` "in" (the lower-cased text,
     ``-start``/``-done``/``-update`` stripped when ``strip``, is one of ``names``) or "has" (the text contains the

@@ -12,13 +12,13 @@ parameter whose buffer is also an output: aliased, e.g. donated), ``thread-local
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import pandas as pd
 
 from tracekit import schema
 from tracekit.ingest import hloshape
 from tracekit.ingest.hlo import HOST_MEMORY_SPACE, source_location
+from tracekit.records import record
 
 #: memory space (buffer color) -> name; others are "space N"
 SPACES = {0: "device", HOST_MEMORY_SPACE: "host"}
@@ -47,7 +47,7 @@ HEAP = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BufferTables:
     """The buffer assignments of every module that has one (frames with the columns of :data:`ALLOCATIONS`,
     :data:`BUFFERS`, :data:`HEAP`)."""

@@ -24,11 +24,11 @@ So, per device plane:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from tracekit.ingest.order import last_at_or_before
+from tracekit.records import record
 
 #: residual (ps) beyond which an event's host stamp does not follow the plane's clock mapping (1 ms; the host and
 #: device clocks of a sane TPU trace agree within tens of microseconds after the fit)
@@ -37,7 +37,7 @@ TOL_PS = 1_000_000_000
 MAX_RATE_ERROR = 1e-3
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClockFit:
     """``host_ps = h0 + slope * (device_ps - d0)``; ``inliers`` of ``events`` followed it within :data:`TOL_PS`."""
     d0: int

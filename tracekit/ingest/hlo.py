@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
@@ -16,10 +16,11 @@ from tracekit.grouping import cat_apply, codes_of
 from tracekit.ingest import backend_config, hloshape
 from tracekit.proto import hlo_pb2, xplane_pb2
 from tracekit.ingest.xspace import parse_module_label, stat_names
+from tracekit.records import record
 
 
 
-@dataclass
+@record
 class Module:
     """One HLO module of the trace: its name, program id and decoded proto."""
 

@@ -11,10 +11,11 @@ become parameters of the shape the text shows), and buffer assignment.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tracekit.ingest import hloscan
 from tracekit.proto import hlo_pb2
+from tracekit.records import record
 
 _NAME = re.compile(r"\s*%?([\w.\-]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
@@ -24,7 +25,7 @@ _DOT_DIMS = ("lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "
 split_top, parse_shape = hloscan.split_top, hloscan.parse_shape
 
 
-@dataclass
+@record
 class Parsed:
     """One instruction: the proto (no ids yet), its operands as (name, shape), the computations it names."""
     proto: hlo_pb2.HloInstructionProto
@@ -137,7 +138,7 @@ def _parse(text: str) -> Parsed | None:
     return p
 
 
-@dataclass
+@record
 class Op:
     """An instruction text as a trace gives it, with what the trace says beside it."""
     text: str

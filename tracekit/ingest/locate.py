@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 
 from tracekit.errors import TraceError
 from tracekit.ingest import formats
+from tracekit.records import record
 
 SEARCH_DEPTH = 3  #: how far below a folder without a trace the logdirs are looked for
 #: how many of the other runs a note names
@@ -28,7 +29,7 @@ _NO_TRACE = ("no *.xplane.pb or *.trace.json.gz trace found",
              "give a .xplane.pb file, a run folder, or a logdir containing plugins/profile/<run>/")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostFile:
     """One host's trace file of a run: the host's name and where its file is."""
 
@@ -36,7 +37,7 @@ class HostFile:
     path: Path
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Choice:
     """The files a path names, and ``note``: one line saying which run / sub-folder / logdir was taken and
     which others exist when there was a choice to make (None when there was none, or ``--run`` named it)."""

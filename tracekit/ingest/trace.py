@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
@@ -23,12 +23,13 @@ from tracekit.columns import concat_frames, constant_columns, narrow_int, with_c
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame
 from tracekit.options import DEFAULT_MAX_BYTES
+from tracekit.records import record
 
 ASYNC_PAIRABLE = ("all-reduce", "all-gather", "collective-permute", "copy", "async", "send", "recv",
                   "reduce-scatter", "all-to-all", "collective-broadcast")
 
 
-@dataclass
+@record
 class Trace:
     """A loaded trace: its frames (ops, HLO, steps, modules, memory events, ...) and where they came from."""
 
@@ -93,7 +94,7 @@ def load(path: str | os.PathLike, run: str | None = None, *, max_bytes: int | No
     return tr
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostFrames:
     """One host's frames, decoded and joined: what :func:`load_host` hands :func:`combine` (which merges hosts
     into a :class:`Trace`). ``hlo_modules``: the decoded HLO modules; ``device_stats``: (host, device) -> the

@@ -22,7 +22,7 @@ import functools
 import math
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -30,12 +30,13 @@ import pandas as pd
 
 from tracekit import artefacts
 from tracekit.errors import TraceError
+from tracekit.records import record
 from tracekit.units import fmt_num
 
 TABLE_PATH = Path(__file__).resolve().parent / "chips.yaml"
 NAN = float("nan")
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Chip:
     """One device's peaks and interconnect, each number with its source. Treat the dicts as read-only."""
 

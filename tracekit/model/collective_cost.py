@@ -38,9 +38,9 @@ measured apart, see :mod:`tracekit.analysis.collectives`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from tracekit.model.topology import Topology
+from tracekit.records import record
 from tracekit.units import fmt_num
 
 NAN = float("nan")
@@ -49,7 +49,7 @@ SLOW_LEVELS = (DCN, NIC)
 AXES = "xyz"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Phase:
     """One level of a collective: ``time_ps`` = max(``bandwidth_ps``, ``latency_ps``); ``formula`` with numbers."""
 
@@ -60,7 +60,7 @@ class Phase:
     formula: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Prediction:
     """Predicted time of one device's collective. ``time_ps``: sum of the phases (NaN: unknown, ``reason`` says
     why); ``bound``: the level of the longest phase ('ici', 'dcn', 'nvlink', 'xgmi', 'ib', 'memory', with
@@ -123,7 +123,7 @@ def _bw(x: float) -> str:
 
 # ----------------------------------------------------------------------------------------------------- torus
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Axis:
     """One axis of a device mesh a collective group spans."""
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from tracekit.ingest.hloshape import leaves, nbytes
 from tracekit.proto import hlo_pb2
+from tracekit.records import record
 
 PT = hlo_pb2.PrimitiveType
 KIND_OF = {"all-reduce": "all-reduce", "all-reduce-start": "all-reduce", "all-gather": "all-gather",
@@ -42,7 +42,7 @@ _PASS_THROUGH = ("bitcast", "copy", "reshape", "convert", "transpose", "optimiza
 _PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CollectiveOp:
     """One collective instruction. ``groups``: tuples of global device ids (empty: not known); ``pairs``:
     (source, target) device ids of a permute or send/recv (empty: not given); ``global_bytes`` V and

@@ -3,13 +3,14 @@ collective on each device (:mod:`tracekit.model.collective_cost`), built once an
 collectives view and the rules."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tracekit.model import collective_cost, collective_hlo, topology as topo_mod
 from tracekit.model.topology import Topology
+from tracekit.records import record
 
 
-@dataclass
+@record
 class Model:
     """``topology``; ``chip``: what the collectives are priced as; ``ops``: (program id, instruction) ->
     :class:`tracekit.model.collective_hlo.CollectiveOp`; ``ids``: (host, device) -> global device id."""

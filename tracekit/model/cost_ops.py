@@ -8,7 +8,6 @@ the two can be compared. Deliberate differences are listed in the docstring of :
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from math import prod
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from tracekit.ingest.hloshape import elements, leaves, nbytes
 from tracekit.model.precision import dot_compute_dtype
 from tracekit.proto import hlo_pb2
+from tracekit.records import record
 
 NAN = float("nan")
 PT = hlo_pb2.PrimitiveType
@@ -41,7 +41,7 @@ COLLECTIVE_OF = {"all-reduce": "all-reduce", "all-reduce-start": "all-reduce", "
                  "collective-permute-start": "collective-permute"}
 
 
-@dataclass
+@record
 class Cost:
     """The cost of one HLO instruction."""
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 from tracekit.ingest import backend_config as bc
 from tracekit.ingest.hloshape import dtype_name, elements, leaves, nbytes
 from tracekit.model.cost_ops import Cost, io_cost
+from tracekit.records import record
 from tracekit.units import fmt_num
 
 ASSUMPTIONS = {
@@ -52,7 +52,7 @@ _ATTN_NAME = re.compile(r"attention|attn|flash|splash|\bmha|_mha|mha_|sdpa", re.
 _BWD_NAME = re.compile(r"bwd|backward|grad|_dq|_dkv|dkv_|dq_", re.I)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attention:
     """The sizes an attention kernel works on (``window`` 0: no sliding window; ``causal`` None: unknown)."""
     batch: int

@@ -18,12 +18,13 @@ contention between overlapping ops, and the host-link (PCIe) bandwidth of host-o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from tracekit import schema
+from tracekit.records import record
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import (calibrate, chips, execution, identity, peaks, predictions, runtime_copies, sharing,
                             stated)
@@ -72,7 +73,7 @@ def device_chips(tr: Trace, chip: str | None = None, cost_table: pd.DataFrame | 
     return base
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ChipUse:
     """One chip of an analysis and the devices that ran on it (``host/device`` when there are several hosts)."""
 
@@ -98,7 +99,7 @@ def chips_used(tr: Trace, dchips: dict) -> list[ChipUse]:
 _IDENT = ["host", "device", "program_id", "op", "opcode", "is_async", "in_hlo"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Joined:
     """What the roofline join works out, handed on to every stage after it (nothing is kept on the Trace)."""
 

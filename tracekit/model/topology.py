@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tracekit.errors import TraceError
+from tracekit.records import record
 
 #: Standard TPU slice shapes by chip count (Google Cloud TPU docs: v5e/v6e slice topologies; v4/v5p topologies).
 SHAPES_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16), 256: (16, 16)}
@@ -43,7 +44,7 @@ _SPEC = re.compile(r"^\s*(?P<shape>\d+(?:x\d+)*)\s*(?:@\s*(?P<slices>\d+))?\s*$"
 _GPU_SPEC = re.compile(r"^\s*(?:(?P<nodes>\d+)\s*x\s*)?(?P<per>\d+)\s*gpus?\s*$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Spec:
     """A parsed ``--topology``: ``kind`` 'torus' (TPU slices) or 'nodes' (GPU nodes)."""
 
@@ -74,7 +75,7 @@ def parse(text: str) -> Spec:
     return Spec("torus", shape, slices, t)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Place:
     """Where one global device sits: ``group`` is the slice (torus) or node (switch/mesh); ``coords`` its chip's
     coordinates in the slice (torus) or ``(local index,)`` in the node; ``chip`` the global chip id."""
@@ -84,7 +85,7 @@ class Place:
     chip: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Topology:
     """The machine the devices of a trace form.
 

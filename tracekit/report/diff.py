@@ -6,10 +6,11 @@ significant digits, NaN as null, sorted keys); :func:`render` writes it as text,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tracekit.analysis.diff import STATUSES, Comparison
 from tracekit.errors import TraceError
+from tracekit.records import record
 from tracekit.report.envelope import clean, display_path, version
 from tracekit.report.render import markdown
 from tracekit.units import fmt_num, fmt_pct, fmt_time
@@ -18,7 +19,7 @@ SCHEMA = "tracekit.diff/1"
 FORMATS = ("text", "json", "markdown")
 
 
-@dataclass
+@record
 class Diff:
     """What ``tracekit diff`` found. ``data`` is the JSON envelope (``schema: tracekit.diff/1``)."""
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
 
+from tracekit.records import record
 from tracekit.version import __version__
 from tracekit.model.peaks import peak_notes
 
@@ -101,7 +102,7 @@ def rows_of(frames: list, which=None, at=None) -> list[dict]:
     return out
 
 
-@dataclass
+@record
 class Report:
     """What ``tracekit analyze`` found. ``data`` is the JSON envelope; helpers read parts of it. In a notebook it
     shows as the HTML report (``_repr_html_``); ``findings_frame()`` and ``ops_frame()`` give DataFrames.

@@ -26,19 +26,19 @@ import gzip
 import io
 import json
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracekit import fileio
 from tracekit.errors import TraceError
+from tracekit.records import record
 from tracekit.report import export_tracks
 from tracekit.report.trace_events import Writer, args_json, meta, num, us
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Exported:
     path: str
     ops: int

@@ -16,18 +16,19 @@ bandwidth): the replay queues the copies itself.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis.replay.engine import Joined
 from tracekit.analysis.replay.graph import OP, WIN
+from tracekit.records import record
 
 BOUNDS = ("compute", "memory", "network")
 
 
-@dataclass
+@record
 class RowTimes:
     """Per op row of the ops frame: how its time changes (NaN: not by this), and its bound before and after."""
 

@@ -26,17 +26,18 @@ offsets, the steps' results) is vectorized.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from tracekit.analysis.replay import walk
 from tracekit.analysis.replay.graph import DONE, END, WIN, HostGraph
+from tracekit.records import record
 
 _NEG = -(1 << 62)
 
 
-@dataclass
+@record
 class Joined:
     """The hosts' graphs as one (global node index = the host's offset + its local index)."""
 
@@ -126,7 +127,7 @@ def _offsets(keys, nodes, hosts, end, n_hosts) -> tuple[np.ndarray, float | None
     return off, (float(np.median(resid)) if resid else None)
 
 
-@dataclass
+@record
 class Result:
     """One evaluation: per node S, E (aligned clock), what bound each, and per (host, slot) the step time."""
 

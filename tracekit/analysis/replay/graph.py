@@ -34,13 +34,14 @@ collectives' keys, the labels; and :func:`producers`, once per HLO instruction.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
 
 from tracekit.grouping import codes_of, per_pair, per_value, row_parts, unique
 from tracekit.model import predictions
+from tracekit.records import record
 
 OP, WIN, DONE = 0, 1, 2
 END, START = 0, 1  #: a predecessor edge waits for the source's end, or (a window's -start) its start
@@ -52,7 +53,7 @@ _COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|rag
 _DONE = re.compile(r"-done(\.\d+)?$")
 
 
-@dataclass
+@record
 class HostGraph:
     """One host's chosen steps (see the module docstring). Node arrays have one entry per node, in the order
     :func:`build` sorted them (measured start, then end); ``steps_*`` one entry per (device, step)."""

@@ -16,11 +16,11 @@ the report's findings; on a pod, a finding of the pod that is not one of a host'
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from tracekit.analysis.replay import changes as ch, engine, fixes
+from tracekit.records import record
 
 #: the analysis replays at most this many op executions per host (its graph is built and walked node by node),
 #: and at most :data:`MAX_FINDINGS` findings one by one (the largest claims first)
@@ -31,7 +31,7 @@ COLUMNS = ("host", "device", "module", "op", "opcode", "category", "kernel", "st
            "is_async", "is_host_transfer", "net_bytes", "roofline_ps")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostReplay:
     """One host's replays: per device, the median replayed step of each scenario (O(devices x findings))."""
 

@@ -9,7 +9,7 @@ chain that sets the predicted median step's end, in time order: each op with its
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +18,13 @@ import pandas as pd
 from tracekit.analysis.replay import changes as ch, engine, fixes, inputs
 from tracekit.errors import TraceError
 from tracekit.model import predictions
+from tracekit.records import record
 
 #: critical-path entries kept in the object (the longest first when there are more)
 PATH_ROWS = 400
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     """What a what-if asks for: another chip or topology, another batch, fixes played, ops made faster."""
 
@@ -53,7 +54,7 @@ class Request:
         return out
 
 
-@dataclass
+@record
 class Setup:
     """What every replay of one trace shares (built once: :func:`setup`)."""
 

@@ -2,15 +2,16 @@
 timeline's overlap of each collective with compute)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit.records import record
 
 NAME = "collectives"
 TOP = 50  #: rows kept
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """One host's part of the collectives section."""
 

@@ -2,14 +2,15 @@
 (:class:`HostSummary`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import pandas as pd
 
 from tracekit.options import Options
+from tracekit.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostSummary:
     """One host, summarized on its worker: every section's part, by the section's ``NAME``."""
 
@@ -19,7 +20,7 @@ class HostSummary:
     seconds: float = 0.0  #: wall time the map spent on this host
 
 
-@dataclass
+@record
 class Reduction:
     """The reduce's state: the hosts' summaries and, as the sections run in order, what each merged for the ones
     after it. A new section reads what it needs here; what it merges for later sections goes in ``shared``."""

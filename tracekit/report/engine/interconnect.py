@@ -2,13 +2,13 @@
 (:mod:`tracekit.analysis.interconnect`: each host's executions summarized on its worker, met across hosts here)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tracekit.records import record
 
 NAME = "interconnect"
 LIMIT = 50  #: collective ops listed
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """One host's part of the interconnect section."""
 

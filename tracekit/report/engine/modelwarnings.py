@@ -5,14 +5,14 @@ faster than their roofline, trace costs the shapes contradict, a CPU trace away 
 the trace contradicts)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tracekit.records import record
 
 NAME = "warnings"
 #: with ``--chip``, more than this share of op time priced above its roofline says the chip named is wrong
 WRONG_CHIP_SHARE = 0.05
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """One host's part of the model warnings section."""
 

@@ -6,10 +6,12 @@ the hosts' rows to the merged op statistics (:func:`tracekit.analysis.kernelprof
 on one host as on many."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
+
+from tracekit.records import record
 
 NAME = "ops"
 TOP_OPS = 25
@@ -18,7 +20,7 @@ ROOFLINE_POINTS = 200
 SOURCE_COLUMNS = ["program_id", "name", "source_file", "source_line", "op_name"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Totals:
     """What the summary reads of every op and every collective: sync op time and executions, op time by
     ``bound_by``, hosts with ops, collective executions and their exposed time. Totals of disjoint hosts add up."""
@@ -59,7 +61,7 @@ def _add(parts: list) -> Totals:
                   sum(t.collective_exposed_ps for t in parts), tuple(c for t in parts for c in t.coverage))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """One host's part of the ops section."""
 

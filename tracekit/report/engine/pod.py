@@ -17,10 +17,11 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from tracekit.records import record
 
 NAME = "pod"
 Z = 3.5
@@ -29,7 +30,7 @@ ROWS = 64  #: per-host rows kept in the envelope (the hosts with the most to say
 SPREAD_COLUMNS = ["steps", "step_ps_mean", "step_ps_p10", "step_ps_p50", "step_ps_p90", "step_ps_max"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """One host's part of the pod section."""
 

@@ -4,16 +4,17 @@ device's statistics are its own): what reaches the driver is O(devices) per host
 :class:`tracekit.analysis.stepstats.StepSummary` the overview reads."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from tracekit.records import record
 
 NAME = "steps"
 STEP_ROWS = 512  #: per-step rows kept in the envelope; ``device_steps`` aggregates all of them
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Part:
     """One host's part of the steps section."""
 
