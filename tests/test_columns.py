@@ -546,3 +546,98 @@ def test_placeholder_columns_are_held_once_in_a_tracekit_process(monkeypatch):
     pd.testing.assert_frame_equal(part_out.astype({"host": str, "device": str}),
                                   ref.iloc[::2].reset_index(drop=True).astype({"host": str, "device": str}),
                                   check_categorical=False)
+
+
+def _line_with_stats(rng, n: int, layout: str):
+    """A decoded line of ``n`` events whose stat 7 is held once by every event ("every"), by some ("some"), twice
+    by some ("twice"), or in mixed kinds (int64, double, uint64 bits, numeric and other text, a ref); stat 9 is
+    noise between them."""
+    from tracekit.ingest.wire import KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, LineData
+    ev, sid, kind, ival, dval, strs = [], [], [], [], [], []
+    for e in range(n):
+        if rng.random() < 0.5:  # noise stat first
+            ev.append(e), sid.append(9), kind.append(KIND_INT64), ival.append(-1), dval.append(np.nan)
+        holds = {"every": 1, "some": int(rng.random() < 0.6), "twice": int(rng.integers(0, 3)), "mixed": 1}[layout]
+        for _ in range(holds):
+            k = KIND_INT64 if layout != "mixed" else int(rng.choice(
+                [KIND_INT64, KIND_DOUBLE, KIND_UINT64, KIND_STR, KIND_BYTES, KIND_REF]))
+            v = int(rng.integers(-10**12, 10**12))
+            if k in (KIND_STR, KIND_BYTES):
+                text = rng.choice([str(v), "x1", f"{v}.5", "nan"])
+                strs.append(text.encode() if k == KIND_BYTES else text)
+                ev.append(e), sid.append(7), kind.append(k), ival.append(len(strs) - 1), dval.append(np.nan)
+            elif k == KIND_DOUBLE:
+                ev.append(e), sid.append(7), kind.append(k), ival.append(0), dval.append(v + rng.choice([0.0, 0.25]))
+            else:
+                ev.append(e), sid.append(7), kind.append(k), ival.append(abs(v) if k == KIND_UINT64 else v)
+                dval.append(np.nan)
+    return LineData(id=1, name="l", display_name="l", timestamp_ns=0, duration_ps=0,
+                    metadata_id=np.zeros(n, np.int64), offset_ps=np.zeros(n, np.int64),
+                    event_duration_ps=np.zeros(n, np.int64), stat_event=np.array(ev, np.int32),
+                    stat_id=np.array(sid, np.int64), stat_kind=np.array(kind, np.int8),
+                    stat_int=np.array(ival, np.int64), stat_double=np.array(dval, np.float64), stat_str=strs)
+
+
+def test_stat_readers_equal_entry_by_entry_oracle():
+    """events.stat_ints / stat_floats (whose every-event-once lines skip the scatter) give what reading the
+    entries one by one gives: the last entry of an event wins, numbers stored as doubles or text count, other
+    text and refs do not (ints), NaN / has=False where absent."""
+    from tracekit.ingest import events
+    from tracekit.ingest.wire import KIND_BYTES, KIND_DOUBLE, KIND_REF, KIND_STR, KIND_UINT64
+    rng = np.random.default_rng(5)
+
+    def as_float(line, k):
+        kind, iv = int(line.stat_kind[k]), int(line.stat_int[k])
+        if kind == KIND_DOUBLE:
+            return float(line.stat_double[k])
+        if kind in (KIND_STR, KIND_BYTES):
+            try:
+                return float(line.stat_str[iv])
+            except ValueError:
+                return np.nan
+        if kind == KIND_REF:
+            return np.nan  # (a name is not a number)
+        return float(np.uint64(iv)) if kind == KIND_UINT64 else float(iv)
+
+    def as_int(line, k):  # None: the entry does not count
+        kind, iv = int(line.stat_kind[k]), int(line.stat_int[k])
+        if kind == KIND_DOUBLE:
+            d = float(line.stat_double[k])
+            return int(d) if np.isfinite(d) and abs(d) < 2.0**63 else None
+        if kind in (KIND_STR, KIND_BYTES):
+            text = line.stat_str[iv]
+            try:
+                return int(text)
+            except ValueError:
+                try:
+                    f = float(text)
+                except ValueError:
+                    return None
+                return int(f) if np.isfinite(f) and -(2**63) <= int(f) < 2**63 else None
+        return iv  # int64, uint64 bits, ref id: the integer as stored
+
+    # as many entries as events, the first and the last event's among them, yet one event twice and one without
+    odd = _line_with_stats(rng, 4, "every")
+    seven = np.flatnonzero(odd.stat_id == 7)
+    odd.stat_event, odd.stat_id, odd.stat_kind, odd.stat_int, odd.stat_double = (
+        np.array([0, 1, 1, 3], np.int32), *(a[seven] for a in (odd.stat_id, odd.stat_kind, odd.stat_int,
+                                                                 odd.stat_double)))
+    cases = [("odd", 4, odd)] + [(layout, n, _line_with_stats(rng, n, layout))
+                                 for layout in ("every", "some", "twice", "mixed") for n in (0, 1, 2, 40)]
+    for layout, n, line in cases:
+        want_i, want_f = {}, {}
+        for k in range(len(line.stat_id)):  # entry by entry, in order: the last one of an event wins
+            if int(line.stat_id[k]) != 7:
+                continue
+            e = int(line.stat_event[k])
+            want_f[e] = as_float(line, k)
+            if (x := as_int(line, k)) is not None:
+                want_i[e] = x
+        has, val = events.stat_ints(line, 7)
+        fl = events.stat_floats(line, 7)
+        assert has.dtype == bool and val.dtype == np.int64 and fl.dtype == np.float64
+        assert len(has) == len(val) == len(fl) == n
+        for e in range(n):
+            assert bool(has[e]) == (e in want_i) and int(val[e]) == want_i.get(e, 0), (layout, n, e)
+            w = want_f.get(e, np.nan)
+            assert (np.isnan(fl[e]) and np.isnan(w)) or fl[e] == w, (layout, n, e)

@@ -96,29 +96,39 @@ def stat_ints(line: LineData, sid: int, odd: dict | None = None, label: str = ""
     value stored with another type counts when it is a number (a finite double, a numeric string); otherwise
     the event does not have the stat."""
     n = line.n_events
+    found = _entries(line, sid, odd, label, _INT_KINDS)
+    if found is None:
+        return np.zeros(n, bool), np.zeros(n, np.int64)
+    m, ev, kind = found
+    iv = gather(line.stat_int, m)  # (a new array: written below)
+    ok = np.ones(len(iv), bool)
+    dbl = kind == KIND_DOUBLE
+    if dbl.any():
+        d = gather(line.stat_double, m)[dbl]
+        fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
+        iv[dbl] = np.where(fin, d, 0).astype(np.int64)
+        ok[dbl] = fin
+    txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
+    if len(txt):
+        parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
+        iv[txt] = [0 if p is None else p for p in parsed]
+        ok[txt] = [p is not None for p in parsed]
+    if not ok.all():
+        ev, iv = ev[ok], iv[ok]
+    if every_event_once(ev, n):  # (most stats: the entries' own array is the column, no scatter)
+        return np.ones(n, bool), iv
     has = np.zeros(n, bool)
     val = np.zeros(n, np.int64)
-    found = _entries(line, sid, odd, label, _INT_KINDS)
-    if found is not None:
-        m, ev, kind = found
-        iv = gather(line.stat_int, m)  # (a new array: written below)
-        ok = np.ones(len(iv), bool)
-        dbl = kind == KIND_DOUBLE
-        if dbl.any():
-            d = gather(line.stat_double, m)[dbl]
-            fin = np.isfinite(d) & (np.abs(d) < 2.0**63)
-            iv[dbl] = np.where(fin, d, 0).astype(np.int64)
-            ok[dbl] = fin
-        txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
-        if len(txt):
-            parsed = [_int_or_none(line.stat_str[int(k)]) for k in iv[txt]]
-            iv[txt] = [0 if p is None else p for p in parsed]
-            ok[txt] = [p is not None for p in parsed]
-        if not ok.all():
-            ev, iv = ev[ok], iv[ok]
-        has[ev] = True
-        val[ev] = iv
+    has[ev] = True
+    val[ev] = iv
     return has, val
+
+
+def every_event_once(ev: np.ndarray, n: int) -> bool:
+    """Whether the entries' events ``ev`` (in entry order) are 0, 1, ..., n-1: every event of the line holds the
+    stat exactly once, so a per-event column is the entries' values as they are."""
+    return len(ev) == n and (n == 0 or (int(ev[0]) == 0 and int(ev[-1]) == n - 1 and
+                                        bool((ev[1:] > ev[:-1]).all())))
 
 
 def _float_or_nan(v) -> float:
@@ -145,20 +155,23 @@ def _int_or_none(v):
 
 def stat_floats(line: LineData, sid: int, odd: dict | None = None, label: str = "") -> np.ndarray:
     """Per event float value of a numeric stat; NaN where absent."""
-    out = np.full(line.n_events, np.nan)
     found = _entries(line, sid, odd, label, _NUM_KINDS)
-    if found is not None:
-        m, ev, kind = found
-        iv = gather(line.stat_int, m)
-        v = np.where(kind == KIND_DOUBLE, gather(line.stat_double, m), iv.astype(np.float64))
-        u = kind == 3  # uint64 bits
-        if u.any():
-            v[u] = iv[u].astype(np.uint64).astype(np.float64)
-        v[kind == KIND_REF] = np.nan  # a name is not a number
-        txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
-        if len(txt):  # a number stored as text counts; any other text does not
-            v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in iv[txt]]
-        out[ev] = v
+    if found is None:
+        return np.full(line.n_events, np.nan)
+    m, ev, kind = found
+    iv = gather(line.stat_int, m)
+    v = np.where(kind == KIND_DOUBLE, gather(line.stat_double, m), iv.astype(np.float64))
+    u = kind == 3  # uint64 bits
+    if u.any():
+        v[u] = iv[u].astype(np.uint64).astype(np.float64)
+    v[kind == KIND_REF] = np.nan  # a name is not a number
+    txt = np.nonzero((kind == KIND_STR) | (kind == KIND_BYTES))[0]
+    if len(txt):  # a number stored as text counts; any other text does not
+        v[txt] = [_float_or_nan(line.stat_str[int(k)]) for k in iv[txt]]
+    if every_event_once(ev, line.n_events):
+        return v  # (a new array: np.where's)
+    out = np.full(line.n_events, np.nan)
+    out[ev] = v
     return out
 
 
