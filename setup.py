@@ -1,7 +1,7 @@
 """Build configuration for the optional C extensions only; all package metadata lives in pyproject.toml.
 
-`tracekit.ingest.wirec` speeds up reading .xplane.pb files; `tracekit.analysis.replay.walkc` runs the replay's
-loops. Both are optional: when no C compiler is available the build carries on without them and tracekit uses the
+`tracekit.ingest.wirec` speeds up reading .xplane.pb files (and walks events nested on a line);
+`tracekit.analysis.replay.walkc` runs the replay's loops. Both are optional: when no C compiler is available the build carries on without them and tracekit uses the
 same code in Python (same results, slower)."""
 import os
 

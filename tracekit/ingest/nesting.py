@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracekit.ingest.wire import HAVE_C, wirec
+
 
 def self_times(line: np.ndarray, start: np.ndarray, duration: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per event: (self time, index of its parent event or -1). ``line`` groups events (any integer codes); an
@@ -28,16 +30,27 @@ def self_times(line: np.ndarray, start: np.ndarray, duration: np.ndarray) -> tup
     new_line = np.ones(n, bool)
     new_line[1:] = ln[1:] != ln[:-1]
     bounds = np.append(np.nonzero(new_line)[0], n)
+    walked = False
     for a, b in zip(bounds[:-1], bounds[1:]):
         if b - a < 2:
             continue
         # an event starting before the latest end of the earlier events of its line may be nested
         if (st[a + 1:b] < np.maximum.accumulate(en[a:b - 1])).any():
-            _walk(order[a:b], start, end, duration, self_ps, parent)
+            if not walked and HAVE_C:
+                start, end, duration = (np.ascontiguousarray(x, np.int64) for x in (start, end, duration))
+            walked = True
+            if HAVE_C:  # (the same walk in C: ~1 µs an event in Python)
+                wirec.nest(np.ascontiguousarray(order[a:b], np.int64), start, end, duration, self_ps, parent)
+            else:
+                _walk(order[a:b], start, end, duration, self_ps, parent)
+    if walked:
+        np.maximum(self_ps, 0, out=self_ps)
     return self_ps, parent
 
 
 def _walk(rows: np.ndarray, start, end, duration, self_ps, parent) -> None:
+    """The walk over one line's events ``rows`` (in its order): each event's parent is the innermost open event
+    that holds it; the parent's self time loses the child's duration."""
     stack: list[int] = []
     for i in rows.tolist():
         s, e = int(start[i]), int(end[i])
@@ -48,4 +61,3 @@ def _walk(rows: np.ndarray, start, end, duration, self_ps, parent) -> None:
             parent[i] = p
             self_ps[p] -= int(duration[i])
         stack.append(i)
-    np.maximum(self_ps, 0, out=self_ps)

@@ -1604,11 +1604,90 @@ read_space(PyObject *self, PyObject *args, PyObject *kwargs)
     return result;
 }
 
+/* nest(rows, start, end, duration, self_ps, parent) -> None
+ *
+ * The walk of tracekit.ingest.nesting over the events of one trace line: ``rows`` are their positions in the line's
+ * order (by start, the longer of two equal starts first); an event is a child of the innermost event still open
+ * (ending after it starts) whose window also holds its end, and takes its duration off that parent's self time.
+ * Every event is pushed on the open-event stack, nested or not. Writes ``parent`` and ``self_ps`` at the rows'
+ * positions (the caller clamps self times at 0 afterwards). Every array is C-contiguous int64; start, end,
+ * duration, self_ps and parent have one entry per event (the caller makes them so); a row out of range is refused. */
+static int
+nest_buf(PyObject *o, Py_buffer *v, int writable, Py_ssize_t n, const char *name)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (v->itemsize != 8 || !v->format || (strcmp(v->format, "l") != 0 && strcmp(v->format, "q") != 0) ||
+        (n >= 0 && v->len != n * 8)) {
+        PyErr_Format(PyExc_ValueError, "wirec.nest: %s must be int64 with %zd items", name, n);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+nest(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[6];
+    static const char *names[6] = {"rows", "start", "end", "duration", "self_ps", "parent"};
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+        return NULL;
+    Py_buffer v[6];
+    int held = 0;
+    Py_ssize_t n = -1;
+    for (; held < 6; held++) {
+        if (nest_buf(o[held], &v[held], held >= 4, held == 0 ? -1 : n, names[held]) < 0)
+            goto fail;
+        if (held == 1)
+            n = v[1].len / 8;
+    }
+    const int64_t *rows = (const int64_t *)v[0].buf, *start = (const int64_t *)v[1].buf,
+                  *end = (const int64_t *)v[2].buf, *dur = (const int64_t *)v[3].buf;
+    int64_t *self_ps = (int64_t *)v[4].buf, *parent = (int64_t *)v[5].buf;
+    Py_ssize_t m = v[0].len / 8;
+    for (Py_ssize_t k = 0; k < m; k++)
+        if (rows[k] < 0 || rows[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "wirec.nest: a row out of range");
+            goto fail;
+        }
+    int64_t *stack = (int64_t *)malloc((m ? (size_t)m : 1) * sizeof(int64_t));
+    if (!stack) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t top = 0; /* entries on the stack */
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int64_t i = rows[k], s = start[i], e = end[i];
+        while (top && end[stack[top - 1]] <= s)
+            top--;
+        if (top && e <= end[stack[top - 1]]) {
+            int64_t p = stack[top - 1];
+            parent[i] = p;
+            self_ps[p] -= dur[i];
+        }
+        stack[top++] = i;
+    }
+    Py_END_ALLOW_THREADS
+    free(stack);
+    for (int i = 0; i < 6; i++)
+        PyBuffer_Release(&v[i]);
+    Py_RETURN_NONE;
+fail:
+    for (int i = 0; i < held; i++)
+        PyBuffer_Release(&v[i]);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"read_space", (PyCFunction)(void (*)(void))read_space, METH_VARARGS | METH_KEYWORDS,
      "read_space(data, threads=1, max_events=-1, budget=-1, weights=(0, 0, 0, 0, 0), max_stats=-1, stats=True) -> "
      "(planes, hostnames); "
      "see tracekit/ingest/wire.py."},
+    {"nest", nest, METH_VARARGS,
+     "nest(rows, start, end, duration, self_ps, parent): the nesting walk of one line (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
