@@ -641,3 +641,46 @@ def test_stat_readers_equal_entry_by_entry_oracle():
             assert bool(has[e]) == (e in want_i) and int(val[e]) == want_i.get(e, 0), (layout, n, e)
             w = want_f.get(e, np.nan)
             assert (np.isnan(fl[e]) and np.isnan(w)) or fl[e] == w, (layout, n, e)
+
+
+def test_with_copies_equals_concatenating_the_copies():
+    """order.with_copies (the loader's async windows: copies of the -start rows, a few columns their own) gives
+    what building the copies and concatenating them in (host, device, start) order gives: values, dtypes,
+    categories and their order, codes' width; a column stored once comes out with its one value."""
+    from tracekit.ingest.order import with_copies
+    rng = np.random.default_rng(8)
+    for n, m, hosts in ((1, 1, 1), (50, 0, 1), (300, 40, 1), (300, 200, 2), (5000, 900, 3)):
+        host = pd.Categorical(rng.choice([f"h{i}" for i in range(hosts)], n))
+        dev = pd.Categorical(rng.choice(["TPU:1", "TPU:0", "TPU:10"], n), categories=["TPU:10", "TPU:0", "TPU:1"])
+        df = pd.DataFrame({"host": host, "device": dev, "line": pd.Categorical(["XLA Ops"] * n),
+                           "op": pd.Categorical(rng.choice(["a", "b", "c-start"], n)),
+                           "start_ps": rng.integers(0, 10**6, n).astype(np.int64),
+                           "duration_ps": rng.integers(0, 10**4, n).astype(np.int64),
+                           "flops": np.where(rng.random(n) < 0.3, np.nan, rng.random(n)),
+                           "small": rng.integers(0, 100, n).astype(np.int32),
+                           "is_async": np.zeros(n, bool), "note": pd.array(rng.choice(["x", "y"], n), dtype=object),
+                           "step": C.filled(n, -1, np.int64)})
+        df = df.sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
+        rows = np.sort(rng.choice(n, m, replace=False)).astype(np.int64)
+        own = {"duration_ps": rng.integers(0, 10**5, m).astype(np.int64), "is_async": np.ones(m, bool),
+               "line": pd.Categorical.from_codes(np.zeros(m, np.int8), categories=["Async"])}
+        copies = df.iloc[rows].reset_index(drop=True)
+        for c, v in own.items():
+            copies[c] = v
+        want = C.concat_frames([df.copy(), copies], order=_order([df, copies]))
+        got = with_copies([df.copy()], rows, own)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        for c in want.columns:
+            if isinstance(want[c].dtype, pd.CategoricalDtype):
+                assert list(got[c].cat.categories) == list(want[c].cat.categories), c
+                assert got[c].array.codes.dtype == want[c].array.codes.dtype, c
+        assert (got["step"] == -1).all()
+        # pandas alone: the rows and copies as plain values, sorted by text host and device, then start (stable)
+        plain = pd.concat([df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)}),
+                           copies.astype({c: object for c in copies.columns
+                                          if isinstance(copies[c].dtype, pd.CategoricalDtype)})], ignore_index=True)
+        plain = plain.sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
+        for c in plain.columns:
+            a, b = got[c].astype(object).tolist(), plain[c].tolist()
+            assert all(x == y or (x != x and y != y) for x, y in zip(a, b)) and len(a) == len(b), c
+        assert list(got["line"].cat.categories) == ["XLA Ops"] + (["Async"] if m else [])  # first seen, then new

@@ -1,11 +1,13 @@
 """Rows in time order and the windows that hold them, for the loader's joins: :func:`frame_order` /
-:func:`sorted_frame` put op rows in (host, device, start) order, :func:`contain` finds the window (module run,
-step) of the same device that holds each row's start."""
+:func:`sorted_frame` put op rows in (host, device, start) order, :func:`with_copies` adds copies of some rows (the
+async windows paired from their ``-start`` ops) in that order, :func:`contain` finds the window (module run, step)
+of the same device that holds each row's start."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import concat_categorical, concat_frames, filled, gather, held_once
 from tracekit.grouping import codes_of, runs
 
 
@@ -111,3 +113,46 @@ def sorted_frame(ops: pd.DataFrame) -> pd.DataFrame:
     if order is None:
         return ops.reset_index(drop=True) if not isinstance(ops.index, pd.RangeIndex) else ops
     return ops.take(order).reset_index(drop=True)
+
+
+def with_copies(frames: list, rows: np.ndarray, replaced: dict) -> pd.DataFrame:
+    """The frame ``frames[0]`` with copies of its rows ``rows`` added (each copy the row as it is, but for the
+    columns of ``replaced``: name -> the copies' own values), all in (host, device, start) order: what
+    ``concat_frames([df, copies], order=frame_order([df, copies]))`` gives, without making the copies. Each column
+    is one gather from the frame's own column through the copies' source rows (a column stored once stays once),
+    and only the replaced ones are concatenated. The caller hands the frame over (``frames`` is emptied; it keeps
+    no other reference): each column of the frame is let go once its column of the result is made."""
+    df = frames.pop()
+    frames.clear()
+    n = len(df)
+    rows = np.asarray(rows, np.int64)
+    keys = pd.DataFrame({c: replaced[c] if c in replaced else
+                         (gather(df[c].to_numpy(), rows) if isinstance(df[c].dtype, np.dtype) else df[c].array.take(rows))
+                         for c in ("start_ps", "host", "device")}, copy=False)
+    order = frame_order([df, keys])
+    del keys
+    src = np.concatenate([np.arange(n, dtype=np.int64), rows]) if order is None else order.astype(np.int64)
+    copy = src >= n
+    src[copy] = gather(rows, src[copy] - n)  # (each position of the result: the frame's row it comes from)
+    del copy
+    cols = {c: df[c] for c in df.columns}
+    del df
+    data = {}
+    for c in list(cols):
+        s = cols.pop(c)
+        if c in replaced:  # (the copies' own values: concatenated and sorted as concat_frames does)
+            out = concat_frames([pd.DataFrame({c: s}, copy=False), pd.DataFrame({c: replaced[c]}, copy=False)],
+                                order=order)[c]
+            out = out.array if isinstance(out.dtype, pd.CategoricalDtype) else out.to_numpy()
+        elif isinstance(s.dtype, pd.CategoricalDtype):
+            out = concat_categorical([s], [n], src)
+        elif isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf":
+            a = s.to_numpy()
+            out = filled(len(src), a[0], a.dtype) if held_once(a) else gather(a, src)
+        else:  # (text or objects: as concat_frames joins them)
+            out = concat_frames([pd.DataFrame({c: s}, copy=False),
+                                 pd.DataFrame({c: s.iloc[rows].reset_index(drop=True)}, copy=False)],
+                                order=order)[c].array
+        del s
+        data[c] = out
+    return pd.DataFrame(data, copy=False)

@@ -21,7 +21,7 @@ from tracekit.ingest import paths as _load
 from tracekit.ingest import xspace
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
-from tracekit.ingest.order import contain, frame_order, sorted_frame
+from tracekit.ingest.order import contain, frame_order, sorted_frame, with_copies
 from tracekit.options import DEFAULT_MAX_BYTES
 from tracekit.records import record
 
@@ -161,9 +161,19 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     ops = _join_hlo(ops, h)
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
-        parts = [ops, *_async_windows(ops, asyncs, h)]
-        del ops, asyncs  # (handed over: concat_frames lets each column before the sort go once it is sorted)
-        ops = concat_frames(parts, order=frame_order(parts), consume=True)
+        paired = _paired_starts(ops, asyncs, h)
+        if paired is not None and not len(asyncs) and schema.conform(ops, schema.OPS) is ops:
+            # every window paired from its -start row: the windows are copies of those rows but for their own columns
+            own = _window_columns(ops, *paired)
+            parts = [ops]
+            del ops, asyncs  # (handed over: each column is let go once its sorted column is made)
+            ops = with_copies(parts, paired[0], own)
+            del own
+        else:
+            parts = [ops, *_async_windows(ops, asyncs, paired)]
+            del ops, asyncs  # (handed over: concat_frames lets each column before the sort go once it is sorted)
+            ops = concat_frames(parts, order=frame_order(parts), consume=True)
+        del paired
     else:
         del asyncs
     kinds = dict(zip(devs["device"], devs["device_kind"]))
@@ -326,22 +336,26 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
                               "category": cat_from([o[2] for o in out], inv)})
 
 
-def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> list[pd.DataFrame]:
+def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, paired: tuple | None) -> list[pd.DataFrame]:
     """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
     paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
-    device. A tie in time pairs the start with the done (a zero-length copy). Returns the frames of windows
-    (the caller concatenates them with the ops once)."""
-    paired = _paired_starts(ops, asyncs, h)  # (its temporaries are freed before the windows' rows are gathered)
+    device (``paired``: :func:`_paired_starts`). A tie in time pairs the start with the done (a zero-length copy).
+    Returns the frames of windows (the caller concatenates them with the ops once)."""
     if paired is None:
         return [asyncs]
-    rows, ends = paired
-    replaced = ("duration_ps", "is_async", "source", "line")  # (the window's own: not gathered from the -start rows)
-    win = ops[[c for c in ops.columns if c not in replaced]].iloc[rows]
-    win = with_columns(win.reset_index(drop=True), {
-        "duration_ps": ends - win["start_ps"].to_numpy(), "is_async": np.ones(len(win), bool),
-        "source": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["async_pair"]),
-        "line": pd.Categorical.from_codes(np.zeros(len(win), np.int8), categories=["XLA Ops"])})
+    own = _window_columns(ops, *paired)
+    win = ops[[c for c in ops.columns if c not in own]].iloc[paired[0]]
+    win = with_columns(win.reset_index(drop=True), own)
     return [asyncs, schema.conform(win, schema.OPS)]
+
+
+def _window_columns(ops: pd.DataFrame, rows: np.ndarray, ends: np.ndarray) -> dict:
+    """The columns of the windows paired from the ``-start`` rows ``rows`` (ending at ``ends``) that are their own:
+    every other column of a window is its ``-start`` row's."""
+    n = len(rows)
+    return {"duration_ps": ends - ops["start_ps"].to_numpy()[rows], "is_async": np.ones(n, bool),
+            "source": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=["async_pair"]),
+            "line": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=["XLA Ops"])}
 
 
 def _paired_starts(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> tuple | None:
