@@ -20,7 +20,7 @@ PKG = ROOT / "tracekit"
 STAGES = ("ingest", "model", "analysis", "report", "run", "cli")
 #: the modules at the top of tracekit/ that every stage may use (besides the generated ``proto`` package)
 SPINE = ("errors", "units", "schema", "columns", "grouping", "fileio", "threads", "collector", "progress", "version",
-         "artefacts", "options")
+         "artefacts", "options", "records")
 #: import layers: a module may import its own layer and those below it
 LAYER = {"proto": 0, **{m: 0 for m in SPINE}, "ingest": 1, "model": 2, "analysis": 3, "report": 4, "pipeline": 5,
          "run": 6, "cli": 7}

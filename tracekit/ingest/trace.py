@@ -17,10 +17,11 @@ from tracekit.ingest import kernelprof
 from tracekit.ingest import hlo
 from tracekit.ingest import nesting
 from tracekit.ingest import steps as steps_mod
+from tracekit.ingest import windows
 from tracekit.ingest import paths as _load
 from tracekit.ingest import xspace
 from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
-from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique, unique_rows
+from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame, with_copies
 from tracekit.options import DEFAULT_MAX_BYTES
 from tracekit.records import record
@@ -161,16 +162,16 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     ops = _join_hlo(ops, h)
     asyncs = _join_hlo(asyncs, h)
     if len(ops):  # the op rows and the async windows, in (device, start) order: one gather per column
-        paired = _paired_starts(ops, asyncs, h)
+        paired = windows.paired_starts(ops, asyncs, h)
         if paired is not None and not len(asyncs) and schema.conform(ops, schema.OPS) is ops:
             # every window paired from its -start row: the windows are copies of those rows but for their own columns
-            own = _window_columns(ops, *paired)
+            own = windows.window_columns(ops, *paired)
             parts = [ops]
             del ops, asyncs  # (handed over: each column is let go once its sorted column is made)
             ops = with_copies(parts, paired[0], own)
             del own
         else:
-            parts = [ops, *_async_windows(ops, asyncs, paired)]
+            parts = [ops, *windows.window_frames(ops, asyncs, paired)]
             del ops, asyncs  # (handed over: concat_frames lets each column before the sort go once it is sorted)
             ops = concat_frames(parts, order=frame_order(parts), consume=True)
         del paired
@@ -334,69 +335,6 @@ def _join_hlo(ops: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
     return with_columns(ops, {"in_hlo": np.array([o[0] for o in out], bool)[inv] if out else np.zeros(0, bool),
                               "opcode": cat_from([o[1] for o in out], inv),
                               "category": cat_from([o[2] for o in out], inv)})
-
-
-def _async_windows(ops: pd.DataFrame, asyncs: pd.DataFrame, paired: tuple | None) -> list[pd.DataFrame]:
-    """Async windows: the trace's own ``Async XLA Ops`` rows for devices that have them, else each ``*-start`` op
-    paired with the first ``*-done`` that completes it (by the HLO, else by name) at or after it on the same
-    device (``paired``: :func:`_paired_starts`). A tie in time pairs the start with the done (a zero-length copy).
-    Returns the frames of windows (the caller concatenates them with the ops once)."""
-    if paired is None:
-        return [asyncs]
-    own = _window_columns(ops, *paired)
-    win = ops[[c for c in ops.columns if c not in own]].iloc[paired[0]]
-    win = with_columns(win.reset_index(drop=True), own)
-    return [asyncs, schema.conform(win, schema.OPS)]
-
-
-def _window_columns(ops: pd.DataFrame, rows: np.ndarray, ends: np.ndarray) -> dict:
-    """The columns of the windows paired from the ``-start`` rows ``rows`` (ending at ``ends``) that are their own:
-    every other column of a window is its ``-start`` row's."""
-    n = len(rows)
-    return {"duration_ps": ends - ops["start_ps"].to_numpy()[rows], "is_async": np.ones(n, bool),
-            "source": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=["async_pair"]),
-            "line": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=["XLA Ops"])}
-
-
-def _paired_starts(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> tuple | None:
-    """(rows of the ``*-start`` ops that a ``*-done`` completes, in row order; the end of each one's window) for
-    :func:`_async_windows`, or None when no start is paired."""
-    have = {str(d) for d in asyncs["device"].unique()} if len(asyncs) else set()
-    base = cat_apply(ops["source"], lambda v: v == "xla_ops").astype(bool) & \
-        ~cat_apply(ops["device"], lambda v: v in have).astype(bool)
-    s_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-start")).astype(bool))[0]
-    d_idx = np.nonzero(base & cat_apply(ops["opcode"], lambda v: str(v).endswith("-done")).astype(bool))[0]
-    if not len(s_idx) or not len(d_idx):
-        return None
-    done_to_start = hlo.done_to_start(h) if len(h) else {}
-    names: dict = {}
-    key_cols = ops[["device", "program_id", "op"]]  # a narrow view: the row selections below copy three columns
-    sinv, srows = unique_rows(key_cols.iloc[s_idx], ["device", "program_id", "op"])
-    skey = np.array([names.setdefault((d, int(p), o), len(names)) for d, p, o in srows], np.int64)[sinv]
-    dinv, drows = unique_rows(key_cols.iloc[d_idx], ["device", "program_id", "op"])
-    dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
-                     for d, p, o in drows], np.int64)[dinv]
-    t = ops["start_ps"].to_numpy()
-    st, dt = t[s_idx], t[d_idx]
-    de = dt + ops["duration_ps"].to_numpy()[d_idx]  # (the ends of the -done rows only)
-    keep_s, keep_end = [], []
-    dorder = np.lexsort((dt, dkey))
-    dk_sorted = dkey[dorder]
-    for k in unique(skey):
-        rows = np.nonzero(skey == k)[0]
-        lo, hi = np.searchsorted(dk_sorted, k, "left"), np.searchsorted(dk_sorted, k, "right")
-        if lo == hi:
-            continue
-        grp = dorder[lo:hi]
-        pos = np.searchsorted(dt[grp], st[rows], "left")
-        ok = pos < len(grp)
-        keep_s.append(rows[ok])
-        keep_end.append(de[grp[pos[ok]]])
-    if not keep_s:
-        return None
-    rows = np.concatenate(keep_s)
-    order = np.argsort(rows, kind="stable")
-    return s_idx[rows[order]], np.concatenate(keep_end)[order]
 
 
 def _module_runs(ops: pd.DataFrame, host: str) -> pd.DataFrame:
