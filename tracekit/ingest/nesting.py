@@ -14,6 +14,9 @@ import numpy as np
 
 from tracekit.ingest.wire import HAVE_C, wirec
 
+#: the C walk (None: the extension is not built, is off, or was built before it had the walk)
+_NEST = getattr(wirec, "nest", None) if HAVE_C else None
+
 
 def self_times(line: np.ndarray, start: np.ndarray, duration: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per event: (self time, index of its parent event or -1). ``line`` groups events (any integer codes); an
@@ -36,11 +39,11 @@ def self_times(line: np.ndarray, start: np.ndarray, duration: np.ndarray) -> tup
             continue
         # an event starting before the latest end of the earlier events of its line may be nested
         if (st[a + 1:b] < np.maximum.accumulate(en[a:b - 1])).any():
-            if not walked and HAVE_C:
+            if not walked and _NEST is not None:
                 start, end, duration = (np.ascontiguousarray(x, np.int64) for x in (start, end, duration))
             walked = True
-            if HAVE_C:  # (the same walk in C: ~1 µs an event in Python)
-                wirec.nest(np.ascontiguousarray(order[a:b], np.int64), start, end, duration, self_ps, parent)
+            if _NEST is not None:  # (the same walk in C: ~1 µs an event in Python)
+                _NEST(np.ascontiguousarray(order[a:b], np.int64), start, end, duration, self_ps, parent)
             else:
                 _walk(order[a:b], start, end, duration, self_ps, parent)
     if walked:

@@ -126,8 +126,8 @@ def with_copies(frames: list, rows: np.ndarray, replaced: dict) -> pd.DataFrame:
     frames.clear()
     n = len(df)
     rows = np.asarray(rows, np.int64)
-    keys = pd.DataFrame({c: replaced[c] if c in replaced else
-                         (gather(df[c].to_numpy(), rows) if isinstance(df[c].dtype, np.dtype) else df[c].array.take(rows))
+    keys = pd.DataFrame({c: replaced[c] if c in replaced else df[c].to_numpy()[rows]
+                         if isinstance(df[c].dtype, np.dtype) else df[c].array.take(rows)
                          for c in ("start_ps", "host", "device")}, copy=False)
     order = frame_order([df, keys])
     del keys
