@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracekit.analysis.replay import changes as ch, engine, fixes
+from tracekit.grouping import runs
 from tracekit.records import record
 
 #: the analysis replays at most this many op executions per host (its graph is built and walked node by node),
@@ -47,9 +48,22 @@ class HostReplay:
 
 
 def _medians(j, r) -> tuple[tuple, np.ndarray]:
-    from tracekit.analysis.replay import result
-    med = result.device_steps(j, r).groupby(["host", "device"])["predicted_ps"].median()
-    return tuple(str(d) for _, d in med.index), med.to_numpy(float)
+    """(devices, the median predicted step of each), devices in (host, device) text order: what pandas' groupby
+    median of :func:`tracekit.analysis.replay.result.device_steps` gives (NaN steps left out), read from the graphs'
+    arrays (a scenario's medians are taken once per finding replayed)."""
+    by: dict = {}
+    for h, g in enumerate(j.graphs):
+        pred = np.asarray(r.step_ps[h], np.float64)
+        devs = [str(d) for d in g.devices]
+        for d, rows in runs(np.asarray(g.steps_dev)):
+            by.setdefault((str(g.host), devs[d]), []).append(pred[rows])
+    keys = sorted(by)
+    med = np.empty(len(keys))
+    for i, k in enumerate(keys):
+        v = np.concatenate(by[k])
+        v = v[~np.isnan(v)]
+        med[i] = np.median(v) if len(v) else np.nan
+    return tuple(d for _, d in keys), med
 
 
 def _own_findings(hv, items: list) -> list:
