@@ -684,3 +684,14 @@ def test_with_copies_equals_concatenating_the_copies():
             a, b = got[c].astype(object).tolist(), plain[c].tolist()
             assert all(x == y or (x != x and y != y) for x, y in zip(a, b)) and len(a) == len(b), c
         assert list(got["line"].cat.categories) == ["XLA Ops"] + (["Async"] if m else [])  # first seen, then new
+
+
+def test_sorted_group_numbers_equal_pandas_ngroup():
+    """grouping.sorted_group_numbers: pandas' groupby(sort=True).ngroup() over integer and boolean keys."""
+    rng = np.random.default_rng(21)
+    for n in (0, 1, 2, 50, 3000):
+        cols = {"op": rng.integers(0, 7, n).astype(np.int32), "a": rng.random(n) < 0.5,
+                "g": rng.integers(-2, 3, n).astype(np.int64), "k": rng.integers(0, 4, n).astype(np.int64)}
+        want = pd.DataFrame(cols).groupby(list(cols), sort=True).ngroup().to_numpy() if n else np.zeros(0, np.int64)
+        got = G.sorted_group_numbers(*cols.values())
+        assert np.array_equal(got, want) and got.dtype == np.int64

@@ -223,6 +223,23 @@ def int_sums(inv: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def sorted_group_numbers(*cols: np.ndarray) -> np.ndarray:
+    """Each row's group number, groups numbered in the sorted order of their keys (``cols``: integer or boolean
+    arrays, the first the most significant): ``DataFrame.groupby(cols, sort=True).ngroup()`` without a frame."""
+    n = len(cols[0]) if cols else 0
+    if not n:
+        return np.zeros(0, np.int64)
+    order = np.lexsort(cols[::-1])
+    new = np.zeros(n, bool)
+    new[0] = True
+    for c in cols:
+        sc = np.asarray(c)[order]
+        new[1:] |= sc[1:] != sc[:-1]
+    out = np.empty(n, np.int64)
+    out[order] = np.cumsum(new) - 1
+    return out
+
+
 def unique(a) -> np.ndarray:
     """``np.unique(a)`` (the sorted distinct values) for integer and boolean arrays by one sort: NumPy 2.3+ finds
     them with a hash table, which on picosecond times (round multiples: the hash collides) is tens of times slower

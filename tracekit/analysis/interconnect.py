@@ -20,7 +20,7 @@ import pandas as pd
 
 from tracekit.analysis.collectives import busbw_factor, executions
 from tracekit.columns import stack
-from tracekit.grouping import group_index, int_sums
+from tracekit.grouping import group_index, int_sums, sorted_group_numbers
 from tracekit.records import record
 
 #: one row per collective op (module, op), executions aggregated
@@ -79,9 +79,12 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
         (list(x) for x in zip(*desc))
     # instances: the op row of each execution, then per (op row, async, group, k)
     start, dur = ex["start_ps"].to_numpy(np.int64), ex["duration_ps"].to_numpy(np.int64)
-    ik = pd.DataFrame({"op": row, "is_async": ex["is_async"].to_numpy(bool), "group": ex["_group"].to_numpy(np.int64),
-                       "k": ex["_k"].to_numpy(np.int64)})
-    inv = ik.groupby(["op", "is_async", "group", "k"], sort=True).ngroup().to_numpy()
+    ik = {"op": np.asarray(row), "is_async": ex["is_async"].to_numpy(bool), "group": ex["_group"].to_numpy(np.int64),
+          "k": ex["_k"].to_numpy(np.int64)}
+    if ik["op"].dtype.kind in "iub":
+        inv = sorted_group_numbers(ik["op"], ik["is_async"], ik["group"], ik["k"])
+    else:  # (an op row pandas numbered with gaps: its own groupby, as before)
+        inv = pd.DataFrame(ik).groupby(["op", "is_async", "group", "k"], sort=True).ngroup().to_numpy()
     n_i = int(inv.max()) + 1
     first = np.full(n_i, len(ex))
     np.minimum.at(first, inv, np.arange(len(ex)))
@@ -92,8 +95,8 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
     np.minimum.at(min_end, inv, end)
     np.maximum.at(max_end, inv, end)
     skew = np.minimum(np.maximum(arrival[inv] - start, 0), dur).astype(float)
-    inst = {"op": ik["op"].to_numpy()[first].astype(np.int32), "is_async": ik["is_async"].to_numpy()[first],
-            "group": ik["group"].to_numpy()[first], "k": ik["k"].to_numpy()[first],
+    inst = {"op": ik["op"][first].astype(np.int32), "is_async": ik["is_async"][first],
+            "group": ik["group"][first], "k": ik["k"][first],
             "n": np.bincount(inv, minlength=n_i).astype(np.int64), "arrival": arrival,
             "start_sum": int_sums(inv, start, n_i),
             "min_end": min_end, "max_end": max_end, "dur_sum": int_sums(inv, dur, n_i),
