@@ -106,3 +106,15 @@ def test_c_walk_refuses_bad_arrays():
         ro = z.copy()
         ro.flags.writeable = False
         wire.wirec.nest(np.array([0], np.int64), z, z, z, ro, z.copy())
+
+
+def test_no_c_switch_turns_the_c_walk_off():
+    """``TRACEKIT_NO_C=1`` (README, Install) takes the Python walk, as it takes the Python decoder."""
+    import os
+    import subprocess
+    import sys
+    code = "from tracekit.ingest import nesting; print(nesting._NEST is None)"
+    for flag, want in (("1", "True"), ("0", str(not wire.HAVE_C))):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRACEKIT_NO_C": flag},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == want, flag
