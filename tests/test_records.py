@@ -3,7 +3,10 @@
 that define some of the methods themselves."""
 from __future__ import annotations
 
+import copy
 import dataclasses
+import inspect
+import pickle
 import importlib
 import pkgutil
 
@@ -120,3 +123,98 @@ def test_own_methods_kept_as_dataclass_keeps_them(body, frozen):
         with pytest.raises(dataclasses.FrozenInstanceError):
             x.a = 3
     assert dataclasses.replace(x, a=5).a == 5 and dataclasses.asdict(x) == dataclasses.asdict(y)
+
+
+# ------------------------------------------------------------------ __init__ and the frozen methods, written lazily
+def _init_twin(cls: type) -> type:
+    """``cls``'s fields with their types and defaults in a class made by dataclass itself (its own ``__init__``)."""
+    twin = dataclasses.make_dataclass(cls.__name__, [
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory))
+        for f in dataclasses.fields(cls)], frozen=cls.__dataclass_params__.frozen)
+    twin.__qualname__ = cls.__qualname__
+    return twin
+
+
+@pytest.mark.parametrize("cls", [c for c in RECORDS if "__init__" not in vars(c) or
+                                 vars(c)["__init__"] is records._FIRST_INIT or
+                                 vars(c)["__init__"].__code__.co_filename == "<string>"],
+                         ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_record_init_signature_matches_dataclass(cls):
+    assert str(inspect.signature(cls)) == str(inspect.signature(_init_twin(cls)))
+    assert cls.__dataclass_params__.init is True
+
+
+def _body(decorate, *, frozen: bool, doc: bool, post: list | None = None, extra: dict | None = None):
+    ns = {"__annotations__": {"a": "int", "b": "list", "c": "str"}, "b": dataclasses.field(default_factory=list),
+          "c": "x", "__doc__": "A record." if doc else None, **(extra or {})}
+    if post is not None:
+        ns["__post_init__"] = lambda self: post.append((type(self).__name__, self.a))
+    return decorate(type("C", (), ns))
+
+
+def _raised(f):
+    try:
+        f()
+    except Exception as e:  # (the exception's type and text, to compare with dataclass')
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize("doc", [True, False])
+def test_init_and_frozen_methods_behave_as_dataclass(frozen, doc):
+    po, pt = [], []
+    ours = _body(records.record(frozen=frozen), frozen=frozen, doc=doc, post=po)
+    theirs = _body(lambda c: dataclasses.dataclass(c, frozen=frozen), frozen=frozen, doc=doc, post=pt)
+    assert ours.__doc__ == theirs.__doc__
+    assert str(inspect.signature(ours)) == str(inspect.signature(theirs))
+    for p in ("init", "frozen", "order", "unsafe_hash"):
+        assert getattr(ours.__dataclass_params__, p) == getattr(theirs.__dataclass_params__, p), p
+    for args, kw in [((1,), {}), ((1, [2], "y"), {}), ((), {"a": 3, "c": "z"}), ((1,), {"b": [5]})]:
+        x, y = ours(*args, **kw), theirs(*args, **kw)
+        assert vars(x) == vars(y)
+    assert po == pt and len(po) == 4
+    x1, x2, y1, y2 = ours(1), ours(1), theirs(1), theirs(1)
+    assert (x1.b is x2.b) == (y1.b is y2.b) and x1.b is not x2.b  # a fresh list per instance
+    for args, kw in [((), {}), ((1, 2, 3, 4), {}), ((1,), {"d": 0}), ((1,), {"a": 2})]:
+        assert _raised(lambda: ours(*args, **kw)) == _raised(lambda: theirs(*args, **kw)), (args, kw)
+    for x, y in [(ours(1), theirs(1))]:
+        assert _raised(lambda: setattr(x, "a", 9)) == _raised(lambda: setattr(y, "a", 9))
+        assert _raised(lambda: setattr(x, "new", 9)) == _raised(lambda: setattr(y, "new", 9))
+        assert _raised(lambda: delattr(x, "c")) == _raised(lambda: delattr(y, "c"))
+        assert vars(x) == vars(y)
+    sub_ours, sub_theirs = type("D", (ours,), {}), type("D", (theirs,), {})  # a plain subclass
+    for x, y in [(sub_ours(1), sub_theirs(1))]:
+        assert _raised(lambda: setattr(x, "new", 9)) == _raised(lambda: setattr(y, "new", 9))
+        assert _raised(lambda: setattr(x, "a", 9)) == _raised(lambda: setattr(y, "a", 9))
+        assert _raised(lambda: delattr(x, "new")) == _raised(lambda: delattr(y, "new"))
+        assert vars(x) == vars(y)
+    if frozen:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ours(1).a = 2
+    x = ours(1, [2], "y")
+    assert copy.deepcopy(x) == x and copy.copy(x) == x and dataclasses.replace(x, a=5).a == 5
+
+
+def test_package_records_pickle():  # (the Dask engine sends records between processes)
+    from tracekit.options import Options
+    o = Options(chip="v6e")
+    assert pickle.loads(pickle.dumps(o)) == o and pickle.loads(pickle.dumps(o)).chip == "v6e"
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_refusals_as_dataclass(frozen):
+    bad_order = {"__annotations__": {"a": "int", "z": "int"}, "a": 1, "__doc__": "Bad."}
+    assert _raised(lambda: records.record(type("C", (), dict(bad_order)), frozen=frozen)) == \
+        _raised(lambda: dataclasses.dataclass(type("C", (), dict(bad_order)), frozen=frozen))
+    if frozen:
+        own = {"__annotations__": {"a": "int"}, "__doc__": "Own.", "__setattr__": lambda self, n, v: None}
+        assert _raised(lambda: records.record(type("C", (), dict(own)), frozen=True)) == \
+            _raised(lambda: dataclasses.dataclass(type("C", (), dict(own)), frozen=True))
+
+
+def test_own_init_is_kept():
+    def __init__(self, a):
+        self.a = a * 2
+    c = records.record(type("C", (), {"__annotations__": {"a": "int"}, "__doc__": "Own.", "__init__": __init__}))
+    assert c(2).a == 4
