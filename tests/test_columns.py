@@ -695,3 +695,87 @@ def test_sorted_group_numbers_equal_pandas_ngroup():
         want = pd.DataFrame(cols).groupby(list(cols), sort=True).ngroup().to_numpy() if n else np.zeros(0, np.int64)
         got = G.sorted_group_numbers(*cols.values())
         assert np.array_equal(got, want) and got.dtype == np.int64
+
+
+# ------------------------------------------------------------ a column's stored array, without the Series (oracle: pandas)
+def _typed_frame() -> pd.DataFrame:
+    n = 6
+    return pd.DataFrame({
+        "i64": np.arange(n, dtype=np.int64), "i32": np.arange(n, dtype=np.int32) - 3, "f32": np.linspace(0, 1, n,
+                                                                                                        dtype=np.float32),
+        "f64": [0.5, np.nan, np.inf, -1.0, 2.0, 3.25], "b": [True, False] * 3, "u64": np.arange(n, dtype=np.uint64),
+        "obj": pd.Series([None, "a", 1, 2.5, "b", ("t",)], dtype=object), "text": ["x", "y", None, "z", "x", "y"],
+        "cat": pd.Categorical(["p", "q", None, "p", "q", "p"]), "nullable": pd.array([1, None, 3, 4, 5, 6], "Int64"),
+        "when": pd.date_range("2026-01-01", periods=n, freq="h"), 7: np.arange(n) * 2})
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if type(a) is not type(b) or a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.dtype == object:  # (element by element: NaN equals NaN, types too)
+            return all(type(x) is type(y) and (x is y or x == y or (x != x and y != y)) for x, y in zip(a, b))
+        return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+    return type(a) is type(b) and a.dtype == b.dtype and a.equals(b)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast")
+@pytest.mark.parametrize("fast", [True, False])
+def test_stored_and_column_numpy_give_what_the_series_gives(fast, monkeypatch):
+    """stored(df, c) is df[c].to_numpy() for a NumPy column (read-only), df[c].array otherwise; column_numpy(df, c,
+    dtype) is df[c].to_numpy(dtype): every dtype, with pandas' accessor and without it (the fallback)."""
+    if not fast:
+        monkeypatch.setattr(C, "_COLUMN_ARRAY", None)
+    df = _typed_frame()
+    for c in df.columns:
+        s = df[c]
+        want = s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array
+        got = C.stored(df, c)
+        assert _same(got, want), c
+        if isinstance(got, np.ndarray):
+            assert not got.flags.writeable, c  # (a view of the frame's block: never written through)
+        for dtype in (None, np.int64, float, bool, object, np.uint64):
+            try:
+                want = s.to_numpy(dtype)
+            except (TypeError, ValueError) as e:
+                with pytest.raises(type(e)):
+                    C.column_numpy(df, c, dtype)
+                continue
+            got = C.column_numpy(df, c, dtype)
+            assert _same(got, want), (c, dtype)
+            assert got.flags.writeable == want.flags.writeable, (c, dtype)
+    with pytest.raises(KeyError):
+        C.stored(df, "absent")
+    with pytest.raises(KeyError):
+        C.column_numpy(df, "absent")
+    twice = pd.concat([df[["i64"]], df[["f64"]].rename(columns={"f64": "i64"})], axis=1)  # a name two columns share
+    assert C.stored(twice, "i64").equals(twice["i64"])
+    mapping = {"i64": df["i64"]}  # (any mapping of Series: its own to_numpy)
+    assert _same(C.column_numpy(mapping, "i64", float), df["i64"].to_numpy(float))
+    assert np.shares_memory(C.stored(df, "i64"), df["i64"].to_numpy())  # no copy
+
+
+def test_codes_of_a_stored_array_is_the_series_own():
+    df = _typed_frame()
+    big = pd.DataFrame({"pid": np.repeat(np.arange(5, dtype=np.uint64), 400), "f": np.repeat([0.5, 1.5], 1000)})
+    for frame in (df, big):
+        for c in frame.columns:
+            if c == "when":
+                continue
+            for compact in (False, True):
+                try:
+                    want = G.codes_of(frame[c], compact=compact)
+                except TypeError:  # (values factorize cannot hash: a tuple is fine, a list is not)
+                    continue
+                got = G.codes_of(C.stored(frame, c), compact=compact)
+                assert np.array_equal(got[0], want[0]) and got[0].dtype == want[0].dtype, (c, compact)
+                assert [(type(v), v) for v in got[1]] == [(type(v), v) for v in want[1]], (c, compact)
+
+
+def test_records_clean_every_dtype_as_the_series_iterates():
+    from tracekit.report import envelope
+    df = _typed_frame()
+    want = [{c: envelope.clean(v) for c, v in zip(df.columns, row)} for row in
+            zip(*([*s] for _, s in df.items()))]
+    assert envelope.records(df) == want
+    assert [[type(v) for v in r.values()] for r in envelope.records(df)] == [[type(v) for v in r.values()] for r in want]

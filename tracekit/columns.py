@@ -58,7 +58,7 @@ def concat_categorical(parts: list, lens: list, order: np.ndarray | None = None)
     for p, n in zip(parts, lens):
         if isinstance(p, pd.Series):
             if isinstance(p.dtype, pd.CategoricalDtype):
-                codes, cats = p.array.codes, list(p.cat.categories)
+                codes, cats = p.array.codes, p.dtype.categories.tolist()
             else:
                 codes, cats = pd.factorize(p.astype(str), use_na_sentinel=True)
         elif isinstance(p, tuple):
@@ -135,11 +135,53 @@ def with_columns(df: pd.DataFrame, new: dict) -> pd.DataFrame:
            for c, v in new.items()}
     if len(df) <= SMALL_ROWS and all(isinstance(c, str) for c in new) and df.columns.is_unique:
         return df.assign(**new)
-    cols = {c: (new[c] if c in new else df[c]) for c in df.columns}
+    cols = {c: (new[c] if c in new else df[c]) for c in df.columns.tolist()}
     for c, v in new.items():
         if c not in cols:
             cols[c] = v
     return pd.DataFrame(cols, index=df.index, copy=False)
+
+
+#: pandas' accessor of a column's stored array (pandas 1.3 to 3.x), None where this pandas has none
+_COLUMN_ARRAY = getattr(pd.DataFrame, "_get_column_array", None)
+
+
+def stored(df: pd.DataFrame, name):
+    """The array column ``name`` of ``df`` is stored in, without the Series ``df[name]`` builds: a NumPy array
+    (read-only, as ``df[name].to_numpy()`` gives it) for a NumPy dtype, else the column's ExtensionArray (a
+    Categorical, a string array: ``df[name].array``). ``df[name]`` costs ~70 k instructions under pandas 3 (the
+    Series, its index, copy-on-write references), more than most operations on a small column: a small trace's
+    analysis reads columns ~2,000 times. Read through pandas' ``DataFrame._get_column_array`` (a view of the
+    block, for read-only use, which the read-only flag enforces) where pandas has it and the name is one column;
+    else through the Series. A missing column raises KeyError, as ``df[name]`` does; a name several columns share
+    gives their frame, as ``df[name]`` does."""
+    if _COLUMN_ARRAY is not None and isinstance(df, pd.DataFrame):
+        loc = df.columns.get_loc(name)
+        if isinstance(loc, int):
+            a = _COLUMN_ARRAY(df, loc)
+            if isinstance(a, np.ndarray):
+                if a.flags.writeable:
+                    a = a.view()
+                    a.flags.writeable = False
+                return a
+            if not isinstance(a.dtype, np.dtype):  # (datetimes are stored as arrays of a NumPy dtype: the Series')
+                return a
+    s = df[name]
+    if not isinstance(s, pd.Series):
+        return s
+    return s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array
+
+
+def column_numpy(df: pd.DataFrame, name, dtype=None) -> np.ndarray:
+    """``df[name].to_numpy(dtype)``, the same array, without the Series for a NumPy column of a frame
+    (:func:`stored`): the stored values as they are (read-only) or converted to ``dtype`` (a new array). ``df`` may
+    be any mapping of Series (then ``df[name].to_numpy(dtype)`` itself)."""
+    if not isinstance(df, pd.DataFrame):
+        return df[name].to_numpy(dtype)
+    a = stored(df, name)
+    if isinstance(a, np.ndarray) and a.dtype.kind not in "Mm":
+        return a if dtype is None else np.asarray(a, dtype)
+    return df[name].to_numpy(dtype)
 
 
 def take_rows(df: pd.DataFrame, cols: list, rows: np.ndarray, extra: dict | None = None) -> pd.DataFrame:
@@ -148,12 +190,14 @@ def take_rows(df: pd.DataFrame, cols: list, rows: np.ndarray, extra: dict | None
     0..n-1 index, each column its own type: ``df.take(cols, axis=1).take(rows)`` without pandas' two block
     selections (on a small frame they cost more than the rows copied)."""
     data = {}
-    for c, s in [*((c, df[c]) for c in cols), *(extra or {}).items()]:
-        if isinstance(s.dtype, np.dtype):
-            a = s.to_numpy()[rows]
+    for c, s in [*((c, stored(df, c)) for c in cols), *(extra or {}).items()]:
+        if isinstance(s, pd.Series):
+            s = s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array
+        if isinstance(s, np.ndarray):
+            a = s[rows]
             data[c] = pd.Series(a, dtype=object, copy=False) if a.dtype == object else a  # (not inferred as text)
         else:
-            data[c] = s.array.take(rows)
+            data[c] = s.take(rows)
     return pd.DataFrame(data, copy=False)
 
 
@@ -162,8 +206,8 @@ def without_columns(df: pd.DataFrame, cols) -> pd.DataFrame:
     arrays are freed once nothing else holds them. ``df`` itself is left unchanged."""
     drop = set(cols)
     if df.columns.is_unique:
-        return df.drop(columns=[c for c in df.columns if c in drop])
-    return pd.DataFrame({c: df[c] for c in df.columns if c not in drop}, index=df.index, copy=False)
+        return df.drop(columns=[c for c in df.columns.tolist() if c in drop])
+    return pd.DataFrame({c: df[c] for c in df.columns.tolist() if c not in drop}, index=df.index, copy=False)
 
 
 def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None, *,
@@ -182,10 +226,11 @@ def concat_frames(frames: list[pd.DataFrame], order: np.ndarray | None = None, *
         return pd.DataFrame()
     if len(frames) == 1:
         return (frames[0].take(order) if order is not None else frames[0]).reset_index(drop=True)
-    cols = list(frames[0].columns) + [c for f in frames[1:] for c in f.columns if c not in frames[0].columns]
+    cols = frames[0].columns.tolist() + [c for f in frames[1:] for c in f.columns.tolist()
+                                         if c not in frames[0].columns]
     cols = list(dict.fromkeys(cols))
     lens = [len(f) for f in frames]
-    parts = [{c: f[c] for c in f.columns} for f in frames]  # column -> Series (each holds its column's array)
+    parts = [{c: f[c] for c in f.columns.tolist()} for f in frames]  # column -> Series (each holds its column's array)
     del frames, given
     data = {}
     for c in cols:
@@ -299,7 +344,7 @@ def constant_columns(df: pd.DataFrame) -> pd.DataFrame:
     if not stores_constants_once() or len(df) < CONSTANT_MIN_ROWS:
         return df
     new = {}
-    for c in df.columns:
+    for c in df.columns.tolist():
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):  # one code on every row (one host, one line, one dtype)
             codes = s.array.codes
@@ -326,7 +371,7 @@ def stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if f is not None]
     if not frames:
         return pd.DataFrame()
-    cols = list(dict.fromkeys(c for f in frames for c in f.columns))
+    cols = list(dict.fromkeys(c for f in frames for c in f.columns.tolist()))
     data = {}
     for c in cols:
         parts = []

@@ -9,21 +9,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import gather, spread_mask
+from tracekit.columns import gather, spread_mask, stored
 
 
-def codes_of(s: pd.Series, compact: bool = False) -> tuple[np.ndarray, list]:
-    """(int codes, -1 for missing; distinct values) of a column: categorical codes as they are, anything else
-    factorized (integer codes, int16 or int64). Codes are int64 unless ``compact``: then categorical codes keep
-    their stored width (the column's own codes, read-only) and booleans are a uint8 view (no copy), for callers
-    that only read them."""
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = s.array.codes
-        return (codes if compact else codes.astype(np.int64)), list(s.cat.categories)
-    if s.dtype == bool:
-        v = s.to_numpy()
+def codes_of(s, compact: bool = False) -> tuple[np.ndarray, list]:
+    """(int codes, -1 for missing; distinct values) of a column (a Series, or its stored array:
+    :func:`tracekit.columns.stored`): categorical codes as they are, anything else factorized (integer codes,
+    int16 or int64). Codes are int64 unless ``compact``: then categorical codes keep their stored width (the
+    column's own codes, read-only) and booleans are a uint8 view (no copy), for callers that only read them."""
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        codes = s.array.codes if isinstance(s, pd.Series) else s.codes
+        return (codes if compact else codes.astype(np.int64)), dt.categories.tolist()
+    if dt == bool:
+        v = s.to_numpy() if isinstance(s, pd.Series) else np.asarray(s)
         return (v.view(np.uint8) if compact else v.astype(np.int64)), [False, True]
-    v = s.to_numpy()
+    v = s.to_numpy() if isinstance(s, pd.Series) else np.asarray(s)
     if v.dtype.kind in "iu" and len(v) > 1024:
         # columns such as program_id change rarely from row to row: factorize the runs, then repeat the codes
         starts = np.r_[0, np.nonzero(v[1:] != v[:-1])[0] + 1]
@@ -32,7 +33,8 @@ def codes_of(s: pd.Series, compact: bool = False) -> tuple[np.ndarray, list]:
             small = np.int16 if len(uniq) < 1 << 15 else np.int64  # a quarter of the memory when it fits
             return np.repeat(codes.astype(small), np.diff(np.r_[starts, len(v)])), uniq.tolist()
     codes, uniq = pd.factorize(s, use_na_sentinel=True)
-    return codes.astype(np.int64), list(uniq)
+    # (as a Series' factorize gives them: an Index, whose NumPy values iterate as Python scalars)
+    return codes.astype(np.int64), (uniq.tolist() if isinstance(uniq, np.ndarray) else list(uniq))
 
 
 def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
@@ -41,7 +43,7 @@ def _key(df: pd.DataFrame, cols) -> tuple[np.ndarray, int, list]:
     int32 while the space fits (half the memory traffic of int64). When the space would grow past
     :data:`_DENSE_SPACE` the key so far is renumbered to its distinct values first (first-seen order), so the
     space stays small whatever the number of columns; the final grouping (first-seen order) is the same."""
-    parts = [codes_of(df[c], compact=True) for c in cols]
+    parts = [codes_of(stored(df, c), compact=True) for c in cols]
     key, space, offset = None, 1, 0
     for codes, uniq in parts:
         radix = len(uniq) + 1

@@ -293,7 +293,7 @@ def typed_array(values: list, dtype) -> np.ndarray:
 def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFrame:
     """Coerce ``df`` to ``schema``: missing columns are filled with the unknown value, dtypes are cast, and the
     schema's columns come first in order. Columns not in the schema are kept at the end when ``extra``."""
-    if list(df.columns[:len(schema)]) == list(schema) and (extra or len(df.columns) == len(schema)) and \
+    if df.columns[:len(schema)].tolist() == list(schema) and (extra or len(df.columns) == len(schema)) and \
             all(_dtype_ok(c, t, schema[c][0]) for c, t in zip(schema, df.dtypes)):
         return df  # already conforming: no copy
     out = {}
@@ -323,7 +323,7 @@ def conform(df: pd.DataFrame, schema: dict, *, extra: bool = True) -> pd.DataFra
             s = filled(n, _FILL[d], d)
         out[c] = s
     if extra:
-        for c in df.columns:
+        for c in df.columns.tolist():
             if c not in schema:
                 out[c] = df[c]
     # one frame from the columns as they are (copy-on-write keeps ``df`` unchanged): no copy, no consolidation

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.grouping import rows_by_text
 
 #: points kept of a curve (an allocator's bytes in use, a program's live bytes): the peak and both ends among them
@@ -21,8 +22,8 @@ def allocator_summary(events: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
     if events is None or not len(events):
         return pd.DataFrame(columns=cols), {}
     rows, curves = [], {}
-    start = events["start_ps"].to_numpy(np.int64)
-    in_use, peak = events["bytes_in_use"].to_numpy(float), events["peak_bytes_in_use"].to_numpy(float)
+    start = column_numpy(events, "start_ps", np.int64)
+    in_use, peak = column_numpy(events, "bytes_in_use", float), column_numpy(events, "peak_bytes_in_use", float)
     # (host, allocator) as text -> its events' rows, in frame order (a missing name is no group, as in a groupby)
     groups = rows_by_text(events, ["host", "allocator"])
     for (h, a) in sorted(groups):

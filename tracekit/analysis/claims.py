@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import merge, union
-from tracekit.columns import gather, self_time, spread_mask
+from tracekit.columns import column_numpy, gather, self_time, spread_mask
 from tracekit.grouping import distinct_rows, row_parts, rows_by_text
 from tracekit.model import predictions
 from tracekit.records import record
@@ -26,8 +26,8 @@ def _rows(ev: pd.DataFrame, length: np.ndarray, savings: np.ndarray | None = Non
           keep: np.ndarray | None = None) -> dict:
     """(host, device) -> (starts, ends) of each evidence row's claim: ``savings_ps`` (or ``savings``) from the
     row's start, at most its ``length``; only rows where ``keep``."""
-    st = ev["start_ps"].to_numpy(np.int64)
-    sav = ev["savings_ps"].to_numpy(np.float64) if savings is None else savings
+    st = column_numpy(ev, "start_ps", np.int64)
+    sav = column_numpy(ev, "savings_ps", np.float64) if savings is None else savings
     sav = np.maximum(np.minimum(np.nan_to_num(sav), length).astype(np.int64), 0)
     out: dict = {}
     for k, idx in rows_by_text(ev, ["host", "device"], keep).items():
@@ -49,7 +49,7 @@ def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
     if ops is None or not len(ev) or not set(keys) <= set(ops.columns):
         return {}
     ev_inv, _, ev_tuples = distinct_rows(ev, keys)
-    ev_sav = np.bincount(ev_inv, weights=np.nan_to_num(ev["savings_ps"].to_numpy(np.float64)),
+    ev_sav = np.bincount(ev_inv, weights=np.nan_to_num(column_numpy(ev, "savings_ps", np.float64)),
                          minlength=len(ev_tuples))
     claimed: dict = {}
     for tup, v in zip(ev_tuples, ev_sav):
@@ -62,7 +62,7 @@ def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
     if not on.any():
         return {}
     # the sync executions of the claimed groups (async rows weigh nothing)
-    rows = np.flatnonzero(spread_mask(on, inv) & ~ops["is_async"].to_numpy(bool))
+    rows = np.flatnonzero(spread_mask(on, inv) & ~column_numpy(ops, "is_async", bool))
     if not len(rows):
         return {}
     t = self_time(ops, rows)
@@ -80,7 +80,7 @@ def _spread(ev: pd.DataFrame, ops: pd.DataFrame, keys: list[str]) -> dict:
         return {}
     rows, t, sav = rows[hit], t[hit], tf[hit] * f[hit]
     sav = np.maximum(np.minimum(np.nan_to_num(sav), t).astype(np.int64), 0)
-    st = gather(ops["start_ps"].to_numpy(np.int64), rows)
+    st = gather(column_numpy(ops, "start_ps", np.int64), rows)
     where = ops[["host", "device"]].take(rows)
     return {k: (st[idx], st[idx] + sav[idx]) for k, idx in rows_by_text(where, ["host", "device"]).items()}
 
@@ -121,7 +121,7 @@ def _serving_gaps(ev: pd.DataFrame, gaps: pd.DataFrame | None) -> dict:
                & (g["start_ps"] >= r.first_run_ps) & (g["start_ps"] < r.first_run_ps + r.span_ps)]
         on = on.sort_values("start_ps", kind="stable")
         st, en = [], []
-        for s0, d in zip(on["start_ps"].to_numpy(np.int64), on["duration_ps"].to_numpy(np.int64)):
+        for s0, d in zip(column_numpy(on, "start_ps", np.int64), column_numpy(on, "duration_ps", np.int64)):
             if left <= 0:
                 break
             take = int(min(d, left))
@@ -166,7 +166,7 @@ def floor_per_device(ops: pd.DataFrame) -> dict | None:
     is unknown): the floors of disjoint devices merge by union. None without roofline columns."""
     if not predictions.has(ops, "roofline_ps"):
         return None
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     roof = predictions.values(ops, "roofline_ps")  # (float32; each device's part is summed in float64 below)
     t = self_time(ops)
     per = {}

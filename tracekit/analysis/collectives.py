@@ -26,6 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis import timeline as tl
 from tracekit.grouping import cat_apply, group_index, unique_rows
 from tracekit.model import predictions
@@ -85,10 +86,11 @@ def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataF
     n = len(rows)
     out = {"host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
            "module": rows["module"].astype(str).to_numpy(),
-           "program_id": rows["program_id"].to_numpy().astype(np.uint64), "op": np.array(okey, object)[oinv],
-           "step": rows["step"].to_numpy() if "step" in rows else np.full(n, -1),
-           "start_ps": rows["start_ps"].to_numpy(np.int64), "duration_ps": rows["duration_ps"].to_numpy(np.int64),
-           "is_async": rows["is_async"].to_numpy(bool),
+           "program_id": column_numpy(rows, "program_id").astype(np.uint64), "op": np.array(okey, object)[oinv],
+           "step": column_numpy(rows, "step") if "step" in rows else np.full(n, -1),
+           "start_ps": column_numpy(rows, "start_ps", np.int64),
+           "duration_ps": column_numpy(rows, "duration_ps", np.int64),
+           "is_async": column_numpy(rows, "is_async", bool),
            "predicted_ps": predictions.values(rows, "network_ps").astype(float) if predictions.has(rows, "network_ps")
            else np.full(n, np.nan),
            "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else np.full(n, "", object)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import self_time
+from tracekit.columns import column_numpy, self_time
 from tracekit.grouping import distinct_rows, int_sums
 from tracekit.model import predictions
 from tracekit.units import fmt_pct
@@ -39,7 +39,7 @@ def parts(ops: pd.DataFrame) -> tuple:
     """Per device with synchronous ops: (host, device, op_time_ps, covered_ps), in host, device order."""
     if not len(ops):
         return ()
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     t = self_time(ops)
     # group codes and exact per-group sums (no text copy of the host and device columns: two 1.7 M-row object
     # arrays and pandas' groupby over them were the analysis' peak memory at 1.2 M op executions)
@@ -62,7 +62,7 @@ def share(ops: pd.DataFrame, rows: np.ndarray | None = None) -> float:
     """Covered share of the self time of ``rows`` (a boolean mask; default: the synchronous ops); NaN without time."""
     if not len(ops):
         return float("nan")
-    m = ~ops["is_async"].to_numpy(bool) if rows is None else np.asarray(rows, bool)
+    m = ~column_numpy(ops, "is_async", bool) if rows is None else np.asarray(rows, bool)
     t = self_time(ops).astype(np.float64)
     total = t.sum(where=m)
     return float(t.sum(where=m & covered(ops)) / total) if total > 0 else float("nan")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import self_time
+from tracekit.columns import column_numpy, self_time
 from tracekit.model.custom_calls import ASSUMPTIONS
 
 MAX_NOTES = 3  #: distinct cost notes kept per target (the attention FLOP ranges, kernel sizes, ...)
@@ -32,7 +32,7 @@ def parts(ops: pd.DataFrame, hlo: pd.DataFrame, costs: pd.DataFrame | None = Non
     parts of disjoint devices merge: rows concatenated, op times summed, applies if any applies."""
     if not len(ops) or not len(hlo) or "cost_source" not in ops.columns:
         return pd.DataFrame(columns=ROW_COLUMNS), 0, False
-    sync = ~ops["is_async"].to_numpy(bool)  # masks, not a copy of the ops frame
+    sync = ~column_numpy(ops, "is_async", bool)  # masks, not a copy of the ops frame
     op_time = int(self_time(ops).sum(where=sync))  # (self time: a loop's traced body ops are not counted twice)
     cc = ops[["program_id", "op", "duration_ps", "cost_source", "unknown_reason"]][
         sync & (ops["opcode"] == "custom-call").to_numpy(bool)]
@@ -40,8 +40,8 @@ def parts(ops: pd.DataFrame, hlo: pd.DataFrame, costs: pd.DataFrame | None = Non
         return pd.DataFrame(columns=ROW_COLUMNS), op_time, True
     targets = hlo[hlo["opcode"].astype(str) == "custom-call"][["program_id", "name", "custom_call_target"]]
     targets = targets.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
-    rows = pd.DataFrame({"program_id": cc["program_id"].to_numpy(), "op": cc["op"].astype(str).to_numpy(),
-                         "duration_ps": cc["duration_ps"].to_numpy(np.int64),
+    rows = pd.DataFrame({"program_id": column_numpy(cc, "program_id"), "op": cc["op"].astype(str).to_numpy(),
+                         "duration_ps": column_numpy(cc, "duration_ps", np.int64),
                          "cost_source": cc["cost_source"].astype(str).to_numpy(),
                          "unknown_reason": cc["unknown_reason"].astype(str).to_numpy()})
     rows = rows.merge(targets.astype({"op": str}), on=["program_id", "op"], how="left")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis import diffstats as stats
 from tracekit.records import record
 
@@ -111,7 +112,7 @@ def op_samples(tr) -> dict:
     ops = tr.ops
     if not len(ops):
         return {}
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     op = ops["op"].astype(str).to_numpy(object)
     if "kernel" in ops.columns:
         op = np.where(op == "", ops["kernel"].astype(str).to_numpy(object), op)
@@ -176,8 +177,8 @@ def classify(m: pd.DataFrame, threshold: float, min_time_ps: float, alpha: float
         m["median_change"] = ratio - 1
     else:
         ratio = (m["change"] + 1).to_numpy(float)
-    nmin = np.fmin(m["base_occurrences"].to_numpy(float), m["new_occurrences"].to_numpy(float))
-    ph = m["p_holm"].to_numpy(float) if tested else np.full(len(m), np.nan)
+    nmin = np.fmin(column_numpy(m, "base_occurrences", float), column_numpy(m, "new_occurrences", float))
+    ph = column_numpy(m, "p_holm", float) if tested else np.full(len(m), np.nan)
     judged = [judge(ratio[i], m["impact_ps"].iat[i], nmin[i], ph[i], threshold=threshold, min_time_ps=min_time_ps,
                     alpha=alpha if tested else None) for i in range(len(m))]
     status = np.array([j[0] for j in judged] or [], dtype=object)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.rule_model import DEFAULT_EVIDENCE, SEVERITIES, TIME_COLUMN, Finding
-from tracekit.columns import stack
+from tracekit.columns import column_numpy, stack
 from tracekit.grouping import unique_rows
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
@@ -73,7 +73,7 @@ def _per_device(ev: pd.DataFrame) -> tuple:
     code, other values by value); one ("*", "*") entry without those columns."""
     if {"host", "device"} <= set(ev.columns):
         inv, rows = unique_rows(ev, ["host", "device"])
-        tot = np.bincount(inv, weights=ev["savings_ps"].to_numpy(np.float64), minlength=len(rows))
+        tot = np.bincount(inv, weights=column_numpy(ev, "savings_ps", np.float64), minlength=len(rows))
         rank = []
         for col in ("host", "device"):
             s = ev[col]
@@ -88,7 +88,7 @@ def _per_device(ev: pd.DataFrame) -> tuple:
 def summarize(rule, ev: pd.DataFrame, k: int, claims: dict | None = None) -> Evidence:
     """The summary of ``rule``'s evidence rows ``ev`` (with ``savings_ps``, largest first as
     :func:`tracekit.analysis.rules.evaluate` orders them), keeping the top ``k`` rows."""
-    top = ev.take(top_rows(ev["savings_ps"].to_numpy(), max(k, 1))).reset_index(drop=True)
+    top = ev.take(top_rows(column_numpy(ev, "savings_ps"), max(k, 1))).reset_index(drop=True)
     aggs = {}
     for col in agg_columns(rule):
         if col in ev.columns:
@@ -110,7 +110,7 @@ def merge(parts: list, k: int) -> Evidence | None:
     if len(parts) == 1:
         return parts[0]
     rows = stack([p.top for p in parts])
-    top = rows.take(top_rows(rows["savings_ps"].to_numpy(), max(k, 1))).reset_index(drop=True)
+    top = rows.take(top_rows(column_numpy(rows, "savings_ps"), max(k, 1))).reset_index(drop=True)
     per: dict = {}
     for p in parts:
         for key, v in p.per_device:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis.intervals import cut_points, device_index
 from tracekit.analysis.timeline import windows
 from tracekit.options import DEFAULTS
@@ -35,7 +36,7 @@ def gaps(ops, steps=None, min_gap_ps: int = DEFAULTS.min_gap_ps) -> pd.DataFrame
     sx = device_index(steps)
     steps = sx.df
     sg = sx.groups()
-    ss, se, sn = steps["start_ps"].to_numpy(np.int64), sx.ends(), steps["step"].to_numpy(np.int64)
+    ss, se, sn = column_numpy(steps, "start_ps", np.int64), sx.ends(), column_numpy(steps, "step", np.int64)
     none = np.array([], np.int64)
     wins = windows(ix, sx)
     # room for every gap: a device has at most one gap more than its busy intervals, and each step start or end

@@ -32,6 +32,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis import serving_hlo, serving_kind
 from tracekit.model import predictions, serving as formulas
 from tracekit.records import record
@@ -81,7 +82,7 @@ def _runs(host: str, modules: pd.DataFrame, progs: dict) -> pd.DataFrame:
     if modules is None or not len(modules) or not progs:
         return pd.DataFrame(columns=RUN_COLUMNS)
     mod = modules["module"].astype(str).to_numpy()
-    pid = modules["program_id"].to_numpy(np.uint64)
+    pid = column_numpy(modules, "program_id", np.uint64)
     keys = list(zip(mod.tolist(), pid.tolist()))
     serving = np.array([k in progs for k in keys], bool)
     if not serving.any():
@@ -89,17 +90,17 @@ def _runs(host: str, modules: pd.DataFrame, progs: dict) -> pd.DataFrame:
     m = modules[serving]
     one = m.assign(module=pd.Categorical(["<serving>"] * len(m)), program_id=np.zeros(len(m), np.uint64))
     st = steps_mod.program_runs(one, ("<serving>", 0))
-    key = pd.DataFrame({"device": m["device"].astype(str).to_numpy(), "start_ps": m["start_ps"].to_numpy(np.int64),
+    key = pd.DataFrame({"device": m["device"].astype(str).to_numpy(), "start_ps": column_numpy(m, "start_ps", np.int64),
                         "module": mod[serving], "program_id": pid[serving]}).drop_duplicates(["device", "start_ps"])
     st = st.assign(device=st["device"].astype(str)).merge(key, on=["device", "start_ps"], how="left")
     st = st.sort_values(["device", "start_ps"], kind="stable").reset_index(drop=True)
     st["kind"] = [progs[(a, int(b))].kind for a, b in zip(st["module"], st["program_id"])]
-    st["gap_ps"] = np.where(st["open_end"].to_numpy(bool), np.nan,
+    st["gap_ps"] = np.where(column_numpy(st, "open_end", bool), np.nan,
                             (st["duration_ps"] - st["run_ps"]).to_numpy(float))
-    dev = st["device"].to_numpy()
+    dev = column_numpy(st, "device")
     same_prev = np.r_[False, dev[1:] == dev[:-1]]
     same_next = np.r_[dev[:-1] == dev[1:], False]
-    kinds = st["kind"].to_numpy(object)
+    kinds = column_numpy(st, "kind", object)
     st["prev_kind"] = np.where(same_prev, np.r_[[""], kinds[:-1]], "")
     st["next_kind"] = np.where(same_next, np.r_[kinds[1:], [""]], "")
     st["valid_len"] = _valid_len(st, progs)
@@ -130,8 +131,8 @@ def _valid_len(st: pd.DataFrame, progs: dict) -> np.ndarray:
 def _op_sums(ops: pd.DataFrame, progs: dict) -> pd.DataFrame:
     if ops is None or not len(ops) or not progs:
         return pd.DataFrame(columns=OP_COLUMNS)
-    o = ops[~ops["is_async"].to_numpy(bool)]
-    key = list(zip(o["module"].astype(str), o["program_id"].to_numpy(np.uint64).tolist()))
+    o = ops[~column_numpy(ops, "is_async", bool)]
+    key = list(zip(o["module"].astype(str), column_numpy(o, "program_id", np.uint64).tolist()))
     o = o[np.array([k in progs for k in key], bool)]
     if not len(o):
         return pd.DataFrame(columns=OP_COLUMNS)
@@ -139,8 +140,8 @@ def _op_sums(ops: pd.DataFrame, progs: dict) -> pd.DataFrame:
             for c in ("roofline_ps", "memory_ps", "compute_ps", "flops")}
     f = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "device": o["device"].astype(str).to_numpy(),
                       "module": o["module"].astype(str).to_numpy(),
-                      "program_id": o["program_id"].to_numpy(np.uint64),
-                      "op": o["op"].astype(str).to_numpy(), "self_ps": o["self_ps"].to_numpy(float), **cols,
+                      "program_id": column_numpy(o, "program_id", np.uint64),
+                      "op": o["op"].astype(str).to_numpy(), "self_ps": column_numpy(o, "self_ps", float), **cols,
                       "compute_dtype": o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else ""})
     g = f.groupby(["host", "device", "module", "program_id", "op"], sort=True)
     out = g.agg(executions=("self_ps", "size"), self_ps=("self_ps", "sum"), roofline_ps=("roofline_ps", "sum"),
@@ -237,8 +238,8 @@ def _program_row(p, runs: pd.DataFrame, ops: pd.DataFrame, devs: pd.DataFrame, l
     key = (p.module, p.program_id)
     s = p.shape
     r = runs[(runs["module"] == p.module) & (runs["program_id"] == p.program_id)] if len(runs) else runs
-    closed = r[~r["open_end"].to_numpy(bool)] if len(r) else r
-    step = closed["step_ps"].to_numpy(float) if len(closed) else np.zeros(0)
+    closed = r[~column_numpy(r, "open_end", bool)] if len(r) else r
+    step = column_numpy(closed, "step_ps", float) if len(closed) else np.zeros(0)
     nd = r.groupby(["host", "device"]).size() if len(r) else pd.Series(dtype=int)
     hosts = r["host"].nunique() if len(r) else 0
     on = len(r) and len(devs)
@@ -252,7 +253,7 @@ def _program_row(p, runs: pd.DataFrame, ops: pd.DataFrame, devs: pd.DataFrame, l
     per_chip = formulas.tokens_per_s(tps, p50 / formulas.PS_PER_S)
     row.update({"module": p.module, "program_id": p.program_id, "kind": p.kind, "source": p.source, "hosts": hosts,
                 "devices": int(len(nd)), "steps": int(nd.max()) if len(nd) else 0, "step_p50_ps": p50,
-                "step_p90_ps": _pct(step, 90), "run_p50_ps": _pct(r["run_ps"].to_numpy(float), 50) if len(r) else
+                "step_p90_ps": _pct(step, 90), "run_p50_ps": _pct(column_numpy(r, "run_ps", float), 50) if len(r) else
                 math.nan, "tokens_per_step": tps, "tokens_per_sequence": tpsq,
                 "sequences": tps / tpsq if tps == tps and tpsq == tpsq else math.nan,
                 "tokens_per_s_per_chip": per_chip,
@@ -277,7 +278,7 @@ def _bytes(row: dict, s, r: pd.DataFrame, bw: float) -> None:
     row["cache_len"] = s.cache_len if s.cache_len > 0 else math.nan
     row["kv_bytes_read"] = s.kv_bytes_read if s.kv_bytes_read >= 0 else math.nan
     row["weight_dtype"] = s.weight_dtype
-    valid = r["valid_len"].to_numpy(float) if len(r) else np.zeros(0)
+    valid = column_numpy(r, "valid_len", float) if len(r) else np.zeros(0)
     valid = valid[valid > 0]
     if len(valid) and s.cache_len > 0 and s.kind == "decode":
         row["kv_valid_bytes"] = s.kv_cache_bytes * min(1.0, float(valid.mean()) / s.cache_len)
@@ -363,7 +364,7 @@ def interruptions(runs: pd.DataFrame) -> pd.DataFrame:
         later_decode = np.cumsum([k == "decode" for k in kinds[::-1]])[::-1] > 0
         m = np.array([k == "prefill" for k in kinds]) & np.r_[False, seen_decode[:-1]] & np.r_[later_decode[1:], False]
         out.append({"host": h, "device": d, "interruptions": int(m.sum()),
-                    "interrupted_ps": float(g["step_ps"].to_numpy(float)[m].sum())})
+                    "interrupted_ps": float(column_numpy(g, "step_ps", float)[m].sum())})
     return pd.DataFrame(out)
 
 

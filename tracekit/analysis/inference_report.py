@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis import inference
 
 #: the JSON section's columns per program, in order (docs/report-format.md "inference")
@@ -52,7 +53,7 @@ def rule_frame(view: inference.InferenceView) -> pd.DataFrame:
         if not len(row):
             continue
         x = row.iloc[0]
-        closed = g[~g["open_end"].to_numpy(bool)]
+        closed = g[~column_numpy(g, "open_end", bool)]
         gaps = g[(g["next_kind"] == "decode") & g["gap_ps"].notna()] if x["kind"] == "decode" else g.iloc[:0]
         it = inter[(inter["host"] == h) & (inter["device"] == d)] if x["kind"] == "decode" else inter.iloc[:0]
         bound = x["decode_bound_ps"] if x["kind"] == "decode" else math.nan

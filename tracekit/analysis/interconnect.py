@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.collectives import busbw_factor, executions
-from tracekit.columns import stack
+from tracekit.columns import column_numpy, stack
 from tracekit.grouping import group_index, int_sums, sorted_group_numbers
 from tracekit.records import record
 
@@ -78,9 +78,10 @@ def host_part(ops: pd.DataFrame, model) -> HostPart:
     o["groups"], o["span"], o["phases"], o["reason"], o["pattern"], o["global_bytes"] = \
         (list(x) for x in zip(*desc))
     # instances: the op row of each execution, then per (op row, async, group, k)
-    start, dur = ex["start_ps"].to_numpy(np.int64), ex["duration_ps"].to_numpy(np.int64)
-    ik = {"op": np.asarray(row), "is_async": ex["is_async"].to_numpy(bool), "group": ex["_group"].to_numpy(np.int64),
-          "k": ex["_k"].to_numpy(np.int64)}
+    start, dur = column_numpy(ex, "start_ps", np.int64), column_numpy(ex, "duration_ps", np.int64)
+    ik = {"op": np.asarray(row), "is_async": column_numpy(ex, "is_async", bool),
+          "group": column_numpy(ex, "_group", np.int64),
+          "k": column_numpy(ex, "_k", np.int64)}
     if ik["op"].dtype.kind in "iub":
         inv = sorted_group_numbers(ik["op"], ik["is_async"], ik["group"], ik["k"])
     else:  # (an op row pandas numbered with gaps: its own groupby, as before)
@@ -122,18 +123,18 @@ def _per_op(ex: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         inv, n_op = inv.astype(np.int64), len(first)
         o = pd.DataFrame({c: ex[c].take(first).reset_index(drop=True) for c in KEY})
         o["n"] = np.bincount(inv, minlength=n_op).astype(np.int64)
-        o["dur_sum"] = int_sums(inv, ex["duration_ps"].to_numpy(np.int64), n_op)
+        o["dur_sum"] = int_sums(inv, column_numpy(ex, "duration_ps", np.int64), n_op)
         o["size_bytes"] = ex["size_bytes"].take(first).reset_index(drop=True)
         gmax = np.full(n_op, np.iinfo(np.int64).min)
-        np.maximum.at(gmax, inv, ex["group_size"].to_numpy(np.int64))
+        np.maximum.at(gmax, inv, column_numpy(ex, "group_size", np.int64))
         o["gmax"] = gmax
         o["bound"] = ex["bound"].take(first).reset_index(drop=True)
-        o["first_start"] = ex["start_ps"].to_numpy(np.int64)[first]
+        o["first_start"] = column_numpy(ex, "start_ps", np.int64)[first]
         o["first_host"] = ex["host"].take(first).reset_index(drop=True)
         o["first_device"] = ex["device"].take(first).reset_index(drop=True)
         o["devices"] = _distinct(inv, ex["device"].tolist(), n_op)
         o["hosts"] = _distinct(inv, [str(h) for h in ex["host"].tolist()], n_op)  # (a trace of several hosts)
-        pred = pd.Series(ex["predicted_ps"].to_numpy(float)).groupby(inv)
+        pred = pd.Series(column_numpy(ex, "predicted_ps", float)).groupby(inv)
     o["pred_sum"] = pred.sum().to_numpy(float)  # (NaN skipped, as a mean skips them)
     o["pred_n"] = pred.count().to_numpy(np.int64)
     return o, inv
@@ -159,17 +160,17 @@ def reduce(parts: list) -> pd.DataFrame:
     n_op = int(gid.max()) + 1
     # the pod's first execution of each op: the least (start, host, device)
     order = np.lexsort((allo["first_device"].astype(str).to_numpy(), allo["first_host"].astype(str).to_numpy(),
-                        allo["first_start"].to_numpy(np.int64)))
+                        column_numpy(allo, "first_start", np.int64)))
     _, at = np.unique(gid[order], return_index=True)
     first = order[at]
     # (the columns as arrays, the frame made once at the end: a column set on a frame costs more than its sums)
     out = {c: allo[c].take(first).reset_index(drop=True) for c in KEY + [
         "size_bytes", "bound", "groups", "span", "phases", "reason", "pattern", "global_bytes", "first_start",
         "first_host", "first_device"]}  # (Series: each keeps its type in the frame)
-    out["executions"] = int_sums(gid, allo["n"].to_numpy(np.int64), n_op)
-    out["total_ps"] = int_sums(gid, allo["dur_sum"].to_numpy(np.int64), n_op)
+    out["executions"] = int_sums(gid, column_numpy(allo, "n", np.int64), n_op)
+    out["total_ps"] = int_sums(gid, column_numpy(allo, "dur_sum", np.int64), n_op)
     gmax = np.full(n_op, np.iinfo(np.int64).min)
-    np.maximum.at(gmax, gid, allo["gmax"].to_numpy(np.int64))
+    np.maximum.at(gmax, gid, column_numpy(allo, "gmax", np.int64))
     out["group_size"] = gmax
     devs: list = [set() for _ in range(n_op)]
     hosts: list = [set() for _ in range(n_op)]
@@ -179,12 +180,12 @@ def reduce(parts: list) -> pd.DataFrame:
             hosts[g].update(h)
     out["devices"] = [len(d) for d in devs]
     out["hosts"] = [",".join(sorted(h)) for h in hosts]
-    pred_n = int_sums(gid, allo["pred_n"].to_numpy(np.int64), n_op)
-    pred_sum = np.bincount(gid, weights=allo["pred_sum"].to_numpy(float), minlength=n_op)
+    pred_n = int_sums(gid, column_numpy(allo, "pred_n", np.int64), n_op)
+    pred_sum = np.bincount(gid, weights=column_numpy(allo, "pred_sum", float), minlength=n_op)
     skew_sum, skew_n = _skews(parts, offs, gid, n_op)
     n = out["executions"].astype(float)
     dur_sum = out["total_ps"].astype(float)
-    size = out["size_bytes"].to_numpy(float)
+    size = column_numpy(out, "size_bytes", float)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["time_ps"] = dur_sum / n
         out["skew_ps"] = np.where(skew_n > 0, skew_sum / np.maximum(skew_n, 1), np.nan)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy, stored
 from tracekit.grouping import group_index, unique
 
 KEYS = ["host", "device"]
@@ -84,7 +85,7 @@ class DeviceIndex:
     def ends(self) -> np.ndarray:
         """start + duration per row (read-only: shared by every reader)."""
         def compute():
-            out = self.df["start_ps"].to_numpy(np.int64) + self.df["duration_ps"].to_numpy(np.int64)
+            out = column_numpy(self.df, "start_ps", np.int64) + column_numpy(self.df, "duration_ps", np.int64)
             out.flags.writeable = False
             return out
         return self._once("ends", compute)
@@ -92,7 +93,7 @@ class DeviceIndex:
     def ends_at(self, idx: np.ndarray) -> np.ndarray:
         """start + duration of the rows ``idx`` (sorted distinct positions, e.g. a group's): a new array each call,
         so an index read group by group holds no row-sized ends (the ops frame's index: 8 B per row)."""
-        st, du = self.df["start_ps"].to_numpy(np.int64), self.df["duration_ps"].to_numpy(np.int64)
+        st, du = (np.asarray(stored(self.df, c), np.int64) for c in ("start_ps", "duration_ps"))
         return rows_view(st, idx) + rows_view(du, idx)
 
     def busy(self) -> dict:
@@ -100,7 +101,7 @@ class DeviceIndex:
         return {} if self.df.empty else self._once("busy", self._busy)
 
     def _busy(self) -> dict:
-        sync, st = sync_rows(self.df), self.df["start_ps"].to_numpy(np.int64)
+        sync, st = sync_rows(self.df), column_numpy(self.df, "start_ps", np.int64)
         out = {}
         for key, idx in self.groups().items():
             si = idx[sync[idx]]
@@ -145,7 +146,7 @@ class RowRanges(Mapping):
 
 def sync_rows(ops: pd.DataFrame) -> np.ndarray:
     """True for the rows the device executes (not async windows)."""
-    return ~ops["is_async"].to_numpy(bool)
+    return ~column_numpy(ops, "is_async", bool)
 
 
 def cut_points(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ import pandas as pd
 
 from tracekit.analysis import donation, hostcheck
 from tracekit.analysis.allocators import CURVE_POINTS, allocator_summary
+from tracekit.columns import column_numpy, stored
 from tracekit.grouping import distinct_values, rows_by_text, unique
 from tracekit.ingest import buffers as buf
 from tracekit.records import record
@@ -107,8 +108,14 @@ def _downsample(seq, live, names, k: int = CURVE_POINTS) -> pd.DataFrame:
 def _records(df: pd.DataFrame) -> list[dict]:
     """The rows of a small table as dicts of plain Python values (what ``to_dict("records")`` gives, in a tenth of
     its time: one ``tolist`` per column)."""
-    cols = list(df.columns)
-    return [dict(zip(cols, r)) for r in zip(*(df[c].tolist() for c in cols))] if len(df) else []
+    cols = df.columns.tolist()
+    return [dict(zip(cols, r)) for r in zip(*(_listed(df, c) for c in cols))] if len(df) else []
+
+
+def _listed(df: pd.DataFrame, c) -> list:
+    """``df[c].tolist()`` (a NumPy column read from its stored array, without the Series)."""
+    a = stored(df, c)
+    return a.tolist() if isinstance(a, np.ndarray) and a.dtype.kind not in "Mm" else df[c].tolist()
 
 
 def _by_program(df: pd.DataFrame) -> dict:
@@ -237,7 +244,7 @@ def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFram
     name = dict(zip(dev["program_id"].astype(np.uint64), dev["module"]))
     win = executions if executions is not None and len(executions) else None
     if win is None and len(ops):  # no module executions: each program's op span on the device
-        o = ops[~ops["is_async"].to_numpy(bool)]
+        o = ops[~column_numpy(ops, "is_async", bool)]
         win = o.assign(end=o["start_ps"] + o["duration_ps"]).groupby(
             ["host", "device", "program_id"], observed=True).agg(start_ps=("start_ps", "min"), end=("end", "max"))
         win = win.reset_index().assign(duration_ps=lambda d: d["end"] - d["start_ps"])
@@ -247,7 +254,7 @@ def device_peaks(progs: pd.DataFrame, executions: pd.DataFrame, ops: pd.DataFram
     known = np.array(sorted(foot), np.uint64)
     known_foot = np.array([foot[p] for p in known], np.int64)
     all_pids = win["program_id"].astype(np.uint64).to_numpy()
-    all_st, all_dur = win["start_ps"].to_numpy(np.int64), win["duration_ps"].to_numpy(np.int64)
+    all_st, all_dur = column_numpy(win, "start_ps", np.int64), column_numpy(win, "duration_ps", np.int64)
     for (h, d), idx in sorted(rows_by_text(win, ["host", "device"]).items()):
         pids = all_pids[idx]
         pos = np.minimum(np.searchsorted(known, pids), len(known) - 1)
@@ -335,7 +342,7 @@ def build(tr, chips: dict) -> MemoryView:
     ran_on = hostcheck.program_hosts(tr.ops) if len(tr.ops) else {}  # the hosts each program ran on
     progs["hosts"] = [",".join(ran_on.get((str(m), int(p)), ())) for m, p in zip(progs["module"], progs["program_id"])]
     capacity = {(str(h), str(d)): float(c.hbm_bytes) for (h, d), c in chips.items()}
-    ran = set(distinct_values(tr.ops["program_id"].to_numpy(np.uint64))) if len(tr.ops) else set()
+    ran = set(distinct_values(column_numpy(tr.ops, "program_id", np.uint64))) if len(tr.ops) else set()
     caps = [v for v in capacity.values() if v == v]
     cap_src = sorted({c.sources.get("hbm_bytes", "") for c in chips.values()})
     devices = device_peaks(progs[progs["program_id"].astype(np.uint64).isin(ran)] if ran else progs,

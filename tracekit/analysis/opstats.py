@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline as tl
-from tracekit.columns import self_time, stack, with_columns
+from tracekit.columns import column_numpy, self_time, stack, with_columns
 from tracekit.grouping import cat_from, group_index, row_parts, unique, unique_rows
 from tracekit.model import predictions
 from tracekit.schema import Bound, labels
@@ -49,13 +49,13 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """(:func:`op_sums`, the total sync self time)."""
     # group ids over every row (async rows in a group of their own, dropped below): the aggregates read the
     # frame's columns in place, no row selection is copied
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     n = len(ops)
     kernel = ops["kernel"] if "kernel" in ops.columns else pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), [""]))
     linv, lrows = unique_rows(pd.DataFrame({"op": ops["op"].array, "kernel": kernel.array}, copy=False),
                               ["op", "kernel"])
     label = cat_from([o if o else (k or "") for o, k in lrows], linv)
-    keyed = pd.DataFrame({"module": ops["module"].array, "program_id": ops["program_id"].to_numpy(), "op": label,
+    keyed = pd.DataFrame({"module": ops["module"].array, "program_id": column_numpy(ops, "program_id"), "op": label,
                           "sync": sync}, copy=False)
     gi, first = group_index(keyed, ["sync", "module", "program_id", "op"])
     real = sync[first]  # the groups of sync rows, in first-seen order
@@ -78,7 +78,7 @@ def _sums(ops: pd.DataFrame) -> tuple[pd.DataFrame, int]:
              "is_data_shuffle": tl.is_data_shuffle(at_first)}
     for c, v in flags.items():
         out[c] = v
-    hx = ops["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in ops else np.zeros(n, bool)
+    hx = column_numpy(ops, "is_host_transfer", bool) if "is_host_transfer" in ops else np.zeros(n, bool)
     out["is_host_transfer"] = gsum(hx) > 0 if hx.any() else np.zeros(ng, bool)
     out["occurrences"] = gsum().astype(np.int64)
     # devices per group: one count per device's rows (a slice of the sorted frame: no row-sized temporary)
@@ -181,7 +181,7 @@ def merge_sums(parts: list) -> pd.DataFrame:
             out[c] = tot.round().astype(np.int64)
         else:
             out[c] = np.where(np.bincount(gi, weights=ok, minlength=n) > 0, tot, np.nan)
-    out["is_host_transfer"] = np.bincount(gi, weights=allp["is_host_transfer"].to_numpy(bool), minlength=n) > 0
+    out["is_host_transfer"] = np.bincount(gi, weights=column_numpy(allp, "is_host_transfer", bool), minlength=n) > 0
     if "hosts" in allp.columns:  # the parts' hosts, together
         hosts: list = [set() for _ in range(n)]
         for g, hs in zip(gi.tolist(), allp["hosts"]):
@@ -195,17 +195,17 @@ def finish(out: pd.DataFrame, busy_ps: int, profiled_ps: float = np.nan) -> pd.D
     the sum of the device spans): means, shares, efficiency, intensity, bound_by, sorted by total time. (The
     columns are worked out on arrays and added at once: the table is small, and each pandas column operation
     costs more than its arithmetic.)"""
-    tot, occ = out["total_ps"].to_numpy(), out["occurrences"].to_numpy()
-    roof, nbytes = out["roofline_ps"].to_numpy(), out["bytes_accessed"].to_numpy()
+    tot, occ = column_numpy(out, "total_ps"), column_numpy(out, "occurrences")
+    roof, nbytes = column_numpy(out, "roofline_ps"), column_numpy(out, "bytes_accessed")
     with np.errstate(divide="ignore", invalid="ignore"):
         new = {"mean_ps": tot / occ, "share": tot / profiled_ps, "busy_share": tot / max(int(busy_ps), 1),
                "efficiency": roof / np.where(tot > 0, tot, np.nan),
-               "intensity_flops_per_byte": out["flops"].to_numpy() / np.where(nbytes > 0, nbytes, np.nan)}
+               "intensity_flops_per_byte": column_numpy(out, "flops") / np.where(nbytes > 0, nbytes, np.nan)}
     parts = np.column_stack([np.where(np.isnan(v), -1, v) for v in
                              (out[c].to_numpy() for c in ("compute_ps", "memory_ps", "network_ps"))])
     names = np.array(labels(Bound), dtype=object)
     bound = names[parts.argmax(axis=1)] if len(out) else np.array([], dtype=object)  # compute, memory, network
-    bound[out["is_host_transfer"].to_numpy(bool)] = names[Bound.HOST_LINK]
+    bound[column_numpy(out, "is_host_transfer", bool)] = names[Bound.HOST_LINK]
     bound[np.isnan(roof)] = names[Bound.UNKNOWN]  # 0: known, and nothing a perfect op would take
     new["bound_by"] = bound
     new["chip_f32_slower"] = chip_f32_slower(out["device_kind"])

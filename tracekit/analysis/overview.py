@@ -36,7 +36,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import self_time
+from tracekit.columns import column_numpy, self_time
 from tracekit.grouping import row_parts
 from tracekit.analysis import coverage
 from tracekit.analysis import timeline as tl
@@ -143,8 +143,8 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     cols = DEVICE_COLUMNS + [f"tot_{t}" for t in TOTALS] + ["peak_source", "dominant_dtype"]
     if steps is None or not len(steps):
         return pd.DataFrame(columns=cols)
-    in_step = ops["step"].to_numpy() >= 0 if "step" in ops.columns else np.zeros(len(ops), bool)
-    sync = ~ops["is_async"].to_numpy(bool)
+    in_step = column_numpy(ops, "step") >= 0 if "step" in ops.columns else np.zeros(len(ops), bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     marker = tl.is_async_marker(ops)
     coll = tl.is_collective(ops)
     hostx = ops["is_host_transfer"].fillna(False).to_numpy(bool) if "is_host_transfer" in ops.columns else \
@@ -164,13 +164,13 @@ def device_parts(ops: pd.DataFrame, steps: pd.DataFrame, device_chips: dict) -> 
     by_codes = dcol is not None and isinstance(ops[dcol].dtype, pd.CategoricalDtype)
     if by_codes:
         dcodes = ops[dcol].array.codes
-        dnames = [str(c) for c in ops[dcol].cat.categories]
+        dnames = [str(c) for c in ops[dcol].cat.categories.tolist()]
     # each device's steps (text order, as a groupby of the names sorts them) read from arrays: its closed steps'
     # mean (stepstats.closed_steps: every step where none is closed)
     per_device = stepstats.device_rows(steps)
-    step_ps = steps["step_ps"].to_numpy()
-    open_end = steps["open_end"].to_numpy(bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
-    offload = steps["offload_wait_ps"].to_numpy() if "offload_wait_ps" in steps.columns else None
+    step_ps = column_numpy(steps, "step_ps")
+    open_end = column_numpy(steps, "open_end", bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
+    offload = column_numpy(steps, "offload_wait_ps") if "offload_wait_ps" in steps.columns else None
     sharing = shared_chips(device_chips, [k for k, _ in per_device])
     rows = []
     for (h, d), srow in per_device:

@@ -24,6 +24,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis import parallel_axes, parallel_dims, parallel_hlo, parallel_limits
 from tracekit.grouping import codes_of, distinct_rows, distinct_values, int_sums
 from tracekit.model import precision
@@ -105,8 +106,8 @@ def step_program(ops: pd.DataFrame) -> tuple[tuple[str, int] | None, int, int, i
     inside steps (the most op time overall when no op is in a step); (None, 0, 0, 0) without ops."""
     if ops is None or not len(ops):
         return None, 0, 0, 0
-    sync = ~ops["is_async"].to_numpy(bool)
-    step = ops["step"].to_numpy() if "step" in ops.columns else np.full(len(ops), -1)
+    sync = ~column_numpy(ops, "is_async", bool)
+    step = column_numpy(ops, "step") if "step" in ops.columns else np.full(len(ops), -1)
     use = sync & (step >= 0) if (sync & (step >= 0)).any() else sync
     if not use.any():
         return None, 0, 0, 0
@@ -114,7 +115,7 @@ def step_program(ops: pd.DataFrame) -> tuple[tuple[str, int] | None, int, int, i
     # executions those were the analysis' peak memory)
     inv, _, tuples = distinct_rows(ops, ["module", "program_id"])
     inv = np.asarray(inv)
-    tot = int_sums(inv[use], ops["duration_ps"].to_numpy(np.int64)[use], len(tuples))
+    tot = int_sums(inv[use], column_numpy(ops, "duration_ps", np.int64)[use], len(tuples))
     present = np.bincount(inv[use], minlength=len(tuples)) > 0
     ok = [i for i, (m, p) in enumerate(tuples) if m is not None and p is not None and present[i]]
     if not ok:

@@ -31,7 +31,7 @@ from tracekit.analysis import kernelprof
 from tracekit.analysis.opstats import finish, op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.analysis.textmatch import cat_mask
-from tracekit.columns import with_columns
+from tracekit.columns import column_numpy, with_columns
 from tracekit.grouping import cat_apply
 from tracekit.model import predictions
 from tracekit.options import DEFAULTS
@@ -69,14 +69,14 @@ def in_steps(ops, steps) -> np.ndarray:
         return out
     sx = device_index(steps)
     steps = sx.df
-    st = ops["start_ps"].to_numpy(np.int64)
+    st = column_numpy(ops, "start_ps", np.int64)
     dur = steps["duration_ps"] if "duration_ps" in steps.columns else steps["step_ps"]
     sg = sx.groups()
     for key, oi in ix.groups().items():
         si = sg.get(key)
         if si is None:
             continue
-        ms, me = merge(steps["start_ps"].to_numpy(np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
+        ms, me = merge(column_numpy(steps, "start_ps", np.int64)[si], (steps["start_ps"] + dur).to_numpy(np.int64)[si])
         s = rows_view(st, oi)  # (a device's rows of the sorted ops frame: a view, not a copy)
         k = np.searchsorted(ms, s, "right")
         k -= 1
@@ -216,7 +216,7 @@ def is_host_offload(ops: pd.DataFrame) -> np.ndarray:
     if "opcode" not in ops.columns:
         return np.zeros(len(ops), bool)
     copy = cat_apply(ops["opcode"], lambda v: str(v) in ("copy", "copy-start", "copy-done"))
-    return ops["is_host_transfer"].to_numpy(bool) & copy
+    return column_numpy(ops, "is_host_transfer", bool) & copy
 
 
 #: how to let XLA overlap a collective, per platform (the rule's fix quotes the one of the evidence's device)
@@ -286,7 +286,7 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
     gpu = cat_mask(ops["kernel"], lambda s: s.str.len() > 0) if "kernel" in ops.columns else \
         np.zeros(len(ops), bool)
     gpu = gpu | cat_mask(ops["device"], lambda s: s.str.upper().str.startswith("GPU"))
-    rows = _kernel_rows(ops[gpu & ~ops["is_async"].to_numpy(bool)], p) if gpu.any() else []  # (else no GPU)
+    rows = _kernel_rows(ops[gpu & ~column_numpy(ops, "is_async", bool)], p) if gpu.any() else []  # (else no GPU)
     out = pd.DataFrame(rows, columns=["host", "device", "kernels", "tiny_kernels", "tiny_fraction", "mean_kernel_ps",
                                       "launch_gap_ps", "span_ps"])
     return out[(out["tiny_kernels"] >= p["min_kernels"]) & (out["tiny_fraction"] >= p["min_tiny_fraction"])
@@ -296,7 +296,7 @@ def _launch_bound(frames: dict, p: dict) -> pd.DataFrame:
 def _kernel_rows(k: pd.DataFrame, p: dict) -> list:
     """:func:`_launch_bound`'s figures of each device of the GPU kernel rows ``k``."""
     kx = DeviceIndex(k)
-    st, en = k["start_ps"].to_numpy(np.int64), kx.ends()
+    st, en = column_numpy(k, "start_ps", np.int64), kx.ends()
     rows = []
     for (h, d), idx in kx.groups().items():
         o = idx[np.argsort(st[idx], kind="stable")]
@@ -317,14 +317,14 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     overlap a step of any device of their host; adds in_step_ps (the overlap with the union of those steps)."""
     ev, steps = frames["host_events"], frames["steps"]
     hit = cat_mask(ev["name"], lambda names: regex_search_mask(names, p["pattern"], case=False))  # RE2
-    ev = ev[hit & (ev["duration_ps"].to_numpy(np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
+    ev = ev[hit & (column_numpy(ev, "duration_ps", np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
     dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
-    s0, s1 = steps["start_ps"].to_numpy(np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)
+    s0, s1 = column_numpy(steps, "start_ps", np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)
     shost = steps["host"].astype(str).to_numpy()
-    a = ev["start_ps"].to_numpy(np.int64)
+    a = column_numpy(ev, "start_ps", np.int64)
     inside = np.zeros(len(ev), np.int64)
     for h, idx in ev.groupby(ev["host"].astype(str)).indices.items():
         m = shost == h
-        inside[idx] = covered(*merge(s0[m], s1[m]), a[idx], a[idx] + ev["duration_ps"].to_numpy(np.int64)[idx])
+        inside[idx] = covered(*merge(s0[m], s1[m]), a[idx], a[idx] + column_numpy(ev, "duration_ps", np.int64)[idx])
     ev["in_step_ps"] = inside
     return ev[ev["in_step_ps"] > 0]

@@ -28,7 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import take_rows
+from tracekit.columns import column_numpy, take_rows
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
 from tracekit.analysis import evidence
@@ -51,7 +51,7 @@ def evaluate(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
     """The evidence rows of ``rule`` with a ``savings_ps`` column (clipped to [0, row time]), largest savings
     first (ties in frame order)."""
     ev = evidence_rows(rule, frames, params)
-    return ev.take(top_rows(ev["savings_ps"].to_numpy(), len(ev))).reset_index(drop=True) if len(ev) else ev
+    return ev.take(top_rows(column_numpy(ev, "savings_ps"), len(ev))).reset_index(drop=True) if len(ev) else ev
 
 
 def evidence_rows(rule: Rule, frames: dict, params: dict) -> pd.DataFrame:
@@ -113,8 +113,8 @@ def workload_rows(rule: Rule, frames: dict, df: pd.DataFrame) -> np.ndarray | No
         return np.zeros(len(df), bool)
     mods = df["module"].astype(str).to_numpy()
     if "program_id" in df.columns:
-        keys = set(zip(sv["module"].astype(str), sv["program_id"].to_numpy().astype(np.uint64).tolist()))
-        pids = df["program_id"].to_numpy().astype(np.uint64).tolist()
+        keys = set(zip(sv["module"].astype(str), column_numpy(sv, "program_id").astype(np.uint64).tolist()))
+        pids = column_numpy(df, "program_id").astype(np.uint64).tolist()
         serving = np.fromiter(((m, int(p)) in keys for m, p in zip(mods, pids)), bool, len(df))
     else:
         serving = np.isin(mods, sv["module"].astype(str).unique())
@@ -163,7 +163,7 @@ def _narrow(rule: Rule, df: pd.DataFrame) -> list | None:
     names |= set(rule.evidence or ()) | {"host", "device", rule.time or TIME_COLUMN.get(rule.frame, "")}
     names |= {rule.rank} if rule.rank else set()
     names |= {"start_ps", "span_ps", "duration_ps", "step_ps", "module", "program_id", "op"}  # where claims sit
-    cols = [c for c in df.columns if c in names]
+    cols = [c for c in df.columns.tolist() if c in names]
     return cols if len(cols) < len(df.columns) else None
 
 

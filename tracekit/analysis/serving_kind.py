@@ -22,6 +22,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis.serving_hlo import ATTENTION_KERNELS, ProgramShape
 from tracekit.grouping import distinct_rows
 from tracekit.records import record
@@ -104,9 +105,9 @@ def _run_stats(modules: pd.DataFrame, keys: set) -> dict:
     if modules is None or not len(modules):
         return {}
     m = pd.DataFrame({"module": modules["module"].astype(str).to_numpy(),
-                      "pid": modules["program_id"].to_numpy(np.uint64),
+                      "pid": column_numpy(modules, "program_id", np.uint64),
                       "device": modules["device"].astype(str).to_numpy(),
-                      "dur": modules["duration_ps"].to_numpy(np.int64)})
+                      "dur": column_numpy(modules, "duration_ps", np.int64)})
     out = {}
     for (mod, pid), g in m.groupby(["module", "pid"], sort=True):
         if (mod, int(pid)) in keys:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis.intervals import KEYS
 from tracekit.grouping import group_index, rows_by_text
 from tracekit.records import record
@@ -18,7 +19,7 @@ def closed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     if "open_end" not in steps.columns or not steps["open_end"].any():
         return steps
     dev, first = group_index(steps, KEYS)  # (integer codes per device: no text per row)
-    closed = ~steps["open_end"].to_numpy(bool)
+    closed = ~column_numpy(steps, "open_end", bool)
     has_closed = np.bincount(dev[closed], minlength=len(first))[dev] > 0
     return steps[closed | ~has_closed]
 
@@ -108,7 +109,7 @@ def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
         slow = (float(rank.loc[key, "median"]), float(rank.loc[key, "mean"]), str(key[0]), str(key[1]), stats)
     sums = {c: int(steps[c].sum()) for c in steps.columns
             if c.endswith("_ps") and steps[c].dtype.kind in "iu" and c != "start_ps"}
-    return StepSummary(_runs(np.unique(steps["step"].to_numpy(np.int64))), int(len(steps)), slow, sums)
+    return StepSummary(_runs(np.unique(column_numpy(steps, "step", np.int64))), int(len(steps)), slow, sums)
 
 
 def _runs(sorted_unique: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ def cat_mask(s: pd.Series, fn) -> np.ndarray:
     c = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
     values = c.cat.categories.astype(str)
     if isinstance(fn, Matcher) and len(values) <= CACHED_VALUES:
-        hit = _verdicts(fn, tuple(values))
+        hit = _verdicts(fn, tuple(values.tolist()))
     else:
         hit = np.asarray(fn(pd.Series(values)), dtype=bool)
     return spread_mask(hit, c.array.codes)  # missing -> False

@@ -31,7 +31,7 @@ from tracekit.analysis.textmatch import Matcher, cat_mask
 from tracekit.model import predictions
 from tracekit.options import DEFAULTS
 from tracekit.analysis.intervals import KEYS, covered, device_index, merge, rows_view, sync_rows, union
-from tracekit.columns import code_dtype
+from tracekit.columns import code_dtype, column_numpy
 
 #: Collective opcodes (after stripping ``-start``/``-done``/``-update``).
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -140,7 +140,7 @@ def windows(ops, steps=None) -> dict:
         df = x.df
         if df.empty:
             continue
-        st = df["start_ps"].to_numpy(np.int64)
+        st = column_numpy(df, "start_ps", np.int64)
         for key, idx in x.groups().items():
             lo, hi = int(rows_view(st, idx).min()), int(x.ends_at(idx).max())
             old = spans.get(key, (lo, hi))
@@ -219,9 +219,9 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     cls, levels = _step_classes(ops)
     launched = cat_mask(_col(ops, "source"), lambda s: s.isin(HOST_LAUNCHED))
     og, mg = ix.groups(), device_index(modules).groups() if modules is not None and len(modules) else {}
-    st = ops["start_ps"].to_numpy(np.int64)
+    st = column_numpy(ops, "start_ps", np.int64)
     sst, sdur, sno = (steps[c].to_numpy(np.int64) for c in ("start_ps", "duration_ps", "step"))
-    sopen = steps["open_end"].to_numpy(bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
+    sopen = column_numpy(steps, "open_end", bool) if "open_end" in steps.columns else np.zeros(len(steps), bool)
     parts, keys = [], []
     for (h, d), si in sx.groups().items():
         oi = og.get((h, d), np.array([], np.int64))
@@ -229,8 +229,8 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
         b = a + sdur[si]
         programs = None  # this device's program runs, merged, when known
         if (mi := mg.get((h, d))) is not None:
-            mst = modules["start_ps"].to_numpy(np.int64)[mi]
-            programs = merge(mst, mst + modules["duration_ps"].to_numpy(np.int64)[mi])
+            mst = column_numpy(modules, "start_ps", np.int64)[mi]
+            programs = merge(mst, mst + column_numpy(modules, "duration_ps", np.int64)[mi])
         m = _class_covered(rows_view(cls, oi), rows_view(st, oi), ix.ends_at(oi), a, b, programs,
                            len(levels) if levels is not None else 0)
         c, k, u, w, cb, cbm, off, act = (m[x] for x in ("c", "k", "u", "w", "cb", "cbm", "off", "act"))
@@ -266,7 +266,7 @@ def step_breakdown(ops, steps, modules: pd.DataFrame | None = None) -> pd.DataFr
     levels_cols = [c for c in cols if c.startswith("collective_exposed_")]
     if levels_cols:
         out = out.fillna({c: 0 for c in levels_cols}).astype({c: "int64" for c in levels_cols})
-    if len(parts) == 1 and len(out) and (out["start_ps"].to_numpy()[1:] >= out["start_ps"].to_numpy()[:-1]).all():
+    if len(parts) == 1 and len(out) and (column_numpy(out, "start_ps")[1:] >= column_numpy(out, "start_ps")[:-1]).all():
         return out  # (one device, its steps in order: the sort below would change nothing)
     return out.sort_values(["host", "device", "start_ps"], ignore_index=True)
 
@@ -300,8 +300,8 @@ def _step_classes(ops: pd.DataFrame) -> tuple[np.ndarray, list | None]:
     if "collective_level" in ops.columns:
         lv = _col(ops, "collective_level")
         lv = lv if isinstance(lv.dtype, pd.CategoricalDtype) else lv.astype(str).astype("category")
-        names = sorted({str(v) for v in lv.cat.categories} | {""})
-        rank = np.array([names.index(str(v)) for v in lv.cat.categories] + [0], np.int16)  # missing: as ''
+        names = sorted({str(v) for v in lv.cat.categories.tolist()} | {""})
+        rank = np.array([names.index(str(v)) for v in lv.cat.categories.tolist()] + [0], np.int16)  # missing: as ''
         cls[coll] = _K + rank[lv.array.codes[coll]]
         levels = names[1:]
     else:
@@ -365,7 +365,7 @@ def async_overlap(ops: pd.DataFrame, hidden: float = DEFAULTS.hidden,
     """xprof's async-overlap view: every async window (collectives and copies alike) against the union of the
     synchronous ops on its device that do work (:func:`compute_mask`, plus sync collectives). Columns as
     :func:`collective_overlap`."""
-    win = ops["is_async"].to_numpy(bool)
+    win = column_numpy(ops, "is_async", bool)
     return _overlap(ops, win, sync_rows(ops) & ~is_async_marker(ops), hidden, exposed)
 
 
@@ -373,9 +373,9 @@ def _overlap(ops, rows: np.ndarray, cover: np.ndarray, hidden: float, exposed: f
     cops = ops[rows]
     comp = ops[["host", "device", "start_ps", "duration_ps"]][cover]  # (what the union reads: 4 columns, not ~25)
     cx, kx = device_index(comp), device_index(cops)
-    cst, cen = comp["start_ps"].to_numpy(np.int64), cx.ends()
+    cst, cen = column_numpy(comp, "start_ps", np.int64), cx.ends()
     cg = cx.groups()
-    a, b = cops["start_ps"].to_numpy(np.int64), kx.ends()
+    a, b = column_numpy(cops, "start_ps", np.int64), kx.ends()
     cov = np.zeros(a.size, np.int64)
     for key, idx in kx.groups().items():
         ci = cg.get(key)

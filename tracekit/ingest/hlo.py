@@ -11,7 +11,7 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from tracekit import schema
-from tracekit.columns import gather
+from tracekit.columns import column_numpy, gather
 from tracekit.grouping import cat_apply, codes_of
 from tracekit.ingest import backend_config, hloshape
 from tracekit.proto import hlo_pb2, xplane_pb2
@@ -233,8 +233,9 @@ def _i64(v: int) -> int:
 def done_to_start(h: pd.DataFrame) -> dict:
     """(program_id, '-done' instruction) -> the '-start' instruction it completes (its first operand)."""
     rows = np.flatnonzero(cat_apply(h["opcode"], lambda v: str(v).endswith("-done")))  # (once per opcode)
-    return {(int(p), n): o.split(",")[0] for p, n, o in zip(h["program_id"].to_numpy()[rows].tolist(),
-                                                          h["name"].to_numpy()[rows], h["operands"].to_numpy()[rows])}
+    return {(int(p), n): o.split(",")[0] for p, n, o in zip(column_numpy(h, "program_id")[rows].tolist(),
+                                                          column_numpy(h, "name")[rows],
+                                                          column_numpy(h, "operands")[rows])}
 
 
 def start_codes(ops: pd.DataFrame, rows: np.ndarray, start_of: dict) -> np.ndarray:
@@ -242,7 +243,7 @@ def start_codes(ops: pd.DataFrame, rows: np.ndarray, start_of: dict) -> np.ndarr
     program's :func:`done_to_start` entry (``start_of``), else its own name with ``-done`` made ``-start``; -1
     where no op of the frame has that name (or the row has no program or op). Named once per distinct (program,
     op)."""
-    pc, pu = pd.factorize(gather(ops["program_id"].to_numpy(), rows))  # (the rows' own: no code per row of ops)
+    pc, pu = pd.factorize(gather(column_numpy(ops, "program_id"), rows))  # (the rows' own: no code per row of ops)
     oc, ou = codes_of(ops["op"], compact=True)
     no = len(ou) + 1
     inv, pairs = pd.factorize(pc.astype(np.int64) * no + gather(oc, rows) + 1)

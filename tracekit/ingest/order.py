@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import concat_categorical, concat_frames, filled, gather, held_once
+from tracekit.columns import column_numpy, concat_categorical, concat_frames, filled, gather, held_once
 from tracekit.grouping import codes_of, runs
 
 
@@ -18,7 +18,7 @@ def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "dev
     if not len(ops) or not len(windows):
         return res
     codes, cats = codes_of(ops[by], compact=True)
-    t = ops["start_ps"].to_numpy()
+    t = column_numpy(ops, "start_ps")
     wcodes, wcats = codes_of(windows[by], compact=True)  # (windows matched by name: codes per distinct name)
     wnames = [str(w) for w in wcats]
     per_dev = {}
@@ -29,10 +29,10 @@ def contain(ops: pd.DataFrame, windows: pd.DataFrame, value: str, by: str = "dev
         m = wcodes == js[0] if len(js) == 1 else np.isin(wcodes, js)
         if not m.any():
             continue
-        ws0 = windows["start_ps"].to_numpy()[m]
+        ws0 = column_numpy(windows, "start_ps")[m]
         order = np.argsort(ws0, kind="stable")
         ws = ws0[order]
-        per_dev[i] = (ws, ws + windows["duration_ps"].to_numpy()[m][order],
+        per_dev[i] = (ws, ws + column_numpy(windows, "duration_ps")[m][order],
                       windows[value].to_numpy()[m][order].astype(np.int64))
     # ops sorted by device: each device is one run (a slice); unsorted frames just give more, shorter runs
     for i, sl in runs(codes):
@@ -66,7 +66,7 @@ def frame_order(frames: list[pd.DataFrame]) -> np.ndarray | None:
     if not frames:
         return None
     n = sum(len(f) for f in frames)
-    key = np.concatenate([f["start_ps"].to_numpy(np.int64) for f in frames])  # (a fresh array: changed in place)
+    key = np.concatenate([column_numpy(f, "start_ps", np.int64) for f in frames])  # (a fresh array: changed in place)
     rank = None  # (None: every row ranks 0 so far)
     for col in ("host", "device"):
         values = sorted({str(v) for f in frames for v in (f[col].cat.categories if f[col].dtype == "category"
@@ -135,7 +135,7 @@ def with_copies(frames: list, rows: np.ndarray, replaced: dict) -> pd.DataFrame:
     copy = src >= n
     src[copy] = gather(rows, src[copy] - n)  # (each position of the result: the frame's row it comes from)
     del copy
-    cols = {c: df[c] for c in df.columns}
+    cols = {c: df[c] for c in df.columns.tolist()}
     del df
     data = {}
     for c in list(cols):

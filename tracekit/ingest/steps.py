@@ -25,6 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit import schema
 from tracekit.grouping import distinct_rows, int_sums
 
@@ -62,7 +63,7 @@ def main_program(mx: pd.DataFrame) -> tuple[str, int] | None:
     # are few, the runs many)
     prog, _, progs = distinct_rows(mx, ["module", "program_id"])
     on_dev, first, _ = distinct_rows(mx, ["module", "program_id", "device"])
-    time = int_sums(prog, mx["duration_ps"].to_numpy(np.int64), len(progs))
+    time = int_sums(prog, column_numpy(mx, "duration_ps", np.int64), len(progs))
     runs = np.zeros(len(progs), np.int64)
     np.maximum.at(runs, prog[first], np.bincount(on_dev, minlength=len(first)))
     pool = np.flatnonzero(runs >= 2) if (runs >= 2).any() else np.arange(len(progs))
@@ -83,11 +84,11 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
     run's own execution (not a column of the steps frame: :func:`device_steps` drops it). Runs are numbered by
     their run id's order (the earliest start of each id over the devices) when the ids name the same executions
     on every device, else by their order on each device."""
-    m = mx[(mx["module"].astype(str).to_numpy() == main[0]) & (mx["program_id"].to_numpy(np.uint64) == main[1])]
+    m = mx[(mx["module"].astype(str).to_numpy() == main[0]) & (column_numpy(mx, "program_id", np.uint64) == main[1])]
     dev = m["device"].astype(str).to_numpy()
-    start = m["start_ps"].to_numpy(np.int64)
-    dur = m["duration_ps"].to_numpy(np.int64)
-    run = m["run_id"].to_numpy(np.int64)
+    start = column_numpy(m, "start_ps", np.int64)
+    dur = column_numpy(m, "duration_ps", np.int64)
+    run = column_numpy(m, "run_id", np.int64)
     # the same run id on every device names one execution (XLA:CPU's SPMD runs): distinct on each device, and no
     # more ids than the busiest device has runs (TPU devices can count their runs apart: then by order)
     per_dev = pd.Series(dev).value_counts()
@@ -119,9 +120,9 @@ def _label(steps: pd.DataFrame, host_steps: pd.DataFrame, name: str, host: str, 
     order = np.argsort(rs, kind="stable")
     rs, rn = rs[order], rn[order]
     w = host_steps.sort_values("start_ps", kind="stable")
-    ws = w["start_ps"].to_numpy(np.int64)
-    we = ws + w["duration_ps"].to_numpy(np.int64)
-    wn = w["step"].to_numpy(np.int64)
+    ws = column_numpy(w, "start_ps", np.int64)
+    we = ws + column_numpy(w, "duration_ps", np.int64)
+    wn = column_numpy(w, "step", np.int64)
     taken, j = {}, 0
     for k in range(len(ws)):
         while j < len(rs) and rs[j] < ws[k]:
@@ -132,11 +133,11 @@ def _label(steps: pd.DataFrame, host_steps: pd.DataFrame, name: str, host: str, 
         j += 1
     offsets = {lab - run for run, lab in taken.items()}
     if len(offsets) == 1:
-        steps = steps.assign(step=steps["step"].to_numpy(np.int64) + offsets.pop())
+        steps = steps.assign(step=column_numpy(steps, "step", np.int64) + offsets.pop())
     # how much of the program's device time the windows hold, and how many runs start in each
     ms, me = _merged(ws, we)
-    a = steps["start_ps"].to_numpy(np.int64)
-    run_end = a + steps["run_ps"].to_numpy(np.int64)
+    a = column_numpy(steps, "start_ps", np.int64)
+    run_end = a + column_numpy(steps, "run_ps", np.int64)
     total = int((run_end - a).sum())
     held = int((_covered_to(ms, me, run_end) - _covered_to(ms, me, a)).sum())
     per_window = np.searchsorted(rs, we, "left") - np.searchsorted(rs, ws, "left")

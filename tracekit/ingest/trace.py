@@ -20,7 +20,7 @@ from tracekit.ingest import steps as steps_mod
 from tracekit.ingest import windows
 from tracekit.ingest import paths as _load
 from tracekit.ingest import xspace
-from tracekit.columns import concat_frames, constant_columns, narrow_int, with_columns
+from tracekit.columns import column_numpy, concat_frames, constant_columns, narrow_int, with_columns
 from tracekit.grouping import cat_apply, cat_from, codes_of, runs, unique_rows
 from tracekit.ingest.order import contain, frame_order, sorted_frame, with_copies
 from tracekit.options import DEFAULT_MAX_BYTES
@@ -146,7 +146,7 @@ def _host(planes, host: str, warnings: list[str]) -> HostFrames:
     devs = pd.DataFrame([{k: d[k] for k in ("host", "device", "device_kind", "plane")} for d in ex["devices"]],
                         columns=["host", "device", "device_kind", "plane"])
     dstats = {(d["host"], d["device"]): d["stats"] for d in ex["devices"]}
-    op_devices = set(ops["device"].cat.categories) if len(ops) else set()
+    op_devices = set(ops["device"].cat.categories.tolist()) if len(ops) else set()
     if any(str(d).startswith("CPU") for d in op_devices):
         cpu = sorted({str(d) for d in op_devices} - set(devs["device"]), key=_dev_key)
         devs = pd.concat([devs, pd.DataFrame({"host": host, "device": cpu, "device_kind": "cpu", "plane": "/host:CPU"})])
@@ -198,14 +198,14 @@ def _self_ps(ops: pd.DataFrame) -> np.ndarray | pd.Series:
     """Self time of every op row: nested events on one line (sync rows only) leave their parent its own time.
     Only host-clock lines nest (XLA:CPU thunks, GPU streams): a TPU op's duration is the device clock's while its
     start is the line's, so TPU events may seem to overlap without nesting (xprof counts no child time there)."""
-    dur = ops["duration_ps"].to_numpy(np.int64)
-    sync = ~ops["is_async"].to_numpy(bool) & cat_apply(ops["source"], lambda v: str(v).startswith(("cpu", "gpu")))
+    dur = column_numpy(ops, "duration_ps", np.int64)
+    sync = ~column_numpy(ops, "is_async", bool) & cat_apply(ops["source"], lambda v: str(v).startswith(("cpu", "gpu")))
     if not sync.any():
         return ops["duration_ps"]  # nothing can nest (TPU op lines): the durations' column, shared (copy-on-write)
     idx = np.nonzero(sync)[0]
     line = ops["line"].array.codes if isinstance(ops["line"].dtype, pd.CategoricalDtype) else \
         pd.factorize(ops["line"])[0]
-    own = nesting.self_times(line[idx].astype(np.int64), ops["start_ps"].to_numpy(np.int64)[idx], dur[idx])[0]
+    own = nesting.self_times(line[idx].astype(np.int64), column_numpy(ops, "start_ps", np.int64)[idx], dur[idx])[0]
     if np.array_equal(own, dur[idx]):
         return ops["duration_ps"]  # nothing nested (most GPU streams): shared as above
     out = dur.copy()
@@ -237,10 +237,10 @@ def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warning
     ops that did not join to the trace's HLO, device ops without any HLO."""
     if not len(ops):
         return
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     codes, devs = codes_of(ops["device"])
-    start = ops["start_ps"].to_numpy()
-    dur = ops["duration_ps"].to_numpy()
+    start = column_numpy(ops, "start_ps")
+    dur = column_numpy(ops, "duration_ps")
     if len(devs) > 1:
         # first start and last end of each device's sync ops (one run of rows per device in a sorted frame)
         first: dict = {}
@@ -272,13 +272,13 @@ def _consistency_warnings(ops: pd.DataFrame, h: pd.DataFrame, host: str, warning
     if not real.any() or total <= 0:
         return
     if len(h):
-        missed = real & ~ops["in_hlo"].to_numpy(bool)
+        missed = real & ~column_numpy(ops, "in_hlo", bool)
         share = int(dur[missed].sum()) / total
         if share > UNJOINED_SHARE:
             warnings.append(f"{host}: {share:.1%} of op time ({int(missed.sum()):,} op executions) did not match an "
                             "instruction of the trace's HLO (ops not in their module's HLO, or HLO of another "
                             "program): those ops have no HLO category or cost")
-    elif not np.isfinite(ops["trace_flops"].to_numpy(float)[real]).all() and not any(
+    elif not np.isfinite(column_numpy(ops, "trace_flops", float)[real]).all() and not any(
             w.startswith(f"{host}: read from trace-viewer JSON, which has no HLO proto") for w in warnings):
         # (a trace-viewer JSON's reader said it already, with what else the format lacks: said once)
         warnings.append(f"{host}: the trace holds no HLO (no 'Hlo Proto' in a /host:metadata plane): ops without "
@@ -356,7 +356,7 @@ def _assign_runs(ops: pd.DataFrame, mx: pd.DataFrame) -> pd.DataFrame:
         if len(ops) else None
     if not len(ops) or not len(mx) or not tpu.any():
         return ops
-    run = ops["run_id"].to_numpy().copy()
+    run = column_numpy(ops, "run_id").copy()
     run[tpu] = contain(ops[["device", "start_ps"]][tpu], mx, "run_id")  # two columns, not the whole frame
     return with_columns(ops, {"run_id": run})
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import schema
-from tracekit.columns import with_columns
+from tracekit.columns import column_numpy, with_columns
 from tracekit.grouping import cat_apply, unique, unique_rows
 from tracekit.ingest import hlo
 
@@ -30,7 +30,7 @@ def window_columns(ops: pd.DataFrame, rows: np.ndarray, ends: np.ndarray) -> dic
     """The columns of the windows paired from the ``-start`` rows ``rows`` (ending at ``ends``) that are their own:
     every other column of a window is its ``-start`` row's."""
     n = len(rows)
-    return {"duration_ps": ends - ops["start_ps"].to_numpy()[rows], "is_async": np.ones(n, bool),
+    return {"duration_ps": ends - column_numpy(ops, "start_ps")[rows], "is_async": np.ones(n, bool),
             "source": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=["async_pair"]),
             "line": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=["XLA Ops"])}
 
@@ -53,9 +53,9 @@ def paired_starts(ops: pd.DataFrame, asyncs: pd.DataFrame, h: pd.DataFrame) -> t
     dinv, drows = unique_rows(key_cols.iloc[d_idx], ["device", "program_id", "op"])
     dkey = np.array([names.get((d, int(p), done_to_start.get((int(p), o), (o or "").replace("-done", "-start", 1))), -1)
                      for d, p, o in drows], np.int64)[dinv]
-    t = ops["start_ps"].to_numpy()
+    t = column_numpy(ops, "start_ps")
     st, dt = t[s_idx], t[d_idx]
-    de = dt + ops["duration_ps"].to_numpy()[d_idx]  # (the ends of the -done rows only)
+    de = dt + column_numpy(ops, "duration_ps")[d_idx]  # (the ends of the -done rows only)
     keep_s, keep_end = [], []
     dorder = np.lexsort((dt, dkey))
     dk_sorted = dkey[dorder]

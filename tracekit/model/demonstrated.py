@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
+
 #: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
 #: of timer resolution and per-event overhead
 MIN_EVIDENCE_PS = 1_000_000
@@ -30,7 +32,7 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
     may be a cache rate), none where it is unknown. Both None: no ceiling, any cache."""
     from tracekit.model.cpu_limits import LLC_MULTIPLE
     cols = ["host", "term", "rate", "op", "module", "self_ps", "executions", "over_cap", "over_op", "over_rate"]
-    ok = (~ops["is_async"].to_numpy(bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
+    ok = (~column_numpy(ops, "is_async", bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
     if "opcode" in ops:
         ok &= ~ops["opcode"].astype(str).isin(IN_PLACE).to_numpy()
     if "category" in ops:
@@ -43,13 +45,13 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
     o = ops[ok]
     t = (o["self_ps"] if "self_ps" in o else o["duration_ps"]).to_numpy(np.float64)
     sec = np.where(t > 0, t, np.nan) / 1e12
-    host_x = o["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in o else np.zeros(len(o), bool)
-    amounts = {"memory": o["bytes_accessed"].to_numpy(float), "cache": o["bytes_accessed"].to_numpy(float),
-               "network": np.where(host_x, 0.0, o["net_bytes"].to_numpy(float)),
-               "host_link": np.where(host_x, o["net_bytes"].to_numpy(float), 0.0)}
+    host_x = column_numpy(o, "is_host_transfer", bool) if "is_host_transfer" in o else np.zeros(len(o), bool)
+    amounts = {"memory": column_numpy(o, "bytes_accessed", float), "cache": column_numpy(o, "bytes_accessed", float),
+               "network": np.where(host_x, 0.0, column_numpy(o, "net_bytes", float)),
+               "host_link": np.where(host_x, column_numpy(o, "net_bytes", float), 0.0)}
     cd = o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else np.full(len(o), "f32")
     for d in sorted(set(cd)):
-        amounts[f"compute:{d}"] = np.where(cd == d, o["flops"].to_numpy(float), 0.0)
+        amounts[f"compute:{d}"] = np.where(cd == d, column_numpy(o, "flops", float), 0.0)
     hosts = o["host"].astype(str).to_numpy()
     key = pd.DataFrame({"host": hosts, "module": o["module"].astype(str).to_numpy(),
                         "op": o["op"].astype(str).to_numpy(), "t": t})
@@ -67,7 +69,7 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
         k = key[m].assign(rate=rate[m])
         caps = {h: cap(h, term) for h in k["host"].unique()} if cap is not None else {}
         lim = k["host"].map(caps).to_numpy(float) if caps else np.full(len(k), math.inf)
-        above = k[k["rate"].to_numpy() > lim]
+        above = k[column_numpy(k, "rate") > lim]
         bad.append(above[["host", "module", "op"]])
         for h, a in above.groupby("host", sort=True):
             top = a.sort_values("rate", ascending=False, kind="stable").iloc[0]
@@ -83,13 +85,13 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
             k = k[~pd.MultiIndex.from_frame(k[["host", "module", "op"]]).isin(bad)]
         if not len(k):
             continue
-        k = k.assign(work=k["rate"].to_numpy() * k["t"].to_numpy())
+        k = k.assign(work=column_numpy(k, "rate") * column_numpy(k, "t"))
         g = k.groupby(["host", "module", "op"], sort=True).agg(rate=("rate", "median"), self_ps=("t", "median"),
                                                                executions=("rate", "size"), work=("work", "sum"),
                                                                t=("t", "sum"))
         # the op's rate over all its executions (work / time, the rate its own efficiency in the op table is
         # read at) when that is above the median: the op that sets a peak then reads at most 100 % of it
-        g["rate"] = np.maximum(g["rate"].to_numpy(), g["work"].to_numpy() / g["t"].to_numpy())
+        g["rate"] = np.maximum(column_numpy(g, "rate"), column_numpy(g, "work") / column_numpy(g, "t"))
         g = g[g["executions"] >= MIN_EXECUTIONS].reset_index()
         best = g.sort_values(["rate", "module", "op"], ascending=[False, True, True], kind="stable")
         for r in best.drop_duplicates("host").itertuples(index=False):

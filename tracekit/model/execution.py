@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import gather, held_once
+from tracekit.columns import column_numpy, gather, held_once
 from tracekit.grouping import codes_of, group_index, key_codes, row_parts, rows_per_code, unique_rows
 from tracekit.ingest.hlo import start_codes
 
@@ -60,12 +60,12 @@ def execution_split(ops: pd.DataFrame, executions: np.ndarray, op_groups: tuple)
     if not n or "run_id" not in ops:
         return None
     src = ops["source"]  # compared as a column (a categorical's codes), not as a string per row
-    run = ops["run_id"].to_numpy()
-    ok = ~ops["is_async"].to_numpy(bool) & ((src == "cpu_thunk").to_numpy(bool) | (
+    run = column_numpy(ops, "run_id")
+    ok = ~column_numpy(ops, "is_async", bool) & ((src == "cpu_thunk").to_numpy(bool) | (
         (src == "xla_ops").to_numpy(bool) & (run != -1))) & np.isfinite(executions) & (executions > 0)
     if not ok.any():
         return None
-    duration = ops["duration_ps"].to_numpy(np.int64)
+    duration = column_numpy(ops, "duration_ps", np.int64)
     split = [_device_split(ok, part, run, executions, duration, op_groups)  # (the rows of each device)
              for part in rows_per_code(codes_of(ops["device"], compact=True)[0]).values()]
     split = [x for x in split if x is not None]
@@ -140,13 +140,13 @@ def kernel_split(ops: pd.DataFrame, executions: np.ndarray | None = None) -> np.
     share = np.ones(len(ops))
     g = ops[gpu]
     hd, _ = unique_rows(g, ["host", "device"])  # devices of different hosts are different devices
-    order = np.lexsort((g["start_ps"].to_numpy(), hd))
+    order = np.lexsort((column_numpy(g, "start_ps"), hd))
     dev = hd[order]
     key = (g["program_id"].astype(str) + "/" + g["op"].astype(str)).to_numpy()[order]
     new = np.ones(len(g), bool)
     new[1:] = (key[1:] != key[:-1]) | (dev[1:] != dev[:-1])
     run = np.cumsum(new) - 1
-    dur = g["duration_ps"].to_numpy()[order].astype(float)
+    dur = column_numpy(g, "duration_ps")[order].astype(float)
     names, named = _kernel_codes(g["kernel"])
     execution = _periodic_executions(new, run, names[order], named[order])
     frac = _split(dur, execution)
@@ -219,7 +219,7 @@ _PER_DEVICE_ROWS = 100_000
 def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> tuple[np.ndarray, np.ndarray]:
     """:func:`pair_done_windows` of the rows of ``ops`` at once."""
     d_idx = np.nonzero(done)[0]
-    w_idx = np.nonzero(ops["is_async"].to_numpy(bool))[0]
+    w_idx = np.nonzero(column_numpy(ops, "is_async", bool))[0]
     if not len(d_idx) or not len(w_idx):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     # each row's (host, device, program, op) as one number from the columns' codes; a -done's is its -start's
@@ -235,7 +235,7 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
         raise ValueError("the -done/window keys do not fit one int64")
     wkey = wplace * (len(ou) + 1) + gather(oc, w_idx) + 1
     dk = dplace * (len(ou) + 1) + dstart + 1
-    start = ops["start_ps"].to_numpy(np.int64)
+    start = column_numpy(ops, "start_ps", np.int64)
     # every key at once: windows and -dones in one (key, start) order, a window before a -done of its start, ties
     # in row order; each -done's candidate is the last window sorted before it (kept where its key is the -done's)
     nw = len(w_idx)
@@ -257,8 +257,8 @@ def _pair_done_windows(ops: pd.DataFrame, done: np.ndarray, start_of: dict) -> t
 def done_roofline(ops: pd.DataFrame, d_idx: np.ndarray, w_idx: np.ndarray, window_roof: np.ndarray) -> np.ndarray:
     """The roofline of each paired ``-done`` row: the wait a transfer at its window's roofline would have left,
     ``clip(window start + window roofline - done start, 0, done duration)`` (NaN where the window's is unknown)."""
-    start = ops["start_ps"].to_numpy(np.int64)
-    dur = ops["duration_ps"].to_numpy(np.int64)
+    start = column_numpy(ops, "start_ps", np.int64)
+    dur = column_numpy(ops, "duration_ps", np.int64)
     left = start[w_idx] + window_roof - start[d_idx]
     return np.clip(left, 0, dur[d_idx]).astype(float)
 
@@ -273,7 +273,7 @@ def queued_link_time(ops: pd.DataFrame, rows: np.ndarray, own: np.ndarray, to_ho
     out = np.asarray(own, float).copy()
     if len(rows) < 2:
         return out
-    start = ops["start_ps"].to_numpy(np.int64)[rows].astype(float)
+    start = column_numpy(ops, "start_ps", np.int64)[rows].astype(float)
     (hc, _), (dc, du) = (codes_of(ops[c], compact=True) for c in ("host", "device"))
     # one number per (host, device, direction); the radix len(du) + 1 keeps a missing device (code -1) apart
     queue = (gather(hc, rows).astype(np.int64) * (len(du) + 1) + gather(dc, rows)) * 2
@@ -300,7 +300,7 @@ def queue_host_windows(ops: pd.DataFrame, p: dict, u: dict, inv: np.ndarray) -> 
     (``network``) and roofline become the time until the link, moving the transfers in the order they started,
     would have finished it (:func:`queued_link_time`); in place in the roofline join's prediction ``p`` (``u``:
     its identity dict, ``inv``: each row's identity), before the ``-done`` rows take their windows' verdicts."""
-    w = np.flatnonzero(np.asarray(p["host_x"], bool) & ops["is_async"].to_numpy(bool))
+    w = np.flatnonzero(np.asarray(p["host_x"], bool) & column_numpy(ops, "is_async", bool))
     if len(w) < 2:
         return
     own = p["network"][w].astype(float)

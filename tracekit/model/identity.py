@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import narrow_int
+from tracekit.columns import column_numpy, narrow_int
 from tracekit.ingest import hlo
 from tracekit.ingest.trace import Trace
 from tracekit.model import execution, precision
@@ -112,7 +112,7 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
     reason[expanded] = "control flow: the ops it runs are traced and costed on their own"
     executions = pd.to_numeric(j["executions"], errors="coerce").to_numpy(float) if "executions" in j else \
         np.full(n, np.nan)
-    host_x = hx["host_memory"].to_numpy() & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
+    host_x = column_numpy(hx, "host_memory") & np.isin(opc.astype(str), ["copy", "copy-start", "copy-done"]) & \
         ~start_marker
     gsize = pd.to_numeric(j["group_size"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
     coll = j["collective"].fillna("").astype(str).to_numpy(dtype=object)
@@ -140,11 +140,11 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
     dtypes = sorted(set(dtype))
     cdtypes = sorted(set(cdtype))
     colls = sorted(set(coll))
-    xfer = hx["transfer_bytes"].to_numpy(float).copy()
+    xfer = column_numpy(hx, "transfer_bytes", float).copy()
     xfer[done] = 0.0  # a -done moves nothing of its own: the transfer is its window's
     return {"flops": flops, "nbytes": nbytes, "net": net, "src": src, "reasons": reasons,
             "reason": np.array([rcode[r] for r in reason], np.int32), "done": done, "start_marker": start_marker,
-            "host_x": host_x, "to_host": hx["to_host"].to_numpy(bool), "xfer": xfer, "gsize": gsize,
+            "host_x": host_x, "to_host": column_numpy(hx, "to_host", bool), "xfer": xfer, "gsize": gsize,
             "peak_f": peak_f, "bw": bw, "hostw": hostw, **cm,
             "dtypes": dtypes, "dtype_codes": np.array([dtypes.index(x) for x in dtype], np.int32),
             "cdtypes": cdtypes, "cdtype_codes": np.array([cdtypes.index(x) for x in cdtype], np.int32),
@@ -182,15 +182,15 @@ def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
     # each identity's instruction (outside fused computations; the first of a name) by a dict, its columns taken
     # by position: a left merge's values without the merge, the fill and the casts on a few hundred identities
     h = tr.hlo
-    outside = np.flatnonzero(~h["is_fusion_computation"].to_numpy(bool))
+    outside = np.flatnonzero(~column_numpy(h, "is_fusion_computation", bool))
     at: dict = {}
-    for i, k in zip(outside.tolist(), zip(h["program_id"].to_numpy(np.uint64)[outside].tolist(),
+    for i, k in zip(outside.tolist(), zip(column_numpy(h, "program_id", np.uint64)[outside].tolist(),
                                           h["name"].astype(str).to_numpy()[outside].tolist())):
         at.setdefault(k, i)
-    rows = np.array([at.get(k, -1) for k in zip(key["program_id"].to_numpy(np.uint64).tolist(),
+    rows = np.array([at.get(k, -1) for k in zip(column_numpy(key, "program_id", np.uint64).tolist(),
                                                 key["op"].tolist())], np.int64)
     found = rows >= 0
-    out = {"program_id": key["program_id"].to_numpy(), "op": key["op"].to_numpy()}
+    out = {"program_id": column_numpy(key, "program_id"), "op": column_numpy(key, "op")}
     for c, fill, dt in (("host_memory", False, bool), ("to_host", False, bool), ("transfer_bytes", 0, np.int64),
                         ("dot_m", -1, np.int64), ("dot_n", -1, np.int64), ("dot_k", -1, np.int64)):
         v = np.full(len(rows), fill, dt)
@@ -209,7 +209,7 @@ def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame,
     level, pattern = [""] * n, [""] * n
     model = collective_model.build(tr, dchips, topology) if tr.has_hlo else None
     if model is not None and model.ops:
-        pids = u["program_id"].to_numpy()
+        pids = column_numpy(u, "program_id")
         hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
         for i in range(n):
             op = model.op(int(pids[i]), str(key_op[i]))

@@ -29,6 +29,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.grouping import unique_rows
 from tracekit.model import cpu_limits, precision, predictions
 from tracekit.model.demonstrated import demonstrated
@@ -187,7 +188,7 @@ def model_warnings(ops: pd.DataFrame, dchips: dict, limit: int | None = 20) -> l
     if not len(ops) or "efficiency" not in ops:
         return []
     t = (ops["self_ps"] if "self_ps" in ops else ops["duration_ps"]).to_numpy(np.int64)
-    total = int(t.sum(where=~ops["is_async"].to_numpy(bool)))  # (in place, exact: no row-sized copy)
+    total = int(t.sum(where=~column_numpy(ops, "is_async", bool)))  # (in place, exact: no row-sized copy)
     return finish_warnings(warning_groups(ops, dchips), float(total), limit)
 
 
@@ -196,7 +197,7 @@ def warning_groups(ops: pd.DataFrame, dchips: dict) -> list[dict]:
     devices merge in :func:`finish_warnings` (executions and time summed, the fastest execution kept)."""
     if not len(ops) or "efficiency" not in ops:
         return []
-    eff = ops["efficiency"].to_numpy()  # (float32: a view, no copy)
+    eff = column_numpy(ops, "efficiency")  # (float32: a view, no copy)
     over = eff > OVER  # (NaN compares False: no NaN-free copy of the column)
     if not over.any():
         return []

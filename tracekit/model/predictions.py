@@ -245,7 +245,7 @@ def materialized(df: pd.DataFrame, names=PER_IDENTITY) -> pd.DataFrame:
         return df
     out = with_columns(df, {c: values(df, c) for c in missing})
     done = not set(have) - set(out.columns)
-    cols = [c for c in df.columns if not (done and c in (CODE, TABLE))]
+    cols = [c for c in df.columns.tolist() if not (done and c in (CODE, TABLE))]
     before = _orders.get(_numbers_of(df)[0], ())
     for c in missing:  # each after the column it followed (the one before it that is here), else first
         at = before.index(c) if c in before else len(before)

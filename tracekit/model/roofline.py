@@ -28,7 +28,7 @@ from tracekit.records import record
 from tracekit.schema import Bound, CostSource, labels
 from tracekit.model import (calibrate, chips, execution, identity, peaks, predictions, runtime_copies, sharing,
                             stated)
-from tracekit.columns import (constant_columns, gather, held_once, narrow_int, one_value, self_time,
+from tracekit.columns import (column_numpy, constant_columns, gather, held_once, narrow_int, one_value, self_time,
                               stores_constants_once, with_columns, without_columns)
 from tracekit.grouping import distinct_rows, unique_rows
 from tracekit.ingest.trace import Trace
@@ -151,7 +151,7 @@ def _join(tr: Trace, dchips: dict, topology: str | None = None, cost_table: pd.D
     ops = tr.ops
     inv, first, rows = distinct_rows(ops, _IDENT)
     u = per_identity(tr, pd.DataFrame(rows, columns=_IDENT), dchips, topology, cost_table)
-    tf, tb = ops["trace_flops"].to_numpy(float), ops["trace_bytes"].to_numpy(float)
+    tf, tb = column_numpy(ops, "trace_flops", float), column_numpy(ops, "trace_bytes", float)
     execs = gather(u["executions"], inv)
     share = _combine(execution.kernel_split(ops, execs),
                      execution.execution_split(ops, execs, (inv, execution.op_groups(rows))))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.ingest import copies
 from tracekit.schema import Bound, CostSource
 
@@ -42,7 +43,7 @@ def rows_of(ops: pd.DataFrame) -> np.ndarray:
     if not len(ops) or "category" not in ops.columns:
         return np.zeros(0, np.int64)
     cat = ops["category"]
-    cats = list(cat.cat.categories) if isinstance(cat.dtype, pd.CategoricalDtype) else None
+    cats = cat.cat.categories.tolist() if isinstance(cat.dtype, pd.CategoricalDtype) else None
     if cats is not None:
         hit = np.array([str(c) in copies.CATEGORIES for c in cats] + [False], bool)
         m = hit[cat.array.codes]
@@ -50,7 +51,7 @@ def rows_of(ops: pd.DataFrame) -> np.ndarray:
         m = cat.astype(str).isin(copies.CATEGORIES).to_numpy()
     if not m.any():
         return np.zeros(0, np.int64)
-    m &= ~ops["in_hlo"].to_numpy(bool) & ~ops["is_async"].to_numpy(bool)
+    m &= ~column_numpy(ops, "in_hlo", bool) & ~column_numpy(ops, "is_async", bool)
     return np.flatnonzero(m)
 
 
@@ -76,9 +77,10 @@ def price(ops: pd.DataFrame, p: dict, u: dict, dchips: dict, rows: np.ndarray, s
         return base + late.index(text)
 
     src_code = len(CostSource) + u["models"].index(MODEL)
-    cat = ops["category"].to_numpy()[rows].astype(str) if not isinstance(ops["category"].dtype, pd.CategoricalDtype) \
+    cat = column_numpy(ops, "category")[rows].astype(str) if not isinstance(ops["category"].dtype,
+                                                                            pd.CategoricalDtype) \
         else np.asarray(ops["category"].cat.categories.astype(str))[ops["category"].array.codes[rows]]
-    hosts, devs = ops["host"].to_numpy()[rows].astype(str), ops["device"].to_numpy()[rows].astype(str)
+    hosts, devs = column_numpy(ops, "host")[rows].astype(str), column_numpy(ops, "device")[rows].astype(str)
     n = np.asarray(size, float)
     bw, hostw, egress = (np.array([getattr(dchips.get((h, d)), a, None) or np.nan for h, d in zip(hosts, devs)],
                                   float) for a in ("hbm_bw_bytes_per_s", "host_link_bw_bytes_per_s",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.grouping import unique_rows
 from tracekit.model.cpu_limits import in_cache
 from tracekit.schema import Bound
@@ -44,9 +45,9 @@ def concurrency(ops: pd.DataFrame) -> np.ndarray | None:
         return None
     n = len(ops)
     out = np.ones(n)
-    start = ops["start_ps"].to_numpy(np.int64)
-    dur = ops["duration_ps"].to_numpy(np.int64)
-    sync = ~ops["is_async"].to_numpy(bool) if "is_async" in ops else np.ones(n, bool)
+    start = column_numpy(ops, "start_ps", np.int64)
+    dur = column_numpy(ops, "duration_ps", np.int64)
+    sync = ~column_numpy(ops, "is_async", bool) if "is_async" in ops else np.ones(n, bool)
     dev = _codes(ops["device"])
     for h in hosts:
         rows = np.flatnonzero(_is(ops["host"], h) & sync & (dur > 0))

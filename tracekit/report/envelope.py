@@ -12,6 +12,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy, stored
 from tracekit.records import record
 from tracekit.version import __version__
 from tracekit.model.peaks import peak_notes
@@ -56,16 +57,19 @@ def _clean_float(f: float, whole_below: int = 2**53):
     return float(f"{f:.6g}")
 
 
-def _clean_column(s: pd.Series) -> list:
-    """:func:`clean` of every value of ``s``, as iterating it gives them; NumPy integer, bool and float columns
-    without a Python call per value where the result is known (ints and bools as they are; floats: None when not
-    finite, an int when integral, else 6 significant digits)."""
+def _clean_column(s) -> list:
+    """:func:`clean` of every value of ``s`` (a Series, or a column's stored array: :func:`tracekit.columns.stored`),
+    as iterating the Series gives them; NumPy integer, bool and float columns without a Python call per value where
+    the result is known (ints and bools as they are; floats: None when not finite, an int when integral, else 6
+    significant digits)."""
     dt = s.dtype
     kind = dt.kind if isinstance(dt, np.dtype) else ""
+    if isinstance(s, pd.Series) and kind and kind in "iubf":
+        s = s.to_numpy()
     if kind and kind in "iub":
-        return s.to_numpy().tolist()
+        return s.tolist()
     if kind == "f":
-        f = s.to_numpy().astype(np.float64, copy=False)
+        f = s.astype(np.float64, copy=False)
         fin = np.isfinite(f)
         whole = fin & (np.trunc(np.where(fin, f, 0.0)) == f) & \
             (np.abs(np.where(fin, f, 0.0)) < _WHOLE_BELOW.get(dt.type, 2**53))
@@ -75,17 +79,21 @@ def _clean_column(s: pd.Series) -> list:
         ints = np.where(whole, f, 0.0).astype(np.int64).tolist()
         return [None if k == 0 else i if k == 1 else float(f"{x:.6g}")
                 for k, i, x in zip(code, ints, f.tolist())]
+    if isinstance(s, np.ndarray) and kind not in "Mm":  # (as a Series iterates its NumPy values: Python scalars)
+        return [clean(v) for v in map(s.item, range(s.size))]
+    if isinstance(s, np.ndarray):  # (datetimes: as a Series of them iterates, Timestamps)
+        s = pd.Series(s, copy=False)
     return [clean(v) for v in s]
 
 
 def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
     """One dict per row of ``df`` (``columns`` of it when given, in that order), every value :func:`clean`."""
-    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    cols = [c for c in (columns or df.columns.tolist()) if c in df.columns]
     if df.columns.has_duplicates:  # a name that selects several columns: the last one's value wins, as before
         return [{c: clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
     if not len(df):
         return []
-    values = [_clean_column(df[c]) for c in cols]
+    values = [_clean_column(stored(df, c)) for c in cols]
     return [dict(zip(cols, row)) for row in zip(*values)]
 
 
@@ -185,9 +193,9 @@ def unplotted(op_stats: pd.DataFrame, plotted: int) -> list[dict]:
     """The ops the roofline chart leaves out, by reason: ops, total_ps, share of op time, the largest op."""
     if not len(op_stats) or "flops" not in op_stats:
         return []
-    t = op_stats["total_ps"].to_numpy(float)
+    t = column_numpy(op_stats, "total_ps", float)
     total = t.sum()
-    f, b = op_stats["flops"].to_numpy(float), op_stats["bytes_accessed"].to_numpy(float)
+    f, b = column_numpy(op_stats, "flops", float), column_numpy(op_stats, "bytes_accessed", float)
     unknown = np.isnan(f) | np.isnan(b)
     nof = ~unknown & (f <= 0)
     nob = ~unknown & ~nof & (b <= 0)

@@ -30,6 +30,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit import fileio
 from tracekit.errors import TraceError
 from tracekit.records import record
@@ -86,7 +87,7 @@ def _keep(df: pd.DataFrame, win, devices: tuple, time_col: str = "duration_ps") 
     if devices and "device" in df.columns:
         m &= df["device"].astype(str).isin(devices).to_numpy()
     if win is not None and len(df):
-        a = df["start_ps"].to_numpy(np.int64)
+        a = column_numpy(df, "start_ps", np.int64)
         b = a + df[time_col].to_numpy(np.int64)
         m &= (b > win[0]) & (a < win[1]) | ((a == b) & (a >= win[0]) & (a < win[1]))
     return df[m]
@@ -141,7 +142,7 @@ def _write_all(w: Writer, ops, frames, findings, win, devices, tl, d2s) -> dict:
     for k, f in enumerate(findings):
         head.append(meta("thread_name", fpid, k + 1, f"{f.rule_id} {f.name}"))
     w.many(head)
-    sync = ~sel["is_async"].to_numpy(bool)
+    sync = ~column_numpy(sel, "is_async", bool)
     n_ops = _write_ops(w, sel[sync], pid, tids)
     n_async = _write_async(w, sel, sync, pid, tids, d2s)
     st = _keep(frames["steps"], win, devices, "step_ps")
@@ -160,7 +161,7 @@ def _escaped(o: pd.DataFrame, name: str) -> tuple[np.ndarray, list, list]:
     if name not in o.columns:
         return np.full(len(o), -1), [], ['""']
     c = o[name] if isinstance(o[name].dtype, pd.CategoricalDtype) else o[name].astype(str).astype("category")
-    cats = [str(v) for v in c.cat.categories]
+    cats = [str(v) for v in c.cat.categories.tolist()]
     return c.array.codes, cats, [json.dumps(v, ensure_ascii=False) for v in cats] + ['""']
 
 
@@ -173,8 +174,8 @@ def _write_ops(w: Writer, o: pd.DataFrame, pid: dict, tids: dict) -> int:
     mc, _, mn = _escaped(o, "module")
     bc, _, bn = _escaped(o, "bound_by")
     sc, _, sn = _escaped(o, "cost_source")
-    start, dur = o["start_ps"].to_numpy(np.int64), o["duration_ps"].to_numpy(np.int64)
-    step = o["step"].to_numpy(np.int64)
+    start, dur = column_numpy(o, "start_ps", np.int64), column_numpy(o, "duration_ps", np.int64)
+    step = column_numpy(o, "step", np.int64)
     cols = {k: (o[k].to_numpy(float) if k in o else np.full(len(o), np.nan))
             for k in ("efficiency", "roofline_ps", "headroom_ps", "flops", "bytes_accessed")}
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis.intervals import merge
 from tracekit.report.trace_events import Writer, args_json, us
 
@@ -44,8 +45,8 @@ def write_exposed(w: Writer, sel: pd.DataFrame, pid: dict, tl) -> int:
         return 0
     coll = tl.is_collective(sel)
     comp = tl.compute_mask(sel)
-    st = sel["start_ps"].to_numpy(np.int64)
-    en = st + sel["duration_ps"].to_numpy(np.int64)
+    st = column_numpy(sel, "start_ps", np.int64)
+    en = st + column_numpy(sel, "duration_ps", np.int64)
     keys = list(zip(sel["host"].astype(str), sel["device"].astype(str)))
     groups = pd.Series(range(len(sel))).groupby(pd.Series(keys, dtype=object)).indices if len(sel) else {}
     n = 0

@@ -21,6 +21,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis.replay.engine import Joined
 from tracekit.analysis.replay.graph import OP, WIN
 from tracekit.records import record
@@ -64,12 +65,12 @@ def own_link(ops: pd.DataFrame, dchips: dict) -> np.ndarray:
     out = np.full(len(ops), np.nan)
     if "is_host_transfer" not in ops:
         return out
-    hx = np.flatnonzero(ops["is_host_transfer"].to_numpy(bool) & ops["is_async"].to_numpy(bool))
+    hx = np.flatnonzero(column_numpy(ops, "is_host_transfer", bool) & column_numpy(ops, "is_async", bool))
     if not len(hx):
         return out
     h, d = ops["host"].astype(str).to_numpy()[hx], ops["device"].astype(str).to_numpy()[hx]
     bw = np.array([getattr(dchips.get((a, b)), "host_link_bw_bytes_per_s", np.nan) for a, b in zip(h, d)], float)
-    nb = ops["net_bytes"].to_numpy(float)[hx]
+    nb = column_numpy(ops, "net_bytes", float)[hx]
     out[hx] = np.where(bw > 0, nb / bw * 1e12, np.nan)
     return out
 
@@ -79,12 +80,12 @@ def price(ops_a: pd.DataFrame, ops_b: pd.DataFrame | None, chips_a: dict, chips_
     """Row times for a chip change (``ops_b``: the same rows priced on B, with ``chips_b``) and/or a batch
     scaling (``flops_f``/``bytes_f`` per row). See the module docstring."""
     n = len(ops_a)
-    host_x = ops_a["is_host_transfer"].to_numpy(bool) if "is_host_transfer" in ops_a else np.zeros(n, bool)
-    win = ops_a["is_async"].to_numpy(bool)
+    host_x = column_numpy(ops_a, "is_host_transfer", bool) if "is_host_transfer" in ops_a else np.zeros(n, bool)
+    win = column_numpy(ops_a, "is_async", bool)
     terms = {}
     for tag, o, ch in (("a", ops_a, chips_a), ("x", ops_b if ops_b is not None else ops_a, chips_b or chips_a)):
-        c, m = o["compute_ps"].to_numpy(float), o["memory_ps"].to_numpy(float)
-        net = o["network_ps"].to_numpy(float).copy()
+        c, m = column_numpy(o, "compute_ps", float), column_numpy(o, "memory_ps", float)
+        net = column_numpy(o, "network_ps", float).copy()
         own = own_link(o, ch)
         net = np.where(host_x & win & np.isfinite(own), own, net)
         terms[tag] = (c, m, net)
@@ -113,7 +114,7 @@ def price(ops_a: pd.DataFrame, ops_b: pd.DataFrame | None, chips_a: dict, chips_
 def _is_marker(ops: pd.DataFrame) -> np.ndarray:
     """-start/-done rows (their time is their window's business)."""
     op = ops["opcode"].astype(str).to_numpy()
-    sync = ~ops["is_async"].to_numpy(bool)
+    sync = ~column_numpy(ops, "is_async", bool)
     return sync & np.array([o.endswith(("-start", "-done")) for o in op], bool)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import member_mask
+from tracekit.columns import column_numpy, member_mask
 from tracekit.grouping import codes_of, unique_rows
 
 OVERLAP_RULES = frozenset({"unoverlapped-collective", "collective-bound-step"})
@@ -65,15 +65,15 @@ def evidence_rows(ops: pd.DataFrame, frame: str, ev: pd.DataFrame) -> np.ndarray
     n = len(ops)
     if not len(ev) or not n:
         return np.zeros(n, bool)
-    st = ops["start_ps"].to_numpy(np.int64)
+    st = column_numpy(ops, "start_ps", np.int64)
     if frame == "gaps":
-        end = ev["start_ps"].to_numpy(np.int64) + ev["duration_ps"].to_numpy(np.int64)
+        end = column_numpy(ev, "start_ps", np.int64) + column_numpy(ev, "duration_ps", np.int64)
         want = set(zip(ev["host"].astype(str), ev["device"].astype(str), end.tolist()))
-        return ~ops["is_async"].to_numpy(bool) & _rows_in(ops, st, want, ("host", "device"))
+        return ~column_numpy(ops, "is_async", bool) & _rows_in(ops, st, want, ("host", "device"))
     if frame == "steps":
         from tracekit.analysis.timeline import is_collective
         want = set(zip(ev["host"].astype(str), ev["device"].astype(str), ev["step"].astype(int).tolist()))
-        return is_collective(ops) & _rows_in(ops, ops["step"].to_numpy(np.int64), want, ("host", "device"))
+        return is_collective(ops) & _rows_in(ops, column_numpy(ops, "step", np.int64), want, ("host", "device"))
     if {"host", "device", "op", "start_ps"} <= set(ev.columns):
         want = set(zip(ev["host"].astype(str), ev["device"].astype(str), ev["op"].astype(str),
                        ev["start_ps"].astype(np.int64).tolist()))
@@ -100,7 +100,7 @@ def roofline_cap(ops: pd.DataFrame, own_link: np.ndarray) -> np.ndarray:
     """Per row: the time the op takes at its roofline (a host-offload copy: alone on its link); NaN unknown."""
     if "roofline_ps" not in ops:
         return np.where(np.isfinite(own_link), own_link, np.nan)
-    r = ops["roofline_ps"].to_numpy()  # (float32 as it is: np.where widens it exactly, no float64 copy first)
+    r = column_numpy(ops, "roofline_ps")  # (float32 as it is: np.where widens it exactly, no float64 copy first)
     return np.where(np.isfinite(own_link), own_link, r if r.dtype.kind == "f" else r.astype(float))
 
 
@@ -108,7 +108,7 @@ def gap_ends(frame: str, ev: pd.DataFrame) -> set:
     """(host, device, ps) where each of a gaps finding's gaps ends (a gap between steps ends at the next run)."""
     if frame != "gaps" or not len(ev):
         return set()
-    end = (ev["start_ps"].to_numpy(np.int64) + ev["duration_ps"].to_numpy(np.int64)).tolist()
+    end = (column_numpy(ev, "start_ps", np.int64) + column_numpy(ev, "duration_ps", np.int64)).tolist()
     return set(zip(ev["host"].astype(str), ev["device"].astype(str), end))
 
 

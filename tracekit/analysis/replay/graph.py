@@ -39,6 +39,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.grouping import codes_of, per_pair, per_value, row_parts, unique
 from tracekit.model import predictions
 from tracekit.records import record
@@ -129,7 +130,7 @@ def producers(hlo: pd.DataFrame) -> dict:
     trace does not show (:data:`_INVISIBLE`; a parameter ends the search): the ops it waits for."""
     if hlo is None or not len(hlo):
         return {}
-    pid = hlo["program_id"].to_numpy(np.uint64)
+    pid = column_numpy(hlo, "program_id", np.uint64)
     names = hlo["name"].astype(str).to_numpy()
     comp = hlo["computation"].astype(str).to_numpy()
     opc = hlo["opcode"].astype(str).to_numpy()
@@ -191,14 +192,14 @@ def step_rows(ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, host: str | 
     """(the chosen steps of ``host`` (closed ones among ``step_numbers``: a frame), their devices, the positions of
     the op rows whose start lies in one of those steps' windows on its device, each one's step (index into the
     chosen steps)). Works on the columns' codes: no string per row."""
-    st = steps[~steps["open_end"].to_numpy(bool)] if "open_end" in steps else steps
+    st = steps[~column_numpy(steps, "open_end", bool)] if "open_end" in steps else steps
     if host is not None:
         st = st[st["host"].astype(str).to_numpy() == host]
-    st = st[np.isin(st["step"].to_numpy(np.int64), np.asarray(list(step_numbers), np.int64))]
+    st = st[np.isin(column_numpy(st, "step", np.int64), np.asarray(list(step_numbers), np.int64))]
     sdev, devices = codes_of(st["device"].astype(str))
     devices = [str(d) for d in devices]
-    s_start = st["start_ps"].to_numpy(np.int64)
-    s_next = s_start + st["duration_ps"].to_numpy(np.int64)
+    s_start = column_numpy(st, "start_ps", np.int64)
+    s_next = s_start + column_numpy(st, "duration_ps", np.int64)
     dcodes, dnames = codes_of(ops["device"], compact=True)
     hmask = None
     if host is not None:
@@ -206,7 +207,7 @@ def step_rows(ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, host: str | 
         mine = [i for i, h in enumerate(hnames) if str(h) == host]
         hmask = hcodes == (mine[0] if mine else -2)
     dmap = {str(d): i for i, d in enumerate(dnames)}
-    ostart = ops["start_ps"].to_numpy(np.int64)
+    ostart = column_numpy(ops, "start_ps", np.int64)
     # one host's frame sorted by device and start (as the loader leaves it): each device's rows are a slice, and
     # each step's rows a range of it found by binary search (no device-sized temporaries)
     parts = row_parts(ops, ["host", "device"]) if host is not None else {}
@@ -242,11 +243,11 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     collective runs in (None: every device that runs it). The graph's ``rows`` are positions in ``ops``."""
     from tracekit.analysis.replay import links
     st, devices, sdev_codes, frows, fslot = step_rows(ops, steps, step_numbers, host)
-    s_start = st["start_ps"].to_numpy(np.int64)
-    s_next = s_start + st["duration_ps"].to_numpy(np.int64)
-    s_step = st["step"].to_numpy(np.int64)
-    fstart = ops["start_ps"].to_numpy(np.int64)[frows]
-    fdur = ops["duration_ps"].to_numpy(np.int64)[frows]
+    s_start = column_numpy(st, "start_ps", np.int64)
+    s_next = s_start + column_numpy(st, "duration_ps", np.int64)
+    s_step = column_numpy(st, "step", np.int64)
+    fstart = column_numpy(ops, "start_ps", np.int64)[frows]
+    fdur = column_numpy(ops, "duration_ps", np.int64)[frows]
     order = np.lexsort((frows, fstart + fdur, fstart))
     frows, nslot = frows[order], fslot[order]
     # the chosen rows' columns, once (everything below is bounded by them)
@@ -254,13 +255,13 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
         frows).reset_index(drop=True), COLUMNS)
     n = len(frows)
     rows = np.arange(n, dtype=np.int64)
-    start = ops["start_ps"].to_numpy(np.int64)
-    end = start + ops["duration_ps"].to_numpy(np.int64)
-    is_async = ops["is_async"].to_numpy(bool)
+    start = column_numpy(ops, "start_ps", np.int64)
+    end = start + column_numpy(ops, "duration_ps", np.int64)
+    is_async = column_numpy(ops, "is_async", bool)
     opname = ops["op"].astype(str).to_numpy()
     opcode = ops["opcode"].astype(str).to_numpy()
     module = ops["module"].astype(str).to_numpy()
-    pid = ops["program_id"].to_numpy(np.uint64)
+    pid = column_numpy(ops, "program_id", np.uint64)
     src = ops["source"].astype(str).to_numpy()
     line = codes_of(ops["line"])[0] if n else np.zeros(0, np.int64)
     ocode_rows = sdev_codes[nslot] if n else np.zeros(0, np.int64)
@@ -368,7 +369,7 @@ def _groups(opname, opcode, module, pid, is_async, nslot, s_step, seq, dev_names
     df = pd.DataFrame({"m": module[idx], "o": opname[idx], "a": is_async[idx], "s": nslot[idx], "q": seq[idx]})
     df = df.sort_values(["s", "m", "o", "a", "q"], kind="stable")
     df["k"] = df.groupby(["s", "m", "o", "a"], sort=False).cumcount()
-    steps = s_step[df["s"].to_numpy()]
+    steps = s_step[column_numpy(df, "s")]
     memo: dict = {}
     for i, m, o, a, st, k in zip(idx[df.index.to_numpy()], df["m"], df["o"], df["a"], steps, df["k"]):
         who = None

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis import stepstats
 from tracekit.analysis.replay import graph
 
@@ -22,7 +23,7 @@ def choose_steps(steps: pd.DataFrame, ops_rows: int, max_nodes: int = MAX_NODES)
     slowest device (largest median) lies nearest its median."""
     if steps is None or not len(steps):
         return [], "the trace has no steps"
-    closed = steps[~steps["open_end"].to_numpy(bool)] if "open_end" in steps else steps
+    closed = steps[~column_numpy(steps, "open_end", bool)] if "open_end" in steps else steps
     if not len(closed):
         return [], "every step is a device's last run (no next start to end it)"
     ndev = closed.groupby(["host", "device"], observed=True).ngroups
@@ -37,8 +38,8 @@ def choose_steps(steps: pd.DataFrame, ops_rows: int, max_nodes: int = MAX_NODES)
         return sorted(common.tolist()), f"all {len(common)} closed step(s)"
     # the slowest device (largest median step time; the first in text order among equal ones), its steps of
     # ``common`` in frame order, the ``cap`` nearest its median (ties in frame order)
-    dur = closed["duration_ps"].to_numpy(np.float64)
-    step = closed["step"].to_numpy(np.int64)
+    dur = column_numpy(closed, "duration_ps", np.float64)
+    step = column_numpy(closed, "step", np.int64)
     per_device = [rows for _, rows in stepstats.device_rows(closed)]
     meds = [float(np.median(dur[rows])) for rows in per_device]
     mine = per_device[meds.index(max(meds))]

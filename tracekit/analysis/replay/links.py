@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.grouping import cat_apply, codes_of
 
 OP, WIN, DONE = 0, 1, 2
@@ -82,8 +83,8 @@ def window_ends(ops: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.
     est[take], how[take] = v[take], "same op"
     # 2. host-offload copies: the device's link rate
     if {"is_host_transfer", "net_bytes"} <= set(ops.columns):
-        hx = ops["is_host_transfer"].to_numpy(bool)[rows] & is_w
-        nb = ops["net_bytes"].to_numpy(float)[rows]
+        hx = column_numpy(ops, "is_host_transfer", bool)[rows] & is_w
+        nb = column_numpy(ops, "net_bytes", float)[rows]
         x = np.flatnonzero(hx)
         x = x[np.lexsort((start[x], dev[x]))]
         reach = np.full(len(x), np.iinfo(np.int64).min)
@@ -98,7 +99,7 @@ def window_ends(ops: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.
         est[take], how[take] = v[take], "link rate"
     # 3. the roofline
     if "roofline_ps" in ops.columns:
-        v = ops["roofline_ps"].to_numpy()[rows][w].astype(float)  # (the rows' values only, then as floats)
+        v = column_numpy(ops, "roofline_ps")[rows][w].astype(float)  # (the rows' values only, then as floats)
         take = np.isnan(est) & np.isfinite(v) & (v > 0)
         est[take], how[take] = v[take], "roofline"
     new = np.where(np.isfinite(est), start[w] + np.nan_to_num(est), start[d]).astype(np.int64)
@@ -140,10 +141,10 @@ def link_queue(ops: pd.DataFrame, rows: np.ndarray, kind: np.ndarray, start: np.
     own = np.where(kind == WIN, end - start, 0).astype(np.int64)
     if "is_host_transfer" not in ops.columns or not n:
         return qprev, own
-    host_x = ops["is_host_transfer"].to_numpy(bool)[rows] & (kind == WIN)
+    host_x = column_numpy(ops, "is_host_transfer", bool)[rows] & (kind == WIN)
     if host_x.sum() < 2:
         return qprev, own
-    to_host = ops["to_host"].to_numpy(bool)[rows] if "to_host" in ops.columns else np.zeros(n, bool)
+    to_host = column_numpy(ops, "to_host", bool)[rows] if "to_host" in ops.columns else np.zeros(n, bool)
     idx = np.flatnonzero(host_x)
     q = slot[idx] * 2 + to_host[idx]
     o = np.lexsort((idx, start[idx], q))  # (node order is start order already)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.analysis.replay import changes as ch, engine, fixes, inputs
 from tracekit.errors import TraceError
 from tracekit.model import predictions
@@ -179,7 +180,7 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
         if bsize is None:
             raise TraceError(f"--batch-scale: {how}")
         ff, bf = batch.row_factors(s.ops, batch.scale_factors(tr.hlo_modules, req.batch_scale, bsize))
-        share = float(np.average(ff > 1, weights=s.ops["duration_ps"].to_numpy(float))) if len(ff) else 0.0
+        share = float(np.average(ff > 1, weights=column_numpy(s.ops, "duration_ps", float))) if len(ff) else 0.0
         notes.append(f"--batch-scale {req.batch_scale:g}: batch size {bsize} ({how}); an op whose operand or result "
                      f"shapes hold that dimension does {req.batch_scale:g}x the FLOPs and moves {req.batch_scale:g}x "
                      f"the bytes of those arrays ({share:.0%} of op time); the others (weight-shaped) are kept; a "
@@ -192,7 +193,7 @@ def row_times(s: Setup, req: Request) -> tuple[ch.RowTimes, list, pd.DataFrame]:
                          + (" (x the batch factor)" if ff is not None else ""))
     else:
         rt = ch.RowTimes.unchanged(len(s.ops), ch.bounds(*(s.ops[c].to_numpy(float) for c in (
-            "compute_ps", "memory_ps", "network_ps")), s.ops["is_host_transfer"].to_numpy(bool)))
+            "compute_ps", "memory_ps", "network_ps")), column_numpy(s.ops, "is_host_transfer", bool)))
     for name, k in req.speedup:
         mask = fixes.op_rows(s.ops, [name])
         if not mask.any():

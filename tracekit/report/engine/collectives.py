@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracekit.columns import column_numpy
 from tracekit.records import record
 
 NAME = "collectives"
@@ -24,7 +25,7 @@ def summarize(hv) -> Part:
     if not len(coll):
         return Part(coll, np.zeros(0))
     top = coll.sort_values("exposed_ps", ascending=False, kind="stable").head(TOP).reset_index(drop=True)
-    return Part(top, top["exposed_ps"].to_numpy(np.float64))
+    return Part(top, column_numpy(top, "exposed_ps", np.float64))
 
 
 def reduce(parts: list, ctx) -> dict:

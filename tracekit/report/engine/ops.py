@@ -11,6 +11,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.records import record
 
 NAME = "ops"
@@ -38,7 +39,7 @@ def totals(ops: pd.DataFrame, coll: pd.DataFrame) -> Totals:
     """The :class:`Totals` of an ops frame and its collectives frame."""
     from tracekit.analysis import coverage
     from tracekit.columns import self_time
-    sync_m = ~ops["is_async"].to_numpy(bool) if len(ops) else np.zeros(0, bool)
+    sync_m = ~column_numpy(ops, "is_async", bool) if len(ops) else np.zeros(0, bool)
     dur = self_time(ops) if len(ops) else np.zeros(0, np.int64)
     by_bound = {}
     if "bound_by" in ops and len(ops):  # (sums in place, per category: no row-sized copy of the times)

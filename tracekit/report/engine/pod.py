@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.records import record
 
 NAME = "pod"
@@ -58,8 +59,8 @@ def summarize(hv) -> Part:
         return _no_instances(spread)
     op = rows["op"].astype(str).str.replace(r"-done(\.\d+)?$", lambda x: "-start" + (x.group(1) or ""), regex=True)
     df = pd.DataFrame({"device": rows["device"].astype(str).to_numpy(), "module": rows["module"].astype(str).to_numpy(),
-                       "op": op.to_numpy(), "is_async": rows["is_async"].to_numpy(bool),
-                       "start_ps": rows["start_ps"].to_numpy(np.int64),
+                       "op": op.to_numpy(), "is_async": column_numpy(rows, "is_async", bool),
+                       "start_ps": column_numpy(rows, "start_ps", np.int64),
                        "end_ps": (rows["start_ps"] + rows["duration_ps"]).to_numpy(np.int64)})
     df = df.sort_values(["device", "module", "op", "is_async", "start_ps"], kind="stable")
     df["k"] = df.groupby(["device", "module", "op", "is_async"], sort=False).cumcount()
@@ -67,8 +68,8 @@ def summarize(hv) -> Part:
     inst = g.agg(arrival=("start_ps", "max"), end=("end_ps", "median")).reset_index()
     kinv = inst.groupby(["module", "op", "is_async"], sort=True).ngroup().to_numpy()
     keys = tuple(inst.groupby(["module", "op", "is_async"], sort=True).size().index)
-    return Part(keys, kinv.astype(np.int32), inst["k"].to_numpy(np.int64), inst["arrival"].to_numpy(np.int64),
-                inst["end"].to_numpy(np.float64), spread)
+    return Part(keys, kinv.astype(np.int32), column_numpy(inst, "k", np.int64), column_numpy(inst, "arrival", np.int64),
+                column_numpy(inst, "end", np.float64), spread)
 
 
 def _no_instances(spread: dict) -> Part:
@@ -187,7 +188,7 @@ def op_mix(hosts: list, sums: list) -> pd.DataFrame:
             hs += [h] * len(o)
             mods += [str(x) for x in o["module"].tolist()]
             ops += [str(x) for x in o["op"].tolist()]
-            tot.append(o["total_ps"].to_numpy(np.float64))
+            tot.append(column_numpy(o, "total_ps", np.float64))
     if not hs:
         return pd.DataFrame(columns=cols)
     t = pd.Series(np.concatenate(tot)).groupby([hs, mods, ops], sort=True).sum()

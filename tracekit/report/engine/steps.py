@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import column_numpy
 from tracekit.records import record
 
 NAME = "steps"
@@ -32,7 +33,7 @@ def summarize(hv) -> Part:
     st = hv.frames.steps
     stats = records(stepstats.step_stats(st, column="step_ps")) if len(st) else []
     first = first_steps(st, STEP_ROWS) if len(st) else st
-    return Part(first, first["step"].to_numpy(np.int64) if len(first) else np.zeros(0, np.int64),
+    return Part(first, column_numpy(first, "step", np.int64) if len(first) else np.zeros(0, np.int64),
                 records(device_steps(st)), stats, hv.step_summary, hv.step_source)
 
 
@@ -66,7 +67,7 @@ def _levels(rows: list) -> list:
 def first_steps(steps: pd.DataFrame, k: int) -> pd.DataFrame:
     """The first ``k`` rows in (step, host, device) order (stable), sorting only the rows that can be among them."""
     if len(steps) > 4 * k:
-        st = steps["step"].to_numpy()
+        st = column_numpy(steps, "step")
         kth = np.partition(st, k - 1)[k - 1]  # the k-th smallest step number: later steps cannot be in the head
         steps = steps[st <= kth]
     return steps.sort_values(["step", "host", "device"], kind="stable").head(k)
@@ -100,9 +101,9 @@ def _device_sums(steps: pd.DataFrame, closed: pd.DataFrame, cols: list) -> pd.Da
     """:func:`device_steps` of integer columns, a device's rows at a time (sums exact; the step time's mean of its
     closed steps exact: :func:`tracekit.analysis.stepstats.exact_sums`), instead of two groupbys and two joins."""
     from tracekit.analysis.stepstats import device_rows
-    step = steps["step_ps"].to_numpy(np.int64)
+    step = column_numpy(steps, "step_ps", np.int64)
     sums = {c: steps[c].to_numpy(np.int64) for c in cols}
-    done = closed["step_ps"].to_numpy(np.int64)
+    done = column_numpy(closed, "step_ps", np.int64)
     timed = dict(device_rows(closed))  # (every device has rows there: closed_steps keeps a device's only run)
     out: dict = {c: [] for c in ("host", "device", "steps", "step_ps_mean", "step_ps_median", "step_ps_max",
                                  "step_ps_sum", *cols)}
