@@ -779,3 +779,27 @@ def test_records_clean_every_dtype_as_the_series_iterates():
             zip(*([*s] for _, s in df.items()))]
     assert envelope.records(df) == want
     assert [[type(v) for v in r.values()] for r in envelope.records(df)] == [[type(v) for v in r.values()] for r in want]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_text_numpy_is_astype_str_to_numpy(fast, monkeypatch):
+    """text_numpy(df, c) against pandas' df[c].astype(str).to_numpy(): categoricals of text, ints (with a missing
+    value pandas pads the categories as floats: '1.0'), floats, bools, datetimes, empty and all-missing ones, and
+    plain columns (pandas itself), same values and value types."""
+    if not fast:
+        monkeypatch.setattr(C, "_COLUMN_ARRAY", None)
+    cases = {"text": pd.Categorical(["p", "q", None, "p"]), "ints_missing": pd.Categorical([1, 2, None, 1]),
+             "ints": pd.Categorical([1, 2, 1, 3]), "floats": pd.Categorical([1.0, 2.5, np.nan, 2.5]),
+             "no_missing": pd.Categorical(["a", "b", "a", "a"]), "bools": pd.Categorical([True, False, None, True]),
+             "dates": pd.Categorical(pd.to_datetime(["2026-01-01", None, "2026-01-02", "2026-01-01"])),
+             "unused_category": pd.Categorical(["a", "a", "a", "a"], categories=["z", "a"]),
+             "objects": pd.Series(["a", None, 1, 2.5], dtype=object), "ints_plain": np.arange(4)}
+    df = pd.DataFrame(cases)
+    for c in [*df.columns, "empty", "all_missing"]:
+        frame = df if c in df.columns else pd.DataFrame(
+            {c: pd.Categorical([], categories=["a"]) if c == "empty" else pd.Categorical([None, None], categories=[])})
+        want, got = frame[c].astype(str).to_numpy(), C.text_numpy(frame, c)
+        assert got.dtype == want.dtype and len(got) == len(want), c
+        assert all(type(x) is type(y) and (x == y or (x != x and y != y)) for x, y in zip(got, want)), c
+    mapping = {"m": pd.Series(pd.Categorical(["a", "b"]))}  # (a mapping that is not a frame: pandas itself)
+    assert list(C.text_numpy(mapping, "m")) == list(mapping["m"].astype(str).to_numpy())

@@ -184,6 +184,23 @@ def column_numpy(df: pd.DataFrame, name, dtype=None) -> np.ndarray:
     return df[name].to_numpy(dtype)
 
 
+def text_numpy(df: pd.DataFrame, name) -> np.ndarray:
+    """``df[name].astype(str).to_numpy()``, the same values: for a categorical column of a frame, each category's
+    text worked out once (by pandas, on the categories) and spread to the rows by their codes, instead of a text per
+    row and a Series; any other column (or a mapping that is not a frame) through pandas itself."""
+    a = stored(df, name) if isinstance(df, pd.DataFrame) else None
+    if not isinstance(a, pd.Categorical):
+        return df[name].astype(str).to_numpy()
+    codes = a.codes
+    # each category once (and a missing value where the column has one: code -1 picks the last), made text by
+    # pandas' own Categorical.astype, which pads missing values in the categories' type as it does for the rows
+    once = np.arange(len(a.categories), dtype=codes.dtype)
+    if len(codes) and codes.min() < 0:
+        once = np.append(once, np.array([-1], codes.dtype))
+    per = pd.Series(pd.Categorical.from_codes(once, dtype=a.dtype)).astype(str).to_numpy(object)
+    return per[codes] if len(per) else np.empty(len(codes), object)
+
+
 def take_rows(df: pd.DataFrame, cols: list, rows: np.ndarray, extra: dict | None = None) -> pd.DataFrame:
     """Rows ``rows`` (positions) of the columns ``cols`` of ``df``, then of the row-aligned Series ``extra``
     (name -> Series; a name of ``cols`` replaced where it is, as ``assign`` does), as a new frame on a fresh

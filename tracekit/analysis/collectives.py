@@ -26,7 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.analysis import timeline as tl
 from tracekit.grouping import cat_apply, group_index, unique_rows
 from tracekit.model import predictions
@@ -84,8 +84,8 @@ def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataF
     # (columns as arrays, the frame made once at the end: a small trace's collectives are a few hundred rows,
     # where each pandas sort, group or column set costs more than its arithmetic)
     n = len(rows)
-    out = {"host": rows["host"].astype(str).to_numpy(), "device": rows["device"].astype(str).to_numpy(),
-           "module": rows["module"].astype(str).to_numpy(),
+    out = {"host": text_numpy(rows, "host"), "device": text_numpy(rows, "device"),
+           "module": text_numpy(rows, "module"),
            "program_id": column_numpy(rows, "program_id").astype(np.uint64), "op": np.array(okey, object)[oinv],
            "step": column_numpy(rows, "step") if "step" in rows else np.full(n, -1),
            "start_ps": column_numpy(rows, "start_ps", np.int64),
@@ -93,7 +93,7 @@ def executions(ops: pd.DataFrame, model, *, instances: bool = False) -> pd.DataF
            "is_async": column_numpy(rows, "is_async", bool),
            "predicted_ps": predictions.values(rows, "network_ps").astype(float) if predictions.has(rows, "network_ps")
            else np.full(n, np.nan),
-           "bound": rows["net_level"].astype(str).to_numpy() if "net_level" in rows else np.full(n, "", object)}
+           "bound": text_numpy(rows, "net_level") if "net_level" in rows else np.full(n, "", object)}
     dinv, devs = unique_rows(rows, ["host", "device"])
     dgid = np.array([model.ids.get((_text(h), _text(d)), -1) for h, d in devs], np.int64)
     # each execution's replica group: per distinct (op, device group id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, self_time
+from tracekit.columns import column_numpy, self_time, text_numpy
 from tracekit.model.custom_calls import ASSUMPTIONS
 
 MAX_NOTES = 3  #: distinct cost notes kept per target (the attention FLOP ranges, kernel sizes, ...)
@@ -40,10 +40,10 @@ def parts(ops: pd.DataFrame, hlo: pd.DataFrame, costs: pd.DataFrame | None = Non
         return pd.DataFrame(columns=ROW_COLUMNS), op_time, True
     targets = hlo[hlo["opcode"].astype(str) == "custom-call"][["program_id", "name", "custom_call_target"]]
     targets = targets.rename(columns={"name": "op"}).drop_duplicates(["program_id", "op"])
-    rows = pd.DataFrame({"program_id": column_numpy(cc, "program_id"), "op": cc["op"].astype(str).to_numpy(),
+    rows = pd.DataFrame({"program_id": column_numpy(cc, "program_id"), "op": text_numpy(cc, "op"),
                          "duration_ps": column_numpy(cc, "duration_ps", np.int64),
-                         "cost_source": cc["cost_source"].astype(str).to_numpy(),
-                         "unknown_reason": cc["unknown_reason"].astype(str).to_numpy()})
+                         "cost_source": text_numpy(cc, "cost_source"),
+                         "unknown_reason": text_numpy(cc, "unknown_reason")})
     rows = rows.merge(targets.astype({"op": str}), on=["program_id", "op"], how="left")
     if costs is not None and len(costs) and "note" in costs.columns:
         notes = costs[["program_id", "op", "note"]].drop_duplicates(["program_id", "op"])

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.analysis import diffstats as stats
 from tracekit.records import record
 
@@ -113,10 +113,10 @@ def op_samples(tr) -> dict:
     if not len(ops):
         return {}
     sync = ~column_numpy(ops, "is_async", bool)
-    op = ops["op"].astype(str).to_numpy(object)
+    op = text_numpy(ops, "op")
     if "kernel" in ops.columns:
-        op = np.where(op == "", ops["kernel"].astype(str).to_numpy(object), op)
-    df = pd.DataFrame({"module": ops["module"].astype(str).to_numpy(object)[sync], "op": op[sync],
+        op = np.where(op == "", text_numpy(ops, "kernel"), op)
+    df = pd.DataFrame({"module": text_numpy(ops, "module")[sync], "op": op[sync],
                        "t": self_time(ops)[sync]})
     return {k: g.to_numpy(np.int64) for k, g in df.groupby(["module", "op"], sort=False)["t"]}
 

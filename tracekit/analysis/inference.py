@@ -32,7 +32,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.analysis import serving_hlo, serving_kind
 from tracekit.model import predictions, serving as formulas
 from tracekit.records import record
@@ -81,7 +81,7 @@ def _runs(host: str, modules: pd.DataFrame, progs: dict) -> pd.DataFrame:
     from tracekit.ingest import steps as steps_mod
     if modules is None or not len(modules) or not progs:
         return pd.DataFrame(columns=RUN_COLUMNS)
-    mod = modules["module"].astype(str).to_numpy()
+    mod = text_numpy(modules, "module")
     pid = column_numpy(modules, "program_id", np.uint64)
     keys = list(zip(mod.tolist(), pid.tolist()))
     serving = np.array([k in progs for k in keys], bool)
@@ -90,7 +90,7 @@ def _runs(host: str, modules: pd.DataFrame, progs: dict) -> pd.DataFrame:
     m = modules[serving]
     one = m.assign(module=pd.Categorical(["<serving>"] * len(m)), program_id=np.zeros(len(m), np.uint64))
     st = steps_mod.program_runs(one, ("<serving>", 0))
-    key = pd.DataFrame({"device": m["device"].astype(str).to_numpy(), "start_ps": column_numpy(m, "start_ps", np.int64),
+    key = pd.DataFrame({"device": text_numpy(m, "device"), "start_ps": column_numpy(m, "start_ps", np.int64),
                         "module": mod[serving], "program_id": pid[serving]}).drop_duplicates(["device", "start_ps"])
     st = st.assign(device=st["device"].astype(str)).merge(key, on=["device", "start_ps"], how="left")
     st = st.sort_values(["device", "start_ps"], kind="stable").reset_index(drop=True)
@@ -138,11 +138,11 @@ def _op_sums(ops: pd.DataFrame, progs: dict) -> pd.DataFrame:
         return pd.DataFrame(columns=OP_COLUMNS)
     cols = {c: predictions.values(o, c).astype(float) if predictions.has(o, c) else np.full(len(o), np.nan)
             for c in ("roofline_ps", "memory_ps", "compute_ps", "flops")}
-    f = pd.DataFrame({"host": o["host"].astype(str).to_numpy(), "device": o["device"].astype(str).to_numpy(),
-                      "module": o["module"].astype(str).to_numpy(),
+    f = pd.DataFrame({"host": text_numpy(o, "host"), "device": text_numpy(o, "device"),
+                      "module": text_numpy(o, "module"),
                       "program_id": column_numpy(o, "program_id", np.uint64),
-                      "op": o["op"].astype(str).to_numpy(), "self_ps": column_numpy(o, "self_ps", float), **cols,
-                      "compute_dtype": o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else ""})
+                      "op": text_numpy(o, "op"), "self_ps": column_numpy(o, "self_ps", float), **cols,
+                      "compute_dtype": text_numpy(o, "compute_dtype") if "compute_dtype" in o else ""})
     g = f.groupby(["host", "device", "module", "program_id", "op"], sort=True)
     out = g.agg(executions=("self_ps", "size"), self_ps=("self_ps", "sum"), roofline_ps=("roofline_ps", "sum"),
                 memory_ps=("memory_ps", "sum"), compute_ps=("compute_ps", "sum"), flops=("flops", "sum"),

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.collectives import busbw_factor, executions
-from tracekit.columns import column_numpy, stack
+from tracekit.columns import column_numpy, stack, text_numpy
 from tracekit.grouping import group_index, int_sums, sorted_group_numbers
 from tracekit.records import record
 
@@ -159,7 +159,7 @@ def reduce(parts: list) -> pd.DataFrame:
     gid = allo.groupby(KEY, sort=False).ngroup().to_numpy()  # every host's op rows -> the pod's op
     n_op = int(gid.max()) + 1
     # the pod's first execution of each op: the least (start, host, device)
-    order = np.lexsort((allo["first_device"].astype(str).to_numpy(), allo["first_host"].astype(str).to_numpy(),
+    order = np.lexsort((text_numpy(allo, "first_device"), text_numpy(allo, "first_host"),
                         column_numpy(allo, "first_start", np.int64)))
     _, at = np.unique(gid[order], return_index=True)
     first = order[at]

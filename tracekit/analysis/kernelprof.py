@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.columns import text_numpy
+
 #: the columns :func:`annotate` adds (units: tracekit.analysis.rule_schema.UNITS; trust: :func:`trust`)
 COLUMNS = ("mxu_util", "mxu_util_source", "dma_wait_share", "dma_wait_ps", "dma_wait_source")
 _KEY = ["program_id", "op"]
@@ -72,7 +74,7 @@ def annotate(table: pd.DataFrame, profile: pd.DataFrame | None) -> pd.DataFrame:
             out[c] = "" if c.endswith("_source") else np.nan
         return out
     key = pd.DataFrame({"program_id": out["program_id"].astype(np.uint64).to_numpy(),
-                        "op": out["op"].astype(str).to_numpy()})
+                        "op": text_numpy(out, "op")})
     joined = key.merge(prof, on=_KEY, how="left")
     for c in COLUMNS:
         v = joined[c].to_numpy()

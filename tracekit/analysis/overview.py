@@ -36,7 +36,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, self_time
+from tracekit.columns import column_numpy, self_time, text_numpy
 from tracekit.grouping import row_parts
 from tracekit.analysis import coverage
 from tracekit.analysis import timeline as tl
@@ -306,7 +306,7 @@ def slowest_device_steps(steps: pd.DataFrame, column: str = "step_ps") -> tuple[
         ["host", "device"], sort=True)[column]
     rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
     key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]
-    mine = (steps["host"].astype(str).to_numpy() == key[0]) & (steps["device"].astype(str).to_numpy() == key[1])
+    mine = (text_numpy(steps, "host") == key[0]) & (text_numpy(steps, "device") == key[1])
     return steps[column][mine].astype("float64"), f"{key[0]}/{key[1]}"
 
 

@@ -31,7 +31,7 @@ from tracekit.analysis import kernelprof
 from tracekit.analysis.opstats import finish, op_stats
 from tracekit.analysis.rule_safety import regex_search_mask
 from tracekit.analysis.textmatch import cat_mask
-from tracekit.columns import column_numpy, with_columns
+from tracekit.columns import column_numpy, text_numpy, with_columns
 from tracekit.grouping import cat_apply
 from tracekit.model import predictions
 from tracekit.options import DEFAULTS
@@ -320,7 +320,7 @@ def _compile_in_steps(frames: dict, p: dict) -> pd.DataFrame:
     ev = ev[hit & (column_numpy(ev, "duration_ps", np.int64) >= p["min_duration_ps"])].reset_index(drop=True)
     dur = steps["step_ps"] if "step_ps" in steps.columns else steps["duration_ps"]
     s0, s1 = column_numpy(steps, "start_ps", np.int64), (steps["start_ps"] + dur).to_numpy(np.int64)
-    shost = steps["host"].astype(str).to_numpy()
+    shost = text_numpy(steps, "host")
     a = column_numpy(ev, "start_ps", np.int64)
     inside = np.zeros(len(ev), np.int64)
     for h, idx in ev.groupby(ev["host"].astype(str)).indices.items():

@@ -28,7 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, take_rows
+from tracekit.columns import column_numpy, take_rows, text_numpy
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
 from tracekit.analysis import evidence
@@ -111,7 +111,7 @@ def workload_rows(rule: Rule, frames: dict, df: pd.DataFrame) -> np.ndarray | No
         return None
     if "module" not in df.columns:
         return np.zeros(len(df), bool)
-    mods = df["module"].astype(str).to_numpy()
+    mods = text_numpy(df, "module")
     if "program_id" in df.columns:
         keys = set(zip(sv["module"].astype(str), column_numpy(sv, "program_id").astype(np.uint64).tolist()))
         pids = column_numpy(df, "program_id").astype(np.uint64).tolist()

@@ -22,7 +22,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.analysis.serving_hlo import ATTENTION_KERNELS, ProgramShape
 from tracekit.grouping import distinct_rows
 from tracekit.records import record
@@ -104,9 +104,9 @@ def _run_stats(modules: pd.DataFrame, keys: set) -> dict:
     """(module, program id) -> (most runs on a device, median run ps) of the programs in ``keys``."""
     if modules is None or not len(modules):
         return {}
-    m = pd.DataFrame({"module": modules["module"].astype(str).to_numpy(),
+    m = pd.DataFrame({"module": text_numpy(modules, "module"),
                       "pid": column_numpy(modules, "program_id", np.uint64),
-                      "device": modules["device"].astype(str).to_numpy(),
+                      "device": text_numpy(modules, "device"),
                       "dur": column_numpy(modules, "duration_ps", np.int64)})
     out = {}
     for (mod, pid), g in m.groupby(["module", "pid"], sort=True):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.analysis.intervals import KEYS
 from tracekit.grouping import group_index, rows_by_text
 from tracekit.records import record
@@ -99,7 +99,7 @@ def summary(steps: pd.DataFrame, column: str = "step_ps") -> StepSummary:
                  "p90_ps": float(np.quantile(f, 0.9)), "min_ps": float(f.min()), "max_ps": float(f.max())}
         slow = (median, float(mean), str(key[0]), str(key[1]), stats)
     else:
-        host, dev = closed["host"].astype(str).to_numpy(), closed["device"].astype(str).to_numpy()
+        host, dev = text_numpy(closed, "host"), text_numpy(closed, "device")
         g = closed[column].groupby([host, dev], sort=True)
         rank = pd.DataFrame({"median": g.median(), "mean": g.mean()})
         key = rank.sort_values(["median", "mean"], ascending=False, kind="stable").index[0]

@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit import schema
 from tracekit.grouping import distinct_rows, int_sums
 
@@ -84,8 +84,8 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
     run's own execution (not a column of the steps frame: :func:`device_steps` drops it). Runs are numbered by
     their run id's order (the earliest start of each id over the devices) when the ids name the same executions
     on every device, else by their order on each device."""
-    m = mx[(mx["module"].astype(str).to_numpy() == main[0]) & (column_numpy(mx, "program_id", np.uint64) == main[1])]
-    dev = m["device"].astype(str).to_numpy()
+    m = mx[(text_numpy(mx, "module") == main[0]) & (column_numpy(mx, "program_id", np.uint64) == main[1])]
+    dev = text_numpy(m, "device")
     start = column_numpy(m, "start_ps", np.int64)
     dur = column_numpy(m, "duration_ps", np.int64)
     run = column_numpy(m, "run_id", np.int64)
@@ -106,7 +106,7 @@ def program_runs(mx: pd.DataFrame, main: tuple[str, int]) -> pd.DataFrame:
         open_end = np.zeros(len(idx), bool)
         open_end[-1] = True
         number = np.array([rank[int(r)] for r in run[idx]], np.int64) if by_id else np.arange(len(idx))
-        out.append(pd.DataFrame({"host": m["host"].astype(str).to_numpy()[idx] if "host" in m.columns else "",
+        out.append(pd.DataFrame({"host": text_numpy(m, "host")[idx] if "host" in m.columns else "",
                                  "device": d, "step": number, "start_ps": s, "duration_ps": step_ps,
                                  "step_source": "module_execution", "open_end": open_end, "run_ps": e - s}))
     return pd.concat(out, ignore_index=True) if out else schema.empty(schema.STEPS)

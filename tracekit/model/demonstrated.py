@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 
 #: an op must run this long (self time) for its rate to raise an estimated peak: shorter events are at the mercy
 #: of timer resolution and per-event overhead
@@ -32,7 +32,7 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
     may be a cache rate), none where it is unknown. Both None: no ceiling, any cache."""
     from tracekit.model.cpu_limits import LLC_MULTIPLE
     cols = ["host", "term", "rate", "op", "module", "self_ps", "executions", "over_cap", "over_op", "over_rate"]
-    ok = (~column_numpy(ops, "is_async", bool)) & (ops["bound_by"].astype(str).to_numpy() != "unknown")
+    ok = (~column_numpy(ops, "is_async", bool)) & (text_numpy(ops, "bound_by") != "unknown")
     if "opcode" in ops:
         ok &= ~ops["opcode"].astype(str).isin(IN_PLACE).to_numpy()
     if "category" in ops:
@@ -49,12 +49,12 @@ def demonstrated(ops: pd.DataFrame, cap=None, cache=None) -> pd.DataFrame:
     amounts = {"memory": column_numpy(o, "bytes_accessed", float), "cache": column_numpy(o, "bytes_accessed", float),
                "network": np.where(host_x, 0.0, column_numpy(o, "net_bytes", float)),
                "host_link": np.where(host_x, column_numpy(o, "net_bytes", float), 0.0)}
-    cd = o["compute_dtype"].astype(str).to_numpy() if "compute_dtype" in o else np.full(len(o), "f32")
+    cd = text_numpy(o, "compute_dtype") if "compute_dtype" in o else np.full(len(o), "f32")
     for d in sorted(set(cd)):
         amounts[f"compute:{d}"] = np.where(cd == d, column_numpy(o, "flops", float), 0.0)
-    hosts = o["host"].astype(str).to_numpy()
-    key = pd.DataFrame({"host": hosts, "module": o["module"].astype(str).to_numpy(),
-                        "op": o["op"].astype(str).to_numpy(), "t": t})
+    hosts = text_numpy(o, "host")
+    key = pd.DataFrame({"host": hosts, "module": text_numpy(o, "module"),
+                        "op": text_numpy(o, "op"), "t": t})
     rows = []
     evidence, bad = [], []
     for term, amt in amounts.items():

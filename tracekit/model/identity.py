@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, narrow_int
+from tracekit.columns import column_numpy, narrow_int, text_numpy
 from tracekit.ingest import hlo
 from tracekit.ingest.trace import Trace
 from tracekit.model import execution, precision
@@ -120,7 +120,7 @@ def per_identity(tr: Trace, u: pd.DataFrame, dchips: dict, topology: str | None 
     cdtype = j["compute_dtype"].fillna("").astype(str).to_numpy(dtype=object) if "compute_dtype" in j else dtype
     cdtype = np.where(cdtype == "", [precision.result_compute_dtype(x) for x in dtype], cdtype) if n else cdtype
     peak_f, bw, hostw = (np.full(n, np.nan) for _ in range(3))
-    hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
+    hosts, devs = text_numpy(u, "host"), text_numpy(u, "device")
     for (h, d), ch in dchips.items():
         m = (hosts == h) & (devs == d)
         if not m.any():
@@ -185,7 +185,7 @@ def _hlo_extras(tr: Trace, key: pd.DataFrame) -> pd.DataFrame:
     outside = np.flatnonzero(~column_numpy(h, "is_fusion_computation", bool))
     at: dict = {}
     for i, k in zip(outside.tolist(), zip(column_numpy(h, "program_id", np.uint64)[outside].tolist(),
-                                          h["name"].astype(str).to_numpy()[outside].tolist())):
+                                          text_numpy(h, "name")[outside].tolist())):
         at.setdefault(k, i)
     rows = np.array([at.get(k, -1) for k in zip(column_numpy(key, "program_id", np.uint64).tolist(),
                                                 key["op"].tolist())], np.int64)
@@ -210,7 +210,7 @@ def _collectives(tr: Trace, dchips: dict, topology: str | None, u: pd.DataFrame,
     model = collective_model.build(tr, dchips, topology) if tr.has_hlo else None
     if model is not None and model.ops:
         pids = column_numpy(u, "program_id")
-        hosts, devs = u["host"].astype(str).to_numpy(), u["device"].astype(str).to_numpy()
+        hosts, devs = text_numpy(u, "host"), text_numpy(u, "device")
         for i in range(n):
             op = model.op(int(pids[i]), str(key_op[i]))
             if op is None:

@@ -21,7 +21,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.analysis.replay.engine import Joined
 from tracekit.analysis.replay.graph import OP, WIN
 from tracekit.records import record
@@ -68,7 +68,7 @@ def own_link(ops: pd.DataFrame, dchips: dict) -> np.ndarray:
     hx = np.flatnonzero(column_numpy(ops, "is_host_transfer", bool) & column_numpy(ops, "is_async", bool))
     if not len(hx):
         return out
-    h, d = ops["host"].astype(str).to_numpy()[hx], ops["device"].astype(str).to_numpy()[hx]
+    h, d = text_numpy(ops, "host")[hx], text_numpy(ops, "device")[hx]
     bw = np.array([getattr(dchips.get((a, b)), "host_link_bw_bytes_per_s", np.nan) for a, b in zip(h, d)], float)
     nb = column_numpy(ops, "net_bytes", float)[hx]
     out[hx] = np.where(bw > 0, nb / bw * 1e12, np.nan)
@@ -113,7 +113,7 @@ def price(ops_a: pd.DataFrame, ops_b: pd.DataFrame | None, chips_a: dict, chips_
 
 def _is_marker(ops: pd.DataFrame) -> np.ndarray:
     """-start/-done rows (their time is their window's business)."""
-    op = ops["opcode"].astype(str).to_numpy()
+    op = text_numpy(ops, "opcode")
     sync = ~column_numpy(ops, "is_async", bool)
     return sync & np.array([o.endswith(("-start", "-done")) for o in op], bool)
 

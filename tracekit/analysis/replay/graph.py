@@ -39,7 +39,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.grouping import codes_of, per_pair, per_value, row_parts, unique
 from tracekit.model import predictions
 from tracekit.records import record
@@ -131,9 +131,9 @@ def producers(hlo: pd.DataFrame) -> dict:
     if hlo is None or not len(hlo):
         return {}
     pid = column_numpy(hlo, "program_id", np.uint64)
-    names = hlo["name"].astype(str).to_numpy()
-    comp = hlo["computation"].astype(str).to_numpy()
-    opc = hlo["opcode"].astype(str).to_numpy()
+    names = text_numpy(hlo, "name")
+    comp = text_numpy(hlo, "computation")
+    opc = text_numpy(hlo, "opcode")
     opers = hlo["operands"].fillna("").astype(str).to_numpy()
     info = {}
     for p, c, n, o, ops_ in zip(pid.tolist(), comp, names, opc, opers):
@@ -194,7 +194,7 @@ def step_rows(ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, host: str | 
     chosen steps)). Works on the columns' codes: no string per row."""
     st = steps[~column_numpy(steps, "open_end", bool)] if "open_end" in steps else steps
     if host is not None:
-        st = st[st["host"].astype(str).to_numpy() == host]
+        st = st[text_numpy(st, "host") == host]
     st = st[np.isin(column_numpy(st, "step", np.int64), np.asarray(list(step_numbers), np.int64))]
     sdev, devices = codes_of(st["device"].astype(str))
     devices = [str(d) for d in devices]
@@ -258,11 +258,11 @@ def build(host: str, ops: pd.DataFrame, steps: pd.DataFrame, step_numbers, d2s: 
     start = column_numpy(ops, "start_ps", np.int64)
     end = start + column_numpy(ops, "duration_ps", np.int64)
     is_async = column_numpy(ops, "is_async", bool)
-    opname = ops["op"].astype(str).to_numpy()
-    opcode = ops["opcode"].astype(str).to_numpy()
-    module = ops["module"].astype(str).to_numpy()
+    opname = text_numpy(ops, "op")
+    opcode = text_numpy(ops, "opcode")
+    module = text_numpy(ops, "module")
     pid = column_numpy(ops, "program_id", np.uint64)
-    src = ops["source"].astype(str).to_numpy()
+    src = text_numpy(ops, "source")
     line = codes_of(ops["line"])[0] if n else np.zeros(0, np.int64)
     ocode_rows = sdev_codes[nslot] if n else np.zeros(0, np.int64)
     seq = np.arange(n, dtype=np.int64)

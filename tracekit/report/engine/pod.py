@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy
+from tracekit.columns import column_numpy, text_numpy
 from tracekit.records import record
 
 NAME = "pod"
@@ -58,7 +58,7 @@ def summarize(hv) -> Part:
     if not len(rows):
         return _no_instances(spread)
     op = rows["op"].astype(str).str.replace(r"-done(\.\d+)?$", lambda x: "-start" + (x.group(1) or ""), regex=True)
-    df = pd.DataFrame({"device": rows["device"].astype(str).to_numpy(), "module": rows["module"].astype(str).to_numpy(),
+    df = pd.DataFrame({"device": text_numpy(rows, "device"), "module": text_numpy(rows, "module"),
                        "op": op.to_numpy(), "is_async": column_numpy(rows, "is_async", bool),
                        "start_ps": column_numpy(rows, "start_ps", np.int64),
                        "end_ps": (rows["start_ps"] + rows["duration_ps"]).to_numpy(np.int64)})
