@@ -117,7 +117,8 @@ def device_index(x) -> DeviceIndex:
 def _groups(df: pd.DataFrame) -> Mapping:
     inv, first = group_index(df, KEYS)
     bounds = np.r_[0, np.cumsum(np.bincount(inv, minlength=len(first)))]
-    keys = [(str(df[KEYS[0]].iat[i]), str(df[KEYS[1]].iat[i])) for i in first]
+    a, b = (stored(df, k) for k in KEYS)  # (a value of each group's first row, read from the arrays)
+    keys = [(str(a[i]), str(b[i])) for i in first]
     spans = {keys[g]: (int(bounds[g]), int(bounds[g + 1])) for g in sorted(range(len(first)), key=lambda g: keys[g])}
     if len(inv) < 2 or bool((inv[1:] >= inv[:-1]).all()):
         return RowRanges(spans)  # rows already grouped (the ops frame is sorted by host, device, start)

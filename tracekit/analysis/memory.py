@@ -114,8 +114,8 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 def _listed(df: pd.DataFrame, c) -> list:
     """``df[c].tolist()`` (a NumPy column read from its stored array, without the Series)."""
-    a = stored(df, c)
-    return a.tolist() if isinstance(a, np.ndarray) and a.dtype.kind not in "Mm" else df[c].tolist()
+    a = stored(df, c)  # (an ExtensionArray lists its values as its Series does; datetimes: the Series' Timestamps)
+    return df[c].tolist() if isinstance(a, np.ndarray) and a.dtype.kind in "Mm" else a.tolist()
 
 
 def _by_program(df: pd.DataFrame) -> dict:

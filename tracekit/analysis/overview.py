@@ -36,7 +36,7 @@ from dataclasses import field
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, self_time, text_numpy
+from tracekit.columns import column_numpy, self_time, stored, text_numpy
 from tracekit.grouping import row_parts
 from tracekit.analysis import coverage
 from tracekit.analysis import timeline as tl
@@ -327,7 +327,7 @@ def finish(ss: stepstats.StepSummary, parts: pd.DataFrame, *, step_source: str =
     tot = {}
     for k in TOTALS:
         acc = 0.0 if k not in ("model_rows", "flop_rows") else 0
-        for v in parts[f"tot_{k}"]:
+        for v in stored(parts, f"tot_{k}").tolist():  # (in row order, as Python numbers: as the Series iterates)
             acc += v
         tot[k] = acc
     srcs, dtypes = set(parts["peak_source"]), set(parts["dominant_dtype"])

@@ -38,11 +38,11 @@ class Columns:
                     s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
             else:
                 s = self.values[name]
-                if isinstance(s, pd.Series):
-                    if self.index is not None and isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf":
-                        s = s.to_numpy()  # (a column of the frame: on its index)
-                    if s.dtype.kind in "iu" and s.dtype.itemsize < 8:
-                        s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
+                if isinstance(s, pd.Series) and self.index is not None and isinstance(s.dtype, np.dtype) and \
+                        s.dtype.kind in "biuf":
+                    s = s.to_numpy()  # (a column of the frame: on its index)
+                if isinstance(s, (pd.Series, np.ndarray)) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
+                    s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
             self.seen[name] = s
         return self.seen[name]
 

@@ -28,7 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, take_rows, text_numpy
+from tracekit.columns import column_numpy, stored, take_rows, text_numpy
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
 from tracekit.analysis import evidence
@@ -128,7 +128,10 @@ class _Beside:
         self.df, self.derived, self.index = df, derived, df.index
 
     def __getitem__(self, name):
-        return self.derived[name] if name in self.derived else self.df[name]
+        if name in self.derived:
+            return self.derived[name]
+        a = stored(self.df, name)  # (a NumPy column as its array: what the expression's Columns reads of it)
+        return a if isinstance(a, np.ndarray) and a.dtype.kind in "biuf" else self.df[name]
 
 
 def _mask(value, df: pd.DataFrame):
