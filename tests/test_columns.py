@@ -732,7 +732,7 @@ def test_stored_and_column_numpy_give_what_the_series_gives(fast, monkeypatch):
         want = s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array
         got = C.stored(df, c)
         assert _same(got, want), c
-        if isinstance(got, np.ndarray):
+        if isinstance(got, np.ndarray) and ((fast and got.dtype.kind not in "Mm") or C._COPY_ON_WRITE):
             assert not got.flags.writeable, c  # (a view of the frame's block: never written through)
         for dtype in (None, np.int64, float, bool, object, np.uint64):
             try:
@@ -743,7 +743,8 @@ def test_stored_and_column_numpy_give_what_the_series_gives(fast, monkeypatch):
                 continue
             got = C.column_numpy(df, c, dtype)
             assert _same(got, want), (c, dtype)
-            assert got.flags.writeable == want.flags.writeable, (c, dtype)
+            if C._COPY_ON_WRITE or not np.shares_memory(want, df[c].to_numpy()):  # (pandas 2 hands out its block)
+                assert got.flags.writeable == want.flags.writeable, (c, dtype)
     with pytest.raises(KeyError):
         C.stored(df, "absent")
     with pytest.raises(KeyError):
