@@ -220,9 +220,10 @@ def take_rows(df: pd.DataFrame, cols: list, rows: np.ndarray, extra: dict | None
 
 def without_columns(df: pd.DataFrame, cols) -> pd.DataFrame:
     """``df`` less ``cols`` (those it has), as one new frame that shares every other column array: the dropped
-    arrays are freed once nothing else holds them. ``df`` itself is left unchanged."""
+    arrays are freed once nothing else holds them. ``df`` itself is left unchanged. (pandas' ``drop`` shares them
+    only with copy-on-write, pandas 3; pandas 2 copies every column kept.)"""
     drop = set(cols)
-    if df.columns.is_unique:
+    if df.columns.is_unique and _COPY_ON_WRITE:
         return df.drop(columns=[c for c in df.columns.tolist() if c in drop])
     return pd.DataFrame({c: df[c] for c in df.columns.tolist() if c not in drop}, index=df.index, copy=False)
 
