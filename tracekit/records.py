@@ -76,9 +76,9 @@ def _compiles_nothing(c) -> bool:
 
 def _without_compiles(c, frozen: bool):
     """``dataclasses.dataclass(c, frozen=frozen, eq=False, repr=False)`` without a compile: dataclass processes
-    the fields (``init=False``: it writes no ``__init__``), ``__init__`` is written the first time the class
-    is instantiated (most record classes of a command are, a few never), and a frozen class gets closures for
-    ``__setattr__``/``__delattr__`` instead of two compiled methods."""
+    the fields (``init=False``: it writes no ``__init__``), ``__init__`` is written the first time the class'
+    ``__init__`` is looked up (:class:`_FirstInit`: most record classes of a command are instantiated, a few
+    never), and a frozen class gets closures for ``__setattr__``/``__delattr__`` instead of two compiled methods."""
     body = c.__dict__
     own_init = "__init__" in body
     if frozen and ("__setattr__" in body or "__delattr__" in body):
@@ -113,6 +113,8 @@ class _FirstInit:
 
 
 _FIRST_INIT = _FirstInit()
+
+
 class _Factory:
     """The default of a field made by a default factory, in ``__init__``'s signature (shown as dataclass shows
     it)."""
