@@ -804,3 +804,13 @@ def test_text_numpy_is_astype_str_to_numpy(fast, monkeypatch):
         assert all(type(x) is type(y) and (x == y or (x != x and y != y)) for x, y in zip(got, want)), c
     mapping = {"m": pd.Series(pd.Categorical(["a", "b"]))}  # (a mapping that is not a frame: pandas itself)
     assert list(C.text_numpy(mapping, "m")) == list(mapping["m"].astype(str).to_numpy())
+
+
+def test_numbers_or_series_is_the_array_of_number_columns_and_the_series_of_the_rest():
+    df = _typed_frame()
+    for c in df.columns:
+        got, s = C.numbers_or_series(df, c), df[c]
+        if isinstance(s.dtype, np.dtype) and s.dtype.kind in "biuf":
+            assert _same(got, s.to_numpy()) and not got.flags.writeable, c
+        else:
+            assert isinstance(got, pd.Series) and got.equals(s) and got.dtype == s.dtype, c

@@ -172,6 +172,14 @@ def stored(df: pd.DataFrame, name):
     return s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array
 
 
+def numbers_or_series(df: pd.DataFrame, name):
+    """Column ``name`` of ``df`` as its stored NumPy array (:func:`stored`, read-only) where it holds booleans or
+    numbers, else ``df[name]`` (a Series, where pandas' semantics for text and categories count): what a rule
+    expression reads of a frame."""
+    a = stored(df, name)
+    return a if isinstance(a, np.ndarray) and a.dtype.kind in "biuf" else df[name]
+
+
 def column_numpy(df: pd.DataFrame, name, dtype=None) -> np.ndarray:
     """``df[name].to_numpy(dtype)``, the same array, without the Series for a NumPy column of a frame
     (:func:`stored`): the stored values as they are (read-only) or converted to ``dtype`` (a new array). ``df`` may

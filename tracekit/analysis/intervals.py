@@ -93,7 +93,7 @@ class DeviceIndex:
     def ends_at(self, idx: np.ndarray) -> np.ndarray:
         """start + duration of the rows ``idx`` (sorted distinct positions, e.g. a group's): a new array each call,
         so an index read group by group holds no row-sized ends (the ops frame's index: 8 B per row)."""
-        st, du = (np.asarray(stored(self.df, c), np.int64) for c in ("start_ps", "duration_ps"))
+        st, du = column_numpy(self.df, "start_ps", np.int64), column_numpy(self.df, "duration_ps", np.int64)
         return rows_view(st, idx) + rows_view(du, idx)
 
     def busy(self) -> dict:

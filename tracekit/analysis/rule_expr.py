@@ -114,13 +114,6 @@ def _show(node: ast.AST) -> str:
     return ast.unparse(node).replace(_PARAM, "@")
 
 
-def _prepare(text: str) -> str:
-    """``@name`` -> ``PARAM__name``, ``&``/``|`` -> ``and``/``or`` (pandas' precedence); names starting with
-    ``_`` refused. Tokens are read with :mod:`tokenize`, so text inside strings is left alone."""
-    line = " ".join(text.splitlines())
-    return _prepare_tokens(line)
-
-
 #: text :func:`_prepare_plain` rewrites without tokenizing: ASCII names, numbers and operators (no string, comment,
 #: backslash or non-ASCII name), no ``_`` that starts a name
 _PLAIN = re.compile(r"[A-Za-z0-9_ \t.,:()\[\]<>=!+\-*/%~^@&|]*")
@@ -146,7 +139,9 @@ def _prepare_plain(line: str) -> str | None:
 
 
 def _prepare_tokens(line: str) -> str:
-    """:func:`_prepare` of one line, token by token."""
+    """``@name`` -> ``PARAM__name``, ``&``/``|`` -> ``and``/``or`` (pandas' precedence) in ``line`` (the
+    expression's lines joined); names starting with ``_`` refused. Tokens are read with :mod:`tokenize`, so text
+    inside strings is left alone."""
     try:
         toks = list(tokenize.generate_tokens(io.StringIO(line).readline))
     except (tokenize.TokenError, SyntaxError) as e:
@@ -178,14 +173,15 @@ def compile_expr(text: str, names: Collection[str], params: Collection[str], *, 
         raise ExprError("empty expression")
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression longer than {MAX_LENGTH} characters")
-    plain = _prepare_plain(" ".join(text.splitlines()))
+    line = " ".join(text.splitlines())
+    plain = _prepare_plain(line)
     try:
         tree = ast.parse(plain, mode="eval") if plain is not None else None
     except (SyntaxError, RecursionError, MemoryError):
         tree = None  # (tokenize's refusal, or the parser's on the same text, below)
     try:
         if tree is None:
-            tree = ast.parse(_prepare(text), mode="eval")
+            tree = ast.parse(_prepare_tokens(line), mode="eval")
     except SyntaxError as e:
         raise ExprError(f"not a valid expression ({e.msg})") from None
     except (RecursionError, MemoryError):

@@ -10,7 +10,7 @@ import operator
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import stored
+from tracekit.columns import numbers_or_series
 
 
 #: the operators whose result on plain NumPy arrays is pandas' own (pandas fills division by zero for ``//`` and
@@ -31,18 +31,13 @@ class Columns:
 
     def __getitem__(self, name):
         if name not in self.seen:
-            # a frame's NumPy column read as its stored array (no Series: tracekit.columns.stored)
-            s = stored(self.values, name) if isinstance(self.values, pd.DataFrame) else None
-            if isinstance(s, np.ndarray) and s.dtype.kind in "biuf" and self.index is not None:
-                if s.dtype.kind in "iu" and s.dtype.itemsize < 8:
-                    s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
-            else:
-                s = self.values[name]
-                if isinstance(s, pd.Series) and self.index is not None and isinstance(s.dtype, np.dtype) and \
-                        s.dtype.kind in "biuf":
-                    s = s.to_numpy()  # (a column of the frame: on its index)
-                if isinstance(s, (pd.Series, np.ndarray)) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
-                    s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
+            # a frame's number column as its stored array (no Series: tracekit.columns.numbers_or_series)
+            s = numbers_or_series(self.values, name) if isinstance(self.values, pd.DataFrame) else self.values[name]
+            if isinstance(s, pd.Series) and self.index is not None and isinstance(s.dtype, np.dtype) and \
+                    s.dtype.kind in "biuf":
+                s = s.to_numpy()  # (a column of the frame: on its index)
+            if isinstance(s, (pd.Series, np.ndarray)) and s.dtype.kind in "iu" and s.dtype.itemsize < 8:
+                s = s.astype(np.int64 if s.dtype.kind == "i" else np.uint64)
             self.seen[name] = s
         return self.seen[name]
 

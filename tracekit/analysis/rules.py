@@ -28,7 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.columns import column_numpy, stored, take_rows, text_numpy
+from tracekit.columns import column_numpy, numbers_or_series, take_rows, text_numpy
 from tracekit.errors import TraceError
 from tracekit.options import DEFAULTS
 from tracekit.analysis import evidence
@@ -130,8 +130,7 @@ class _Beside:
     def __getitem__(self, name):
         if name in self.derived:
             return self.derived[name]
-        a = stored(self.df, name)  # (a NumPy column as its array: what the expression's Columns reads of it)
-        return a if isinstance(a, np.ndarray) and a.dtype.kind in "biuf" else self.df[name]
+        return numbers_or_series(self.df, name)
 
 
 def _mask(value, df: pd.DataFrame):
